@@ -1,0 +1,518 @@
+"""Bodies and MobilizedBody handles (Simbody's ``Body`` and ``MobilizedBody::*``).
+
+A ``MobilizedBody`` is a body plus the mobilizer joining it to its parent. Constructing
+one adds it to the parent's matter subsystem. Handles are light: every state-dependent
+query takes the State and reads its cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _mobilizers as mz
+from . import _spatial as sp
+from ._stage import Stage
+from ._state import State
+
+
+class Body:
+    """A body's mass properties (Simbody ``Body``); reusable for many mobilized bodies."""
+
+    def __init__(self, mass_properties: sp.MassProperties):
+        if not isinstance(mass_properties, sp.MassProperties):
+            raise TypeError(
+                f"Body needs a MassProperties, got {type(mass_properties).__name__}; "
+                "e.g. sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.1)))"
+            )
+        self.mass_properties = mass_properties
+
+    @staticmethod
+    def Rigid(mass_properties: sp.MassProperties) -> Body:  # noqa: N802 (Simbody name)
+        """A rigid body with the given mass properties."""
+        return Body(mass_properties)
+
+    @staticmethod
+    def Massless() -> Body:  # noqa: N802
+        """A massless body (only valid where it is not a terminal body)."""
+        return Body(sp.MassProperties(0.0))
+
+
+def _as_transform(X: Any, what: str) -> sp.Transform:
+    if X is None:
+        return sp.Transform()
+    if isinstance(X, sp.Transform):
+        return X
+    raise TypeError(f"{what} must be a sj.Transform, got {type(X).__name__}")
+
+
+class MobilizedBody:
+    """Base handle of every mobilized body. Use a kind: ``MobilizedBody.Pin(parent,
+    X_PF, body, X_BM)`` or ``MobilizedBody.Pin(parent, body)``."""
+
+    _mobilizer: mz.AbstractMobilizer
+
+    def __init__(self, parent: MobilizedBody, *args: Any, name: str | None = None,
+                 mobilizer: mz.AbstractMobilizer | None = None, params: Any = None):
+        kind = type(self).__name__
+        if len(args) == 1:
+            X_PF, body, X_BM = None, args[0], None
+        elif len(args) == 3:
+            X_PF, body, X_BM = args
+        else:
+            raise TypeError(
+                f"MobilizedBody.{kind}(parent, X_PF, body, X_BM) or "
+                f"MobilizedBody.{kind}(parent, body); got {1 + len(args)} positional arguments"
+            )
+        if not isinstance(parent, MobilizedBody):
+            raise TypeError(
+                f"MobilizedBody.{kind}: unknown parent {parent!r}; pass matter.Ground() or a "
+                "MobilizedBody already added to the same matter subsystem"
+            )
+        matter = parent._matter
+        if parent.index >= len(matter._mobods) or matter._mobods[parent.index] is not parent:
+            raise ValueError(f"MobilizedBody.{kind}: unknown parent (not in its matter subsystem)")
+        if isinstance(body, sp.MassProperties):
+            body = Body(body)
+        if not isinstance(body, Body):
+            raise TypeError(
+                f"MobilizedBody.{kind}: body must be a sj.Body (e.g. sj.Body.Rigid(...)), "
+                f"got {type(body).__name__}"
+            )
+        self._matter = matter
+        self._parent: MobilizedBody | None = parent
+        self._X_PF = _as_transform(X_PF, f"MobilizedBody.{kind} X_PF")
+        self._X_BM = _as_transform(X_BM, f"MobilizedBody.{kind} X_BM")
+        self._mass_props = body.mass_properties
+        self._mobilizer = mobilizer if mobilizer is not None else self._make_mobilizer()
+        self._params = (np.asarray(params, dtype=float) if params is not None
+                        else self._mobilizer.default_params())
+        self._default_q: np.ndarray | None = None
+        self._default_u: np.ndarray | None = None
+        self.index = len(matter._mobods)
+        self.name = name or f"body{self.index}"
+        if any(m.name == self.name for m in matter._mobods):
+            raise ValueError(
+                f"a body named {self.name!r} was already added to this matter subsystem; "
+                "each mobilized body needs its own name"
+            )
+        matter._mobods.append(self)
+        matter._system.invalidate_topology()
+
+    def _make_mobilizer(self) -> mz.AbstractMobilizer:
+        raise TypeError(f"{type(self).__name__} is not a mobilizer kind")
+
+    # ------------------------------------------------------------------ topology info
+    def get_mobilized_body_index(self) -> int:
+        """Index of this body (Ground is 0)."""
+        return self.index
+
+    def get_parent_mobilized_body(self) -> MobilizedBody:
+        """The parent (inboard) mobilized body."""
+        if self._parent is None:
+            raise ValueError("Ground has no parent")
+        return self._parent
+
+    @property
+    def mobilizer(self) -> mz.AbstractMobilizer:
+        """This body's mobilizer kind (static configuration)."""
+        return self._mobilizer
+
+    def is_ground(self) -> bool:
+        """Whether this is Ground."""
+        return self.index == 0
+
+    def get_num_q(self, state: State) -> int:
+        """Number of q of this mobilizer in this State (depends on the Euler option)."""
+        return len(self.get_q(state))
+
+    def get_num_u(self, state: State) -> int:
+        """Number of u of this mobilizer."""
+        return len(self.get_u(state))
+
+    def _model(self, state: State):
+        return self._matter._system.model_for(state)
+
+    def _topo(self, state: State):
+        return self._model(state).topology(state.use_euler_angles)
+
+    # ------------------------------------------------------------------ defaults (topology)
+    def set_default_q(self, q: Any) -> MobilizedBody:
+        """Default coordinates (Topology stage: existing States become invalid)."""
+        q = np.atleast_1d(np.asarray(q, dtype=float))
+        if q.shape != (self._mobilizer.nq,):
+            raise ValueError(
+                f"{self.name}: default q must have length {self._mobilizer.nq} for a "
+                f"{self._mobilizer.kind} mobilizer, got {q.shape}"
+            )
+        self._default_q = q
+        self._matter._system.invalidate_topology()
+        return self
+
+    def set_default_u(self, u: Any) -> MobilizedBody:
+        """Default speeds (Topology stage)."""
+        u = np.atleast_1d(np.asarray(u, dtype=float))
+        if u.shape != (self._mobilizer.nu,):
+            raise ValueError(f"{self.name}: default u must have length {self._mobilizer.nu}, got {u.shape}")
+        self._default_u = u
+        self._matter._system.invalidate_topology()
+        return self
+
+    def get_default_q(self) -> np.ndarray:
+        """Default coordinates."""
+        return self._mobilizer.default_q() if self._default_q is None else self._default_q
+
+    def get_default_mass_properties(self) -> sp.MassProperties:
+        """Mass properties given at construction."""
+        return self._mass_props
+
+    def set_default_mass_properties(self, mp: sp.MassProperties) -> MobilizedBody:
+        """Change the default mass properties (Topology stage)."""
+        self._mass_props = mp
+        self._matter._system.invalidate_topology()
+        return self
+
+    # ------------------------------------------------------------------ instance variables
+    def _inst(self, state: State, name: str) -> jax.Array:
+        return state.instance["matter"][name][self.index]
+
+    def _set_inst(self, state: State, name: str, value: Any) -> State:
+        arr = state.instance["matter"][name]
+        return state.with_instance("matter", name, arr.at[self.index].set(jnp.asarray(value, arr.dtype)))
+
+    def get_mass(self, state: State) -> jax.Array:
+        """Mass (Instance variable)."""
+        return self._inst(state, "mass")
+
+    def set_mass(self, state: State, mass: Any) -> State:
+        """New State with this body's mass changed (falls back to Model)."""
+        _check_concrete_positive(mass, f"{self.name}: mass")
+        return self._set_inst(state, "mass", mass)
+
+    def get_mass_center(self, state: State) -> jax.Array:
+        """Mass center in the body frame."""
+        return self._inst(state, "com")
+
+    def get_inertia_about_body_origin(self, state: State) -> jax.Array:
+        """Inertia about the body origin, in the body frame (3, 3)."""
+        return self._inst(state, "inertia")
+
+    def set_mass_properties(self, state: State, mp: sp.MassProperties) -> State:
+        """New State with this body's mass properties (checked) changed."""
+        if not isinstance(mp, sp.MassProperties):
+            raise TypeError("set_mass_properties needs a sj.MassProperties")
+        s = self._set_inst(state, "mass", mp.mass)
+        s = self._set_inst(s, "com", mp.com)
+        return self._set_inst(s, "inertia", mp.inertia)
+
+    def get_inboard_frame(self, state: State) -> sp.Transform:
+        """``X_PF`` (Instance variable)."""
+        return sp.Transform(self._inst(state, "X_PF_R"), self._inst(state, "X_PF_p"))
+
+    def get_outboard_frame(self, state: State) -> sp.Transform:
+        """``X_BM`` (Instance variable)."""
+        return sp.Transform(self._inst(state, "X_BM_R"), self._inst(state, "X_BM_p"))
+
+    def set_inboard_frame(self, state: State, X_PF: sp.Transform) -> State:
+        """New State with ``X_PF`` changed."""
+        return self._set_inst(self._set_inst(state, "X_PF_R", X_PF.R), "X_PF_p", X_PF.p)
+
+    def set_outboard_frame(self, state: State, X_BM: sp.Transform) -> State:
+        """New State with ``X_BM`` changed."""
+        return self._set_inst(self._set_inst(state, "X_BM_R", X_BM.R), "X_BM_p", X_BM.p)
+
+    def get_mobilizer_params(self, state: State) -> jax.Array:
+        """Kind-specific parameters (Screw pitch, Ellipsoid radii)."""
+        return self._inst(state, "mobilizer_params")[: self._mobilizer.n_params]
+
+    # ------------------------------------------------------------------ q and u
+    def get_q(self, state: State) -> jax.Array:
+        """This mobilizer's q block."""
+        return self._model(state).body_q(state, self.index)
+
+    def get_u(self, state: State) -> jax.Array:
+        """This mobilizer's u block."""
+        return self._model(state).body_u(state, self.index)
+
+    def get_one_q(self, state: State, which: int) -> jax.Array:
+        """One coordinate of this mobilizer."""
+        return self.get_q(state)[which]
+
+    def get_one_u(self, state: State, which: int) -> jax.Array:
+        """One speed of this mobilizer."""
+        return self.get_u(state)[which]
+
+    def set_q(self, state: State, q: Any) -> State:
+        """New State with this mobilizer's q block replaced."""
+        topo = self._topo(state)
+        s, n = int(topo.q_start[self.index]), int(topo.nq_body[self.index])
+        q = jnp.atleast_1d(jnp.asarray(q, state.q.dtype))
+        if q.shape != (n,):
+            raise ValueError(f"{self.name}: q must have length {n} in this State, got {q.shape}")
+        return state.with_q(state.q.at[s : s + n].set(q))
+
+    def set_u(self, state: State, u: Any) -> State:
+        """New State with this mobilizer's u block replaced."""
+        topo = self._topo(state)
+        s, n = int(topo.u_start[self.index]), int(topo.nu_body[self.index])
+        u = jnp.atleast_1d(jnp.asarray(u, state.u.dtype))
+        if u.shape != (n,):
+            raise ValueError(f"{self.name}: u must have length {n}, got {u.shape}")
+        return state.with_u(state.u.at[s : s + n].set(u))
+
+    def set_one_q(self, state: State, which: int, value: Any) -> State:
+        """New State with one coordinate changed."""
+        return self.set_q(state, self.get_q(state).at[which].set(value))
+
+    def set_one_u(self, state: State, which: int, value: Any) -> State:
+        """New State with one speed changed."""
+        return self.set_u(state, self.get_u(state).at[which].set(value))
+
+    def _mob(self, state: State) -> mz.AbstractMobilizer:
+        return self._topo(state).mobilizers[self.index]  # type: ignore[return-value]
+
+    def set_q_to_fit_transform(self, state: State, X_FM: sp.Transform) -> State:
+        """New State whose q best reproduces the mobilizer transform ``X_FM``."""
+        q = self._mob(state).q_to_fit_transform(X_FM.R, X_FM.p, self.get_mobilizer_params(state))
+        return self.set_q(state, q)
+
+    def set_u_to_fit_velocity(self, state: State, V_FM: Any) -> State:
+        """New State whose u best reproduces the cross-mobilizer velocity ``V_FM``."""
+        u = self._mob(state).u_to_fit_velocity(
+            self.get_q(state), jnp.asarray(V_FM, state.u.dtype), self.get_mobilizer_params(state)
+        )
+        return self.set_u(state, u)
+
+    # ------------------------------------------------------------------ kinematics
+    def get_body_transform(self, state: State) -> sp.Transform:
+        """``X_GB`` (needs Position)."""
+        pc = state.position_cache
+        return sp.Transform(pc.R_GB[self.index], pc.p_GB[self.index])
+
+    def get_body_rotation(self, state: State) -> jax.Array:
+        """``R_GB`` (needs Position)."""
+        return state.position_cache.R_GB[self.index]
+
+    def get_body_origin_location(self, state: State) -> jax.Array:
+        """Location of the body origin in Ground (needs Position)."""
+        return state.position_cache.p_GB[self.index]
+
+    def get_body_velocity(self, state: State) -> jax.Array:
+        """``V_GB = [w; v of origin]`` in Ground (needs Velocity)."""
+        state.require(Stage.VELOCITY, f"{self.name}.get_body_velocity")
+        return self._model(state).body_velocities(state)[self.index]
+
+    def get_body_angular_velocity(self, state: State) -> jax.Array:
+        """Angular velocity in Ground (needs Velocity)."""
+        return self.get_body_velocity(state)[:3]
+
+    def get_body_origin_velocity(self, state: State) -> jax.Array:
+        """Velocity of the body origin in Ground (needs Velocity)."""
+        return self.get_body_velocity(state)[3:]
+
+    def get_body_acceleration(self, state: State) -> jax.Array:
+        """``A_GB = [alpha; a of origin]`` in Ground (needs Acceleration)."""
+        state.require(Stage.ACCELERATION, f"{self.name}.get_body_acceleration")
+        return self._model(state).body_accelerations(state)[self.index]
+
+    def get_mobilizer_transform(self, state: State) -> sp.Transform:
+        """``X_FM(q)`` (needs Position)."""
+        state.require(Stage.POSITION, f"{self.name}.get_mobilizer_transform")
+        R, p = self._mob(state).X_FM(self.get_q(state), self.get_mobilizer_params(state))
+        return sp.Transform(R, p)
+
+    def get_mobilizer_velocity(self, state: State) -> jax.Array:
+        """``V_FM = H_FM(q) u``, in F at M's origin (needs Velocity)."""
+        state.require(Stage.VELOCITY, f"{self.name}.get_mobilizer_velocity")
+        H = self._mob(state).H_FM(self.get_q(state), self.get_mobilizer_params(state))
+        return H @ self.get_u(state)
+
+    def find_station_location_in_ground(self, state: State, station: Any) -> jax.Array:
+        """Ground location of a station given in this body's frame (needs Position)."""
+        pc = state.position_cache
+        return pc.p_GB[self.index] + pc.R_GB[self.index] @ jnp.asarray(station, pc.p_GB.dtype)
+
+    def find_station_velocity_in_ground(self, state: State, station: Any) -> jax.Array:
+        """Ground velocity of a station on this body (needs Velocity)."""
+        V = self.get_body_velocity(state)
+        r = self.get_body_rotation(state) @ jnp.asarray(station, V.dtype)
+        return V[3:] + jnp.cross(V[:3], r)
+
+    def find_station_acceleration_in_ground(self, state: State, station: Any) -> jax.Array:
+        """Ground acceleration of a station on this body (needs Acceleration)."""
+        A = self.get_body_acceleration(state)
+        V = self.get_body_velocity(state)
+        r = self.get_body_rotation(state) @ jnp.asarray(station, V.dtype)
+        return A[3:] + jnp.cross(A[:3], r) + jnp.cross(V[:3], jnp.cross(V[:3], r))
+
+    def find_body_transform_in_another_body(self, state: State, other: MobilizedBody) -> sp.Transform:
+        """``X_AB`` with A the other body's frame."""
+        return other.get_body_transform(state).invert().compose(self.get_body_transform(state))
+
+    def __repr__(self) -> str:
+        return f"MobilizedBody.{type(self).__name__}({self.name!r}, index={self.index})"
+
+
+def _check_concrete_positive(x: Any, what: str) -> None:
+    if isinstance(x, jax.core.Tracer):
+        return
+    a = np.asarray(x)
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError(f"{what} must be finite and >= 0, got {a}")
+
+
+class Ground(MobilizedBody):
+    """Ground (body 0): immobile, infinite mass, the root of the tree."""
+
+    def __init__(self, matter: Any):  # noqa: D107
+        self._matter = matter
+        self._parent = None
+        self._X_PF = sp.Transform()
+        self._X_BM = sp.Transform()
+        self._mass_props = sp.MassProperties(0.0)
+        self._mobilizer = mz.Weld()
+        self._params = np.zeros(0)
+        self._default_q = None
+        self._default_u = None
+        self.index = 0
+        self.name = "ground"
+        matter._mobods.append(self)
+
+
+def _simple(name: str, mob_cls: type, doc: str) -> type:
+    def make(self):
+        return mob_cls()
+
+    return type(name, (MobilizedBody,), {"_make_mobilizer": make, "__doc__": doc})
+
+
+Pin = _simple("Pin", mz.Pin, "Rotation about the common z axis of F and M.")
+Slider = _simple("Slider", mz.Slider, "Translation along the common x axis of F and M.")
+Universal = _simple("Universal", mz.Universal, "Rotation about x then the new y.")
+Cylinder = _simple("Cylinder", mz.Cylinder, "Rotation about and translation along z.")
+BendStretch = _simple("BendStretch", mz.BendStretch, "Rotation about z, then translation along the new x.")
+Planar = _simple("Planar", mz.Planar, "Rotation about z plus translation in the x-y plane.")
+Gimbal = _simple("Gimbal", mz.Gimbal, "Body-fixed X-Y-Z Euler angles, u = qdot.")
+Ball = _simple("Ball", mz.Ball, "Spherical joint; quaternion q, u = angular velocity in F.")
+Translation = _simple("Translation", mz.Translation, "Cartesian translation p_FM = q.")
+SphericalCoords = _simple("SphericalCoords", mz.SphericalCoords, "Azimuth, zenith, radius.")
+Bushing = _simple("Bushing", mz.Bushing, "Six dofs: X-Y-Z angles then translation, u = qdot.")
+Free = _simple("Free", mz.Free, "Six dofs: quaternion and translation; u = [w, v] in F.")
+LineOrientation = _simple("LineOrientation", mz.LineOrientation, "Orientation of a line (M's z).")
+FreeLine = _simple("FreeLine", mz.FreeLine, "LineOrientation plus translation.")
+Weld = _simple("Weld", mz.Weld, "No relative motion.")
+Cartesian = Translation
+
+
+class Screw(MobilizedBody):
+    """Rotation about z coupled with translation ``pitch * q`` along z."""
+
+    def __init__(self, parent: MobilizedBody, *args: Any, pitch: float | None = None,
+                 name: str | None = None):
+        if pitch is None and len(args) in (2, 4):
+            *args, pitch = args
+        if pitch is None:
+            raise TypeError("MobilizedBody.Screw needs a pitch: Screw(parent, X_PF, body, X_BM, pitch)")
+        super().__init__(parent, *args, name=name, mobilizer=mz.Screw(pitch=float(pitch)),
+                         params=[float(pitch)])
+
+
+class Ellipsoid(MobilizedBody):
+    """Orientation like a Ball while M's origin slides on an ellipsoid fixed in F."""
+
+    def __init__(self, parent: MobilizedBody, *args: Any, radii: Any = None,
+                 name: str | None = None):
+        if radii is None and len(args) in (2, 4):
+            *args, radii = args
+        r = tuple(float(x) for x in (radii if radii is not None else (1.0, 1.0, 1.0)))
+        if len(r) != 3 or min(r) <= 0:
+            raise ValueError(f"MobilizedBody.Ellipsoid: radii must be 3 positive numbers, got {r}")
+        super().__init__(parent, *args, name=name, mobilizer=mz.Ellipsoid(radii=r), params=r)
+
+
+class FunctionBased(MobilizedBody):
+    """Mobilizer defined by six functions of q (Simbody ``MobilizedBody::FunctionBased``).
+
+    Args:
+        parent, X_PF, body, X_BM: As for every mobilized body.
+        n_mobilities: Number of coordinates (and speeds; ``qdot == u``).
+        functions: Six callables of a 1-D array (the listed coordinates): three rotation
+            angles about ``axes[0:3]`` (applied in order, body fixed) then three
+            translations along ``axes[3:6]`` in F. ``sj.Function`` objects work too.
+        coordinate_indices: For each function, the mobilizer coordinates it receives.
+        axes: Six axes; default x, y, z, x, y, z.
+    """
+
+    def __init__(self, parent: MobilizedBody, *args: Any, n_mobilities: int | None = None,
+                 functions: Sequence[Callable[..., Any]] | None = None,
+                 coordinate_indices: Sequence[Sequence[int]] | None = None,
+                 axes: Sequence[Any] | None = None, name: str | None = None):
+        if n_mobilities is None and functions is None:
+            # Simbody order: (parent, X_PF, body, X_BM, n, functions, coordIndices[, axes])
+            args, rest = args[:3] if len(args) >= 6 else args[:1], args[3:] if len(args) >= 6 else args[1:]
+            n_mobilities, functions, coordinate_indices, *ax = rest
+            axes = ax[0] if ax else None
+        if functions is None or len(functions) != 6:
+            raise ValueError("MobilizedBody.FunctionBased needs exactly six functions")
+        if coordinate_indices is None or len(coordinate_indices) != 6:
+            raise ValueError("MobilizedBody.FunctionBased needs six coordinate-index lists")
+        n = int(n_mobilities)  # type: ignore[arg-type]
+        for k, idx in enumerate(coordinate_indices):
+            for i in idx:
+                if not 0 <= int(i) < n:
+                    raise ValueError(f"FunctionBased: function {k} uses coordinate {i}, outside 0..{n - 1}")
+            _check_arity(functions[k], len(idx), k)
+        ax = tuple(tuple(float(x) for x in np.asarray(a, dtype=float)) for a in
+                   (axes if axes is not None else np.vstack([np.eye(3), np.eye(3)])))
+        n_ang = len({i for k in range(3) for i in coordinate_indices[k]})
+        mob = mz.FunctionBased(
+            n=n, functions=tuple(functions),
+            coordinate_indices=tuple(tuple(int(i) for i in idx) for idx in coordinate_indices),
+            axes=ax, n_angles_=n_ang,  # type: ignore[arg-type]
+        )
+        super().__init__(parent, *args, name=name, mobilizer=mob)
+
+
+def _check_arity(fn: Any, n: int, k: int) -> None:
+    arg_size = getattr(fn, "get_argument_size", None)
+    if arg_size is not None and arg_size() != n:
+        raise ValueError(
+            f"FunctionBased: function {k} takes {arg_size()} arguments but is given {n} coordinates"
+        )
+
+
+class Custom(MobilizedBody):
+    """A user mobilizer (Simbody ``MobilizedBody::Custom``), H and derivatives by autodiff.
+
+    Args:
+        parent, X_PF, body, X_BM: As for every mobilized body.
+        nq, nu: Numbers of coordinates and speeds.
+        n_angles: How many of the q are angles.
+        X_FM: ``q -> sj.Transform`` or ``(R_FM, p_FM)``.
+        N: ``q -> (nq, nu)`` matrix with ``qdot = N u``; omit when ``qdot == u``.
+        default_q: Default coordinates (zeros if omitted).
+    """
+
+    def __init__(self, parent: MobilizedBody, *args: Any, nq: int, nu: int | None = None,
+                 X_FM: Callable[[jax.Array], Any], N: Callable[[jax.Array], Any] | None = None,
+                 n_angles: int = 0, default_q: Any = None, q_fit: Callable[..., Any] | None = None,
+                 name: str | None = None):
+        nu = nq if nu is None else nu
+        if N is None and nq != nu:
+            raise ValueError(f"MobilizedBody.Custom: nq={nq} != nu={nu}, so give N(q) with qdot = N u")
+        mob = mz.Custom(nq_=int(nq), nu_=int(nu), n_angles_=int(n_angles), x_fm=X_FM, n_matrix=N,
+                        default_q_=None if default_q is None else tuple(np.asarray(default_q, float)),
+                        q_fit=q_fit)
+        super().__init__(parent, *args, name=name, mobilizer=mob)
+
+
+for _k in (Pin, Slider, Screw, Universal, Cylinder, BendStretch, Planar, Gimbal, Ball, Ellipsoid,
+           Translation, SphericalCoords, Bushing, Free, LineOrientation, FreeLine, Weld,
+           FunctionBased, Custom):
+    setattr(MobilizedBody, _k.__name__, _k)
+MobilizedBody.Cartesian = Translation  # type: ignore[attr-defined]
+MobilizedBody.Ground = Ground  # type: ignore[attr-defined]

@@ -1,0 +1,899 @@
+"""Force elements (Simbody ``Force::*``), evaluated vectorised per element type.
+
+Each element is constructed with its ``GeneralForceSubsystem`` as in Simbody. At
+``realize_topology()`` all elements of one type are stacked: their numbers become
+Instance-stage arrays in the State (differentiable, settable per State), their body
+indices static NumPy arrays. Body forces are ``[torque about the body origin; force]``
+in Ground, Simbody's convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _spatial as sp
+from ._context import Context
+from ._stage import Stage
+from ._state import State
+from ._system import GeneralForceSubsystem
+
+
+def _scatter_point_forces(nb: int, bodies: np.ndarray, r_G: jax.Array, f: jax.Array) -> jax.Array:
+    """Point forces ``f`` (n, 3) at offsets ``r_G`` from each body origin -> (nb, 6)."""
+    F = jnp.concatenate([jnp.cross(r_G, f), f], axis=1)
+    return jnp.zeros((nb, 6), f.dtype).at[np.asarray(bodies)].add(F)
+
+
+def _bi(x: Any) -> int:
+    if isinstance(x, int):
+        return x
+    return int(x.index)
+
+
+class Force:
+    """Base of every force element; construct a kind, e.g. ``Force.UniformGravity``."""
+
+    _params: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, forces: GeneralForceSubsystem):
+        if not isinstance(forces, GeneralForceSubsystem):
+            raise TypeError(
+                f"Force.{type(self).__name__}: the first argument must be a "
+                f"GeneralForceSubsystem, got {type(forces).__name__}"
+            )
+        self._subsystem = forces
+        self._slot: tuple[str, Any, int] | None = None
+        self._disabled_by_default = False
+        forces._add(self)
+
+    # -- grouping and parameters ---------------------------------------------------------
+    def _group_key(self) -> Any:
+        return type(self)
+
+    @classmethod
+    def _key_name(cls, key: Any) -> str:
+        return cls.__name__
+
+    def _values(self) -> dict[str, Any]:
+        """Default values of this element's Instance parameters (override)."""
+        return {}
+
+    def _instance_params(self) -> dict[str, np.ndarray]:
+        vals = {k: np.asarray(v, dtype=float) for k, v in self._values().items()}
+        vals["enabled"] = np.asarray(0.0 if self._disabled_by_default else 1.0)
+        return vals
+
+    def _static(self) -> Any:
+        return None
+
+    # -- evaluation (classmethods over a whole group) --------------------------------------
+    @classmethod
+    def _P(cls, ctx: Context, grp: Any) -> dict[str, jax.Array]:
+        inst = ctx.state.instance[grp.subsystem]
+        pre = cls._key_name(cls._grp_key(grp)) + "."
+        return {k[len(pre):]: v for k, v in inst.items() if k.startswith(pre)}
+
+    @classmethod
+    def _grp_key(cls, grp: Any) -> Any:
+        return grp.elements[0]._group_key()
+
+    @classmethod
+    def _weights(cls, P: dict[str, jax.Array], only: int | None) -> jax.Array:
+        w = P["enabled"]
+        if only is not None:
+            w = w * (jnp.arange(w.shape[0]) == only)
+        return w
+
+    @classmethod
+    def calc_group(cls, ctx: Context, grp: Any, only: int | None):
+        """Body forces (nb, 6) and mobility forces (nu,) of a group (or one element)."""
+        P = cls._P(ctx, grp)
+        w = cls._weights(P, only)
+        F, tau = cls._calc(ctx, P, grp.statics, w)
+        dt = ctx.state.q.dtype
+        if F is None:
+            F = jnp.zeros((ctx.num_bodies, 6), dt)
+        if tau is None:
+            tau = jnp.zeros(ctx.nu, dt)
+        return F, tau
+
+    @classmethod
+    def potential_group(cls, ctx: Context, grp: Any, only: int | None) -> jax.Array:
+        """Potential energy of a group (or one element)."""
+        P = cls._P(ctx, grp)
+        w = cls._weights(P, only)
+        pe = cls._potential(ctx, P, grp.statics)
+        return jnp.sum(w * pe) if jnp.ndim(pe) else pe * jnp.sum(w)
+
+    @classmethod
+    def _calc(cls, ctx: Context, P: dict[str, jax.Array], S: tuple, w: jax.Array):
+        return None, None
+
+    @classmethod
+    def _potential(cls, ctx: Context, P: dict[str, jax.Array], S: tuple) -> jax.Array:
+        return jnp.zeros((), ctx.state.q.dtype)
+
+    # -- per-element queries ---------------------------------------------------------------
+    def _model_grp(self, state: State):
+        model = self._subsystem._system.model_for(state)
+        if self._slot is None:
+            raise ValueError("this force was added after realize_topology(); realize it again")
+        for g in model.force_groups:
+            if g.subsystem == self._slot[0] and self in g.elements:
+                return model, g
+        raise ValueError("force element not found in the realized System")
+
+    def _param_name(self, name: str) -> str:
+        return f"{type(self)._key_name(self._group_key())}.{name}"
+
+    def _get(self, state: State, name: str) -> jax.Array:
+        return state.instance[self._subsystem.name][self._param_name(name)][self._slot[2]]  # type: ignore[index]
+
+    def _set(self, state: State, name: str, value: Any) -> State:
+        self._model_grp(state)
+        key = self._param_name(name)
+        arr = state.instance[self._subsystem.name][key]
+        return state.with_instance(self._subsystem.name, key,
+                                   arr.at[self._slot[2]].set(jnp.asarray(value, arr.dtype)))  # type: ignore[index]
+
+    def calc_potential_energy(self, state: State) -> jax.Array:
+        """This element's potential energy (needs Position)."""
+        state.require(Stage.POSITION, f"{type(self).__name__}.calc_potential_energy")
+        model, g = self._model_grp(state)
+        return g.cls.potential_group(Context(model, state, g.subsystem), g, self._slot[2])  # type: ignore[index]
+
+    def calc_force_contribution(self, state: State) -> tuple[jax.Array, jax.Array]:
+        """This element's ``(body_forces (nb, 6), mobility_forces (nu,))`` (Velocity)."""
+        state.require(Stage.VELOCITY, f"{type(self).__name__}.calc_force_contribution")
+        model, g = self._model_grp(state)
+        return g.cls.calc_group(Context(model, state, g.subsystem), g, self._slot[2])  # type: ignore[index]
+
+    def calc_power(self, state: State) -> jax.Array:
+        """Power this element delivers to the system, ``sum F.V + tau.u`` (Velocity)."""
+        F, tau = self.calc_force_contribution(state)
+        model = self._subsystem._system.model_for(state)
+        V = model.body_velocities(state)
+        return jnp.sum(F * V) + tau @ state.u
+
+    def disable(self, state: State) -> State:
+        """New State with this element disabled (Instance stage)."""
+        return self._set(state, "enabled", 0.0)
+
+    def enable(self, state: State) -> State:
+        """New State with this element enabled (Instance stage)."""
+        return self._set(state, "enabled", 1.0)
+
+    def is_disabled(self, state: State) -> jax.Array:
+        """Whether the element is disabled in this State."""
+        return self._get(state, "enabled") == 0
+
+    def set_disabled_by_default(self, disabled: bool) -> None:
+        """Topology-stage default of the enabled flag."""
+        self._disabled_by_default = bool(disabled)
+        self._subsystem._system.invalidate_topology()
+
+
+# ------------------------------------------------------------------------------ gravity
+
+
+class UniformGravity(Force):
+    """Uniform gravity ``g`` (a vector in Ground) on every mobilized body.
+
+    Potential energy ``-m (g . p_com) - m |g| zero_height``, summed over bodies."""
+
+    def __init__(self, forces: GeneralForceSubsystem, matter: Any, g: Any, zero_height: float = 0.0):
+        self._g = np.asarray(g, dtype=float).reshape(3)
+        self._z0 = float(zero_height)
+        super().__init__(forces)
+
+    def _values(self):
+        return {"g": self._g, "zero_height": self._z0}
+
+    def set_gravity(self, state: State, g: Any) -> State:
+        """New State with the gravity vector changed."""
+        return self._set(state, "g", g)
+
+    def get_gravity(self, state: State) -> jax.Array:
+        """The gravity vector."""
+        return self._get(state, "g")
+
+    def set_zero_height(self, state: State, h: Any) -> State:
+        """New State with the zero height changed."""
+        return self._set(state, "zero_height", h)
+
+    @classmethod
+    def _gvec(cls, P, w):
+        return jnp.einsum("n,ni->i", w, P["g"])
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        g = cls._gvec(P, w)
+        return _gravity_forces(ctx, g, None), None
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None))(P["g"], P["zero_height"])
+
+
+def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
+    pc = ctx.state.position_cache
+    m = ctx.state.instance["matter"]["mass"]
+    if mask is not None:
+        m = m * mask
+    m = m.at[0].set(0.0)
+    f = m[:, None] * g[None, :]
+    r = pc.com_G - pc.p_GB
+    return jnp.concatenate([jnp.cross(r, f), f], axis=1)
+
+
+def _gravity_pe(ctx: Context, g: jax.Array, h0: jax.Array, mask: jax.Array | None) -> jax.Array:
+    pc = ctx.state.position_cache
+    m = ctx.state.instance["matter"]["mass"]
+    if mask is not None:
+        m = m * mask
+    m = m.at[0].set(0.0)
+    return -jnp.sum(m * (pc.com_G @ g)) - jnp.sum(m) * sp.safe_norm(g) * h0
+
+
+class Gravity(Force):
+    """Gravity of ``magnitude`` along ``direction`` on every body not excluded.
+
+    ``Force.Gravity(forces, matter, direction, magnitude, zero_height=0)`` or
+    ``Force.Gravity(forces, matter, g_vector)``. Bodies are excluded per State with
+    ``set_body_is_excluded`` (Instance stage) or by default with
+    ``set_default_body_is_excluded``."""
+
+    def __init__(self, forces: GeneralForceSubsystem, matter: Any, direction: Any,
+                 magnitude: float | None = None, zero_height: float = 0.0):
+        d = np.asarray(direction, dtype=float).reshape(3)
+        if magnitude is None:
+            magnitude = float(np.linalg.norm(d))
+            d = d / magnitude if magnitude > 0 else np.array([0.0, -1.0, 0.0])
+        else:
+            n = np.linalg.norm(d)
+            if n == 0:
+                raise ValueError("Force.Gravity: direction must be non-zero")
+            d = d / n
+        self._dir, self._mag, self._z0 = d, float(magnitude), float(zero_height)
+        self._matter = matter
+        self._excluded: set[int] = set()
+        super().__init__(forces)
+
+    def _group_key(self):
+        return self  # the exclusion mask is per body: one element per group
+
+    @classmethod
+    def _key_name(cls, key):
+        return f"Gravity{id(key)}"
+
+    def _values(self):
+        nb = self._matter.get_num_bodies()
+        mask = np.ones(nb)
+        mask[0] = 0.0
+        for b in self._excluded:
+            mask[b] = 0.0
+        return {"direction": self._dir, "magnitude": self._mag, "zero_height": self._z0,
+                "included": mask}
+
+    def set_default_body_is_excluded(self, body: Any, excluded: bool) -> None:
+        """Topology-stage default: exclude (or include) one body."""
+        (self._excluded.add if excluded else self._excluded.discard)(_bi(body))
+        self._subsystem._system.invalidate_topology()
+
+    def set_body_is_excluded(self, state: State, body: Any, excluded: bool) -> State:
+        """New State with one body excluded from (or included in) gravity."""
+        key = self._param_name("included")
+        arr = state.instance[self._subsystem.name][key]
+        arr = arr.at[0, _bi(body)].set(0.0 if excluded else 1.0)
+        return state.with_instance(self._subsystem.name, key, arr)
+
+    def get_body_is_excluded(self, state: State, body: Any) -> jax.Array:
+        """Whether a body is excluded."""
+        return self._get(state, "included")[_bi(body)] == 0
+
+    def set_magnitude(self, state: State, g: Any) -> State:
+        """New State with the magnitude changed."""
+        return self._set(state, "magnitude", g)
+
+    def set_direction(self, state: State, d: Any) -> State:
+        """New State with the (unit-normalised) direction changed."""
+        return self._set(state, "direction", sp.safe_normalize(jnp.asarray(d)))
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        g = w[0] * P["magnitude"][0] * P["direction"][0]
+        return _gravity_forces(ctx, g, P["included"][0]), None
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        g = P["magnitude"][0] * P["direction"][0]
+        return _gravity_pe(ctx, g, P["zero_height"][0], P["included"][0])[None]
+
+
+# ------------------------------------------------------------------------------ two-point
+
+
+class _TwoPoint(Force):
+    def __init__(self, forces, body1, station1, body2, station2):
+        b1, b2 = _bi(body1), _bi(body2)
+        if b1 == b2:
+            raise ValueError(f"Force.{type(self).__name__}: body1 and body2 must differ (both are body {b1})")
+        self._b = (b1, b2)
+        self._s1 = np.asarray(station1, dtype=float).reshape(3)
+        self._s2 = np.asarray(station2, dtype=float).reshape(3)
+        super().__init__(forces)
+
+    def _static(self):
+        return self._b
+
+    def _pts(self) -> dict[str, Any]:
+        return {"station1": self._s1, "station2": self._s2}
+
+    @classmethod
+    def _geometry(cls, ctx: Context, P, S):
+        b = np.asarray(S, dtype=int).reshape(-1, 2)
+        pc = ctx.state.position_cache
+        R1, R2 = pc.R_GB[b[:, 0]], pc.R_GB[b[:, 1]]
+        r1 = jnp.einsum("nij,nj->ni", R1, P["station1"])
+        r2 = jnp.einsum("nij,nj->ni", R2, P["station2"])
+        p1 = pc.p_GB[b[:, 0]] + r1
+        p2 = pc.p_GB[b[:, 1]] + r2
+        d = p2 - p1
+        L = sp.safe_norm(d)
+        e = sp.safe_normalize(d)
+        return b, r1, r2, d, L, e
+
+    @classmethod
+    def _rel_speed(cls, ctx: Context, b, r1, r2, e):
+        V = ctx.V_GB
+        v1 = V[b[:, 0], 3:] + jnp.cross(V[b[:, 0], :3], r1)
+        v2 = V[b[:, 1], 3:] + jnp.cross(V[b[:, 1], :3], r2)
+        return jnp.sum((v2 - v1) * e, axis=1)
+
+    @classmethod
+    def _apply(cls, ctx, b, r1, r2, f2):
+        """Force ``f2`` on body 2's point and ``-f2`` on body 1's point."""
+        nb = ctx.num_bodies
+        return _scatter_point_forces(nb, b[:, 0], r1, -f2) + _scatter_point_forces(nb, b[:, 1], r2, f2)
+
+
+class TwoPointLinearSpring(_TwoPoint):
+    """Spring between two stations: tension ``k (d - x0)``; energy ``k (d - x0)^2 / 2``."""
+
+    def __init__(self, forces, body1, station1, body2, station2, stiffness: float, x0: float):
+        if stiffness < 0:
+            raise ValueError("Force.TwoPointLinearSpring: stiffness must be >= 0")
+        self._k, self._x0 = float(stiffness), float(x0)
+        super().__init__(forces, body1, station1, body2, station2)
+
+    def _values(self):
+        return {**self._pts(), "stiffness": self._k, "x0": self._x0}
+
+    def set_stiffness(self, state: State, k: Any) -> State:
+        """New State with the stiffness changed."""
+        return self._set(state, "stiffness", k)
+
+    def set_rest_length(self, state: State, x0: Any) -> State:
+        """New State with the rest length changed."""
+        return self._set(state, "x0", x0)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        b, r1, r2, d, L, e = cls._geometry(ctx, P, S)
+        tension = w * P["stiffness"] * (L - P["x0"])
+        return cls._apply(ctx, b, r1, r2, -tension[:, None] * e), None
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        _, _, _, _, L, _ = cls._geometry(ctx, P, S)
+        return 0.5 * P["stiffness"] * (L - P["x0"]) ** 2
+
+
+class TwoPointLinearDamper(_TwoPoint):
+    """Damper between two stations: force ``-c * (rate of separation)`` along the line."""
+
+    def __init__(self, forces, body1, station1, body2, station2, damping: float):
+        if damping < 0:
+            raise ValueError("Force.TwoPointLinearDamper: damping must be >= 0")
+        self._c = float(damping)
+        super().__init__(forces, body1, station1, body2, station2)
+
+    def _values(self):
+        return {**self._pts(), "damping": self._c}
+
+    def set_damping(self, state: State, c: Any) -> State:
+        """New State with the damping changed."""
+        return self._set(state, "damping", c)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        b, r1, r2, d, L, e = cls._geometry(ctx, P, S)
+        s = cls._rel_speed(ctx, b, r1, r2, e)
+        return cls._apply(ctx, b, r1, r2, -(w * P["damping"] * s)[:, None] * e), None
+
+
+class TwoPointConstantForce(_TwoPoint):
+    """Constant-magnitude force along the line between two stations; positive pushes them
+    apart. Energy ``-f d``."""
+
+    def __init__(self, forces, body1, station1, body2, station2, force: float):
+        self._f = float(force)
+        super().__init__(forces, body1, station1, body2, station2)
+
+    def _values(self):
+        return {**self._pts(), "force": self._f}
+
+    def set_force(self, state: State, f: Any) -> State:
+        """New State with the force magnitude changed."""
+        return self._set(state, "force", f)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        b, r1, r2, d, L, e = cls._geometry(ctx, P, S)
+        return cls._apply(ctx, b, r1, r2, (w * P["force"])[:, None] * e), None
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        _, _, _, _, L, _ = cls._geometry(ctx, P, S)
+        return -P["force"] * L
+
+
+# ------------------------------------------------------------------------------ body-fixed
+
+
+class ConstantForce(Force):
+    """A constant force (in Ground) applied at a station of one body. No energy."""
+
+    def __init__(self, forces, body, station, force):
+        self._b = _bi(body)
+        self._s = np.asarray(station, dtype=float).reshape(3)
+        self._f = np.asarray(force, dtype=float).reshape(3)
+        super().__init__(forces)
+
+    def _values(self):
+        return {"station": self._s, "force": self._f}
+
+    def _static(self):
+        return self._b
+
+    def set_force(self, state: State, f: Any) -> State:
+        """New State with the force vector changed."""
+        return self._set(state, "force", f)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        b = np.asarray(S, dtype=int)
+        pc = ctx.state.position_cache
+        r = jnp.einsum("nij,nj->ni", pc.R_GB[b], P["station"])
+        return _scatter_point_forces(ctx.num_bodies, b, r, w[:, None] * P["force"]), None
+
+
+class ConstantTorque(Force):
+    """A constant torque (in Ground) on one body. No energy."""
+
+    def __init__(self, forces, body, torque):
+        self._b = _bi(body)
+        self._t = np.asarray(torque, dtype=float).reshape(3)
+        super().__init__(forces)
+
+    def _values(self):
+        return {"torque": self._t}
+
+    def _static(self):
+        return self._b
+
+    def set_torque(self, state: State, t: Any) -> State:
+        """New State with the torque changed."""
+        return self._set(state, "torque", t)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        b = np.asarray(S, dtype=int)
+        T = w[:, None] * P["torque"]
+        F = jnp.concatenate([T, jnp.zeros_like(T)], axis=1)
+        return jnp.zeros((ctx.num_bodies, 6), T.dtype).at[b].add(F), None
+
+
+class GlobalDamper(Force):
+    """Mobility force ``-c u`` on every generalized speed."""
+
+    def __init__(self, forces, matter, damping: float):
+        if damping < 0:
+            raise ValueError("Force.GlobalDamper: damping must be >= 0")
+        self._c = float(damping)
+        super().__init__(forces)
+
+    def _values(self):
+        return {"damping": self._c}
+
+    def set_damping(self, state: State, c: Any) -> State:
+        """New State with the damping changed."""
+        return self._set(state, "damping", c)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        return None, -jnp.sum(w * P["damping"]) * ctx.u
+
+
+# ------------------------------------------------------------------------------ mobility
+
+
+class _Mobility(Force):
+    """Acts on one coordinate/speed ``which`` of one mobilizer."""
+
+    def __init__(self, forces, body, which: int):
+        self._body = body
+        self._which = int(which)
+        mob = body.mobilizer
+        if not 0 <= self._which < mob.nu:
+            raise ValueError(
+                f"Force.{type(self).__name__}: {body.name} has {mob.nu} speeds; which={which} is out of range"
+            )
+        super().__init__(forces)
+
+    def _static(self):
+        return (self._body.index, self._which)
+
+    @classmethod
+    def _slots(cls, ctx: Context, S):
+        model = ctx._model
+        topo = model.topology(ctx.state.use_euler_angles)
+        bw = np.asarray(S, dtype=int).reshape(-1, 2)
+        ui = topo.u_start[bw[:, 0]] + bw[:, 1]
+        qi = topo.q_start[bw[:, 0]] + bw[:, 1]
+        return qi, ui
+
+    @classmethod
+    def _tau(cls, ctx, ui, f):
+        return jnp.zeros(ctx.nu, f.dtype).at[ui].add(f)
+
+
+def _check_q_is_u(body: Any, which: int, what: str) -> None:
+    mob = body.mobilizer
+    N = mob.N(jnp.asarray(mob.default_q()), jnp.asarray(mob.default_params()))
+    if mob.nq != mob.nu or N is not None:
+        raise ValueError(
+            f"Force.{what}: {body.name}'s {mob.kind} mobilizer has qdot != u, so its coordinate "
+            f"{which} has no matching speed; use a mobilizer whose speeds are coordinate rates"
+        )
+
+
+class MobilityLinearSpring(_Mobility):
+    """Generalized force ``-k (q - q0)`` on one coordinate; energy ``k (q - q0)^2 / 2``."""
+
+    def __init__(self, forces, body, which: int, stiffness: float, q_zero: float):
+        _check_q_is_u(body, which, "MobilityLinearSpring")
+        self._k, self._q0 = float(stiffness), float(q_zero)
+        super().__init__(forces, body, which)
+
+    def _values(self):
+        return {"stiffness": self._k, "q_zero": self._q0}
+
+    def set_stiffness(self, state: State, k: Any) -> State:
+        """New State with the stiffness changed."""
+        return self._set(state, "stiffness", k)
+
+    def set_q_zero(self, state: State, q0: Any) -> State:
+        """New State with the zero position changed."""
+        return self._set(state, "q_zero", q0)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        qi, ui = cls._slots(ctx, S)
+        f = -w * P["stiffness"] * (ctx.q[qi] - P["q_zero"])
+        return None, cls._tau(ctx, ui, f)
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        qi, _ = cls._slots(ctx, S)
+        return 0.5 * P["stiffness"] * (ctx.q[qi] - P["q_zero"]) ** 2
+
+
+class MobilityLinearDamper(_Mobility):
+    """Generalized force ``-c u`` on one speed."""
+
+    def __init__(self, forces, body, which: int, damping: float):
+        if damping < 0:
+            raise ValueError("Force.MobilityLinearDamper: damping must be >= 0")
+        self._c = float(damping)
+        super().__init__(forces, body, which)
+
+    def _values(self):
+        return {"damping": self._c}
+
+    def set_damping(self, state: State, c: Any) -> State:
+        """New State with the damping changed."""
+        return self._set(state, "damping", c)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        _, ui = cls._slots(ctx, S)
+        return None, cls._tau(ctx, ui, -w * P["damping"] * ctx.u[ui])
+
+
+class MobilityConstantForce(_Mobility):
+    """Constant generalized force on one speed."""
+
+    def __init__(self, forces, body, which: int, force: float):
+        self._f = float(force)
+        super().__init__(forces, body, which)
+
+    def _values(self):
+        return {"force": self._f}
+
+    def set_force(self, state: State, f: Any) -> State:
+        """New State with the force changed."""
+        return self._set(state, "force", f)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        _, ui = cls._slots(ctx, S)
+        return None, cls._tau(ctx, ui, w * P["force"])
+
+
+class MobilityLinearStop(_Mobility):
+    """Stop on one coordinate between ``q_low`` and ``q_high``: past a bound by ``x``,
+    generalized force ``-k x (1 + d xdot)`` pushing back (never pulling);
+    energy ``k x^2 / 2``. Simbody's ``MobilityLinearStop``."""
+
+    def __init__(self, forces, body, which: int, stiffness: float, dissipation: float,
+                 q_low: float, q_high: float):
+        _check_q_is_u(body, which, "MobilityLinearStop")
+        if q_low > q_high:
+            raise ValueError(f"Force.MobilityLinearStop: q_low={q_low} > q_high={q_high}")
+        if stiffness < 0 or dissipation < 0:
+            raise ValueError("Force.MobilityLinearStop: stiffness and dissipation must be >= 0")
+        self._v = {"stiffness": float(stiffness), "dissipation": float(dissipation),
+                   "q_low": float(q_low), "q_high": float(q_high)}
+        super().__init__(forces, body, which)
+
+    def _values(self):
+        return dict(self._v)
+
+    def set_bounds(self, state: State, q_low: Any, q_high: Any) -> State:
+        """New State with the bounds changed."""
+        return self._set(self._set(state, "q_low", q_low), "q_high", q_high)
+
+    def set_material_properties(self, state: State, stiffness: Any, dissipation: Any) -> State:
+        """New State with stiffness and dissipation changed."""
+        return self._set(self._set(state, "stiffness", stiffness), "dissipation", dissipation)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        qi, ui = cls._slots(ctx, S)
+        q, qd = ctx.q[qi], ctx.u[ui]
+        k, d = P["stiffness"], P["dissipation"]
+        x_hi = jnp.maximum(q - P["q_high"], 0.0)
+        x_lo = jnp.minimum(q - P["q_low"], 0.0)
+        f_hi = jnp.minimum(-k * x_hi * (1 + d * qd), 0.0)
+        f_lo = jnp.maximum(-k * x_lo * (1 - d * qd), 0.0)
+        return None, cls._tau(ctx, ui, w * (f_hi + f_lo))
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        qi, _ = cls._slots(ctx, S)
+        q = ctx.q[qi]
+        x = jnp.maximum(q - P["q_high"], 0.0) + jnp.minimum(q - P["q_low"], 0.0)
+        return 0.5 * P["stiffness"] * x**2
+
+
+# ------------------------------------------------------------------------------ bushing
+
+
+class LinearBushing(Force):
+    """Six-dof linear spring-damper between frame F on body 1 and frame M on body 2.
+
+    Coordinates are body-fixed X-Y-Z angles of ``R_FM`` and ``p_FM`` in F (as Simbody's
+    Bushing mobilizer); generalized force ``-(k q + c qdot)`` per coordinate, mapped to the
+    two bodies through the exact kinematics. Energy ``sum k q^2 / 2``. Stiffness and
+    damping are ``[rx, ry, rz, px, py, pz]``.
+    """
+
+    def __init__(self, forces, body1, X_B1F, body2, X_B2M, stiffness, damping):
+        b1, b2 = _bi(body1), _bi(body2)
+        if b1 == b2:
+            raise ValueError("Force.LinearBushing: body1 and body2 must differ")
+        self._b = (b1, b2)
+        self._XF, self._XM = X_B1F, X_B2M
+        self._k = np.asarray(stiffness, dtype=float).reshape(6)
+        self._c = np.asarray(damping, dtype=float).reshape(6)
+        super().__init__(forces)
+
+    def _values(self):
+        return {"XF_R": np.asarray(self._XF.R), "XF_p": np.asarray(self._XF.p),
+                "XM_R": np.asarray(self._XM.R), "XM_p": np.asarray(self._XM.p),
+                "stiffness": self._k, "damping": self._c}
+
+    def _static(self):
+        return self._b
+
+    @classmethod
+    def _frames(cls, ctx, P, S):
+        b = np.asarray(S, dtype=int).reshape(-1, 2)
+        pc = ctx.state.position_cache
+        R_GF = jnp.einsum("nij,njk->nik", pc.R_GB[b[:, 0]], P["XF_R"])
+        p_GF = pc.p_GB[b[:, 0]] + jnp.einsum("nij,nj->ni", pc.R_GB[b[:, 0]], P["XF_p"])
+        R_GM = jnp.einsum("nij,njk->nik", pc.R_GB[b[:, 1]], P["XM_R"])
+        p_GM = pc.p_GB[b[:, 1]] + jnp.einsum("nij,nj->ni", pc.R_GB[b[:, 1]], P["XM_p"])
+        R_FM = jnp.einsum("nji,njk->nik", R_GF, R_GM)
+        p_FM = jnp.einsum("nji,nj->ni", R_GF, p_GM - p_GF)
+        q = jnp.concatenate([jax.vmap(sp.rot_to_body_fixed_xyz)(R_FM), p_FM], axis=1)
+        return b, R_GF, p_GF, p_GM, q
+
+    @staticmethod
+    def _J(q):
+        def X(qq):
+            return sp.body_fixed(qq[:3], "xyz"), qq[3:]
+
+        from ._mobilizers import velocity_jacobian
+
+        return velocity_jacobian(X, q)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        b, R_GF, p_GF, p_GM, q = cls._frames(ctx, P, S)
+        V = ctx.V_GB
+        w1, w2 = V[b[:, 0], :3], V[b[:, 1], :3]
+        vM = V[b[:, 1], 3:] + jnp.cross(w2, p_GM - ctx.p_GB[b[:, 1]])
+        vF_at_M = V[b[:, 0], 3:] + jnp.cross(w1, p_GM - ctx.p_GB[b[:, 0]])
+        # Velocity of M relative to F as seen in F: [w2 - w1; d/dt_F p_FM], in F axes.
+        w_rel = jnp.einsum("nji,nj->ni", R_GF, w2 - w1)
+        v_rel = jnp.einsum("nji,nj->ni", R_GF, vM - vF_at_M)
+        J = jax.vmap(cls._J)(q)
+        qdot = jnp.linalg.solve(J, jnp.concatenate([w_rel, v_rel], axis=1)[..., None])[..., 0]
+        fq = -(P["stiffness"] * q + P["damping"] * qdot) * w[:, None]
+        # Spatial force on M (about M's origin, in F) with the same power: F = J^-T fq.
+        FM = jnp.linalg.solve(jnp.swapaxes(J, 1, 2), fq[..., None])[..., 0]
+        tq = jnp.einsum("nij,nj->ni", R_GF, FM[:, :3])
+        fo = jnp.einsum("nij,nj->ni", R_GF, FM[:, 3:])
+        nb = ctx.num_bodies
+        z = jnp.zeros_like(fo)
+        F2 = jnp.concatenate([tq + jnp.cross(p_GM - ctx.p_GB[b[:, 1]], fo), fo], axis=1)
+        F1 = jnp.concatenate([-tq - jnp.cross(p_GM - ctx.p_GB[b[:, 0]], fo), -fo], axis=1)
+        del z
+        F = jnp.zeros((nb, 6), fo.dtype).at[b[:, 1]].add(F2).at[b[:, 0]].add(F1)
+        return F, None
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        _, _, _, _, q = cls._frames(ctx, P, S)
+        return 0.5 * jnp.sum(P["stiffness"] * q**2, axis=1)
+
+
+# ------------------------------------------------------------------------------ discrete
+
+
+class DiscreteForces(Force):
+    """Mobility and body forces held in the State as discrete variables (Dynamics stage):
+    set them between steps, e.g. from a controller."""
+
+    def __init__(self, forces, matter):
+        self._matter = matter
+        super().__init__(forces)
+
+    def _group_key(self):
+        return self
+
+    @classmethod
+    def _key_name(cls, key):
+        return f"DiscreteForces{id(key)}"
+
+    def _var(self, what: str) -> str:
+        return f"{self._key_name(self)}.{what}"
+
+    def _declare(self, sub: GeneralForceSubsystem) -> None:
+        nb = self._matter.get_num_bodies()
+        nu = sum(m.mobilizer.nu for m in self._matter._mobods[1:])
+        sub.allocate_discrete_variable(self._var("mobility_forces"), Stage.DYNAMICS, np.zeros(nu))
+        sub.allocate_discrete_variable(self._var("body_forces"), Stage.DYNAMICS, np.zeros((nb, 6)))
+
+    def set_all_mobility_forces(self, state: State, f: Any) -> State:
+        """New State with every mobility force replaced (nu,)."""
+        return state.with_discrete(self._subsystem.name, self._var("mobility_forces"), f)
+
+    def get_all_mobility_forces(self, state: State) -> jax.Array:
+        """The stored mobility forces."""
+        return state.discrete[self._subsystem.name][self._var("mobility_forces")]
+
+    def set_all_body_forces(self, state: State, F: Any) -> State:
+        """New State with every body force replaced (nb, 6)."""
+        return state.with_discrete(self._subsystem.name, self._var("body_forces"), F)
+
+    def get_all_body_forces(self, state: State) -> jax.Array:
+        """The stored body forces."""
+        return state.discrete[self._subsystem.name][self._var("body_forces")]
+
+    def set_one_mobility_force(self, state: State, body: Any, which: int, f: Any) -> State:
+        """New State with one mobility force set."""
+        model = self._subsystem._system.model_for(state)
+        i = int(model.topology(state.use_euler_angles).u_start[_bi(body)]) + int(which)
+        return self.set_all_mobility_forces(state, self.get_all_mobility_forces(state).at[i].set(f))
+
+    def add_force_to_body_point(self, state: State, body: Any, station: Any, force: Any) -> State:
+        """New State with a point force (Ground) added at a station; needs Position."""
+        b = _bi(body)
+        R = state.position_cache.R_GB[b]
+        f = jnp.asarray(force)
+        F = jnp.concatenate([jnp.cross(R @ jnp.asarray(station, f.dtype), f), f])
+        return self.set_all_body_forces(state, self.get_all_body_forces(state).at[b].add(F))
+
+    def clear_all_forces(self, state: State) -> State:
+        """New State with no stored forces."""
+        s = self.set_all_body_forces(state, jnp.zeros_like(self.get_all_body_forces(state)))
+        return self.set_all_mobility_forces(s, jnp.zeros_like(self.get_all_mobility_forces(s)))
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        raise AssertionError  # replaced by calc_group below
+
+    @classmethod
+    def calc_group(cls, ctx, grp, only):
+        el = grp.elements[0]
+        d = ctx.state.discrete[grp.subsystem]
+        wgt = cls._weights(cls._P(ctx, grp), only)[0]
+        return wgt * d[el._var("body_forces")], wgt * d[el._var("mobility_forces")]
+
+
+# ------------------------------------------------------------------------------ custom
+
+
+class Custom(Force):
+    """A user force (Simbody ``Force::Custom``) given by an implementation object with
+    ``calc_force(ctx) -> (body_forces (nb, 6) | None, mobility_forces (nu,) | None)``,
+    optional ``calc_potential_energy(ctx)`` and ``depends_only_on_positions()``.
+    ``ctx`` is a read-only ``sj.Context``."""
+
+    def __init__(self, forces, implementation: Any):
+        if not hasattr(implementation, "calc_force"):
+            raise TypeError("Force.Custom: the implementation must define calc_force(ctx)")
+        self.implementation = implementation
+        super().__init__(forces)
+
+    def _group_key(self):
+        return self
+
+    @classmethod
+    def _key_name(cls, key):
+        return f"Custom{id(key)}"
+
+    def depends_only_on_positions(self) -> bool:
+        """Whether the force ignores u and z (forwarded from the implementation)."""
+        f = getattr(self.implementation, "depends_only_on_positions", None)
+        return bool(f()) if f is not None else False
+
+    @classmethod
+    def calc_group(cls, ctx, grp, only):
+        impl = grp.elements[0].implementation
+        wgt = cls._weights(cls._P(ctx, grp), only)[0]
+        dt = ctx.state.q.dtype
+        F, tau = impl.calc_force(ctx)
+        F = jnp.zeros((ctx.num_bodies, 6), dt) if F is None else jnp.asarray(F, dt).reshape(ctx.num_bodies, 6)
+        tau = jnp.zeros(ctx.nu, dt) if tau is None else jnp.asarray(tau, dt).reshape(ctx.nu)
+        return wgt * F, wgt * tau
+
+    @classmethod
+    def potential_group(cls, ctx, grp, only):
+        impl = grp.elements[0].implementation
+        wgt = cls._weights(cls._P(ctx, grp), only)[0]
+        f = getattr(impl, "calc_potential_energy", None)
+        pe = jnp.zeros((), ctx.state.q.dtype) if f is None else jnp.asarray(f(ctx))
+        return wgt * pe
+
+
+for _k in (UniformGravity, Gravity, TwoPointLinearSpring, TwoPointLinearDamper, TwoPointConstantForce,
+           ConstantForce, ConstantTorque, GlobalDamper, MobilityLinearSpring, MobilityLinearDamper,
+           MobilityConstantForce, MobilityLinearStop, LinearBushing, DiscreteForces, Custom):
+    setattr(Force, _k.__name__, _k)
+
+
+def _declare_discrete(sub: GeneralForceSubsystem) -> None:
+    for e in sub._elements:
+        if isinstance(e, DiscreteForces):
+            e._declare(sub)
+
+
+GeneralForceSubsystem.realize_topology = _declare_discrete  # type: ignore[method-assign]

@@ -1,0 +1,304 @@
+"""``SimbodyMatterSubsystem``: the bodies and the matter operators (Simbody names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _realize as rz
+from . import _tree
+from ._bodies import Ground, MobilizedBody
+from ._model import classical_acceleration
+from ._stage import Stage
+from ._state import State
+from ._system import MultibodySystem, Subsystem
+
+
+class SimbodyMatterSubsystem(Subsystem):
+    """The mobilized bodies of a System and the operators on them.
+
+    Operators take a State realized far enough (each says which stage) and never
+    change it. Spatial results follow Simbody: ``[angular; linear]`` in Ground, linear
+    parts at the body origin (or the given station).
+    """
+
+    def __init__(self, system: MultibodySystem, name: str = "matter"):
+        if system._matter is not None:
+            raise ValueError("this System already has a SimbodyMatterSubsystem")
+        self._mobods: list[MobilizedBody] = []
+        super().__init__(system, name)
+        system._matter = self
+        Ground(self)
+
+    # ------------------------------------------------------------------ structure
+    def Ground(self) -> MobilizedBody:  # noqa: N802 (Simbody name)
+        """Ground, body 0."""
+        return self._mobods[0]
+
+    def get_ground(self) -> MobilizedBody:
+        """Ground, body 0."""
+        return self._mobods[0]
+
+    def get_num_bodies(self) -> int:
+        """Number of mobilized bodies including Ground."""
+        return len(self._mobods)
+
+    def get_mobilized_body(self, index: int | str) -> MobilizedBody:
+        """A mobilized body by index or name."""
+        if isinstance(index, str):
+            for m in self._mobods:
+                if m.name == index:
+                    return m
+            raise KeyError(f"no mobilized body named {index!r}")
+        return self._mobods[index]
+
+    def _model(self, state: State):
+        return self._system.model_for(state)
+
+    def _topo(self, state: State):
+        return self._model(state).topology(state.use_euler_angles)
+
+    def get_nq(self, state: State) -> int:
+        """Number of generalized coordinates in this State."""
+        return state.nq
+
+    def get_nu(self, state: State) -> int:
+        """Number of generalized speeds."""
+        return state.nu
+
+    # ------------------------------------------------------------------ model options
+    def set_use_euler_angles(self, state: State, use: bool) -> State:
+        """Model-stage option: Euler angles (True) or quaternions for Ball-like joints.
+
+        Returns a State of the other structure (nq changes, so jitted code recompiles) at
+        Stage.TOPOLOGY, with the same configuration and speeds; time, Instance and
+        discrete variables are kept.
+        """
+        use = bool(use)
+        if use == state.use_euler_angles:
+            return state
+        model = self._model(state)
+        old, new = model.topology(state.use_euler_angles), model.topology(use)
+        parts = []
+        for b in range(1, old.nb):
+            mo, mn = old.mobilizers[b], new.mobilizers[b]
+            qb = state.q[int(old.q_start[b]): int(old.q_start[b]) + int(old.nq_body[b])]
+            if mo is mn or type(mo) is not type(mn) or mo.nq == mn.nq:  # type: ignore[union-attr]
+                parts.append(qb)
+            else:
+                par = state.instance["matter"]["mobilizer_params"][b][: mo.n_params]  # type: ignore[union-attr]
+                R, p = mo.X_FM(qb, par)  # type: ignore[union-attr]
+                parts.append(jnp.asarray(mn.q_to_fit_transform(R, p, par), state.q.dtype))  # type: ignore[union-attr]
+        q = jnp.concatenate([jnp.zeros(0, state.q.dtype)] + parts)
+        from ._model import _replace
+        from ._state import Cache
+
+        return _replace(state, q=q, use_euler_angles=use, stage=Stage.TOPOLOGY, cache=Cache())
+
+    def get_use_euler_angles(self, state: State) -> bool:
+        """Whether the State uses Euler angles."""
+        return state.use_euler_angles
+
+    # ------------------------------------------------------------------ mass matrix
+    def calc_mass_matrix(self, state: State) -> jax.Array:
+        """Mass matrix ``M(q)`` (nu, nu) (needs Position). Simbody ``calcM``."""
+        state.require(Stage.POSITION, "calc_mass_matrix")
+        return rz.mass_matrix(self._model(state), state, state.position_cache)
+
+    calc_m = calc_mass_matrix
+
+    def calc_m_inverse(self, state: State) -> jax.Array:
+        """``M(q)^-1`` (needs Position). Simbody ``calcMInv``."""
+        M = self.calc_mass_matrix(state)
+        return rz.solve_mass_matrix(M, jnp.eye(M.shape[0], dtype=M.dtype))
+
+    def multiply_by_m(self, state: State, a: Any) -> jax.Array:
+        """``M a`` (needs Position)."""
+        return self.calc_mass_matrix(state) @ jnp.asarray(a)
+
+    def multiply_by_m_inv(self, state: State, v: Any) -> jax.Array:
+        """``M^-1 v`` by Cholesky (needs Position)."""
+        return rz.solve_mass_matrix(self.calc_mass_matrix(state), jnp.asarray(v))
+
+    # ------------------------------------------------------------------ dynamics operators
+    def _applied_bias(self, state: State, mobility_forces: Any, body_forces: Any, a_extra=None):
+        model = self._model(state)
+        topo = model.topology(state.use_euler_angles)
+        dt = state.q.dtype
+        tau = jnp.zeros(topo.nu, dt) if mobility_forces is None else jnp.asarray(mobility_forces, dt)
+        F = jnp.zeros((topo.nb, 6), dt) if body_forces is None else jnp.asarray(body_forces, dt)
+        return rz.generalized_bias(model, state, state.position_cache, state.velocity_cache,
+                                   F, tau, a_extra)
+
+    def calc_residual_force(self, state: State, applied_mobility_forces: Any = None,
+                            applied_body_forces: Any = None, known_udot: Any = None) -> jax.Array:
+        """Inverse dynamics ignoring constraints: ``M udot + C(q,u) - applied`` (needs
+        Velocity). Simbody ``calcResidualForceIgnoringConstraints``; the applied forces are
+        only those passed in."""
+        state.require(Stage.VELOCITY, "calc_residual_force")
+        topo = self._topo(state)
+        udot = jnp.zeros(topo.nu, state.u.dtype) if known_udot is None else jnp.asarray(known_udot)
+        pos = state.position_cache
+        a = _tree.outward_sum(topo, _tree.sum_dofs(topo, pos.cdof * udot[:, None]))
+        return self._applied_bias(state, applied_mobility_forces, applied_body_forces, a)
+
+    calc_residual_force_ignoring_constraints = calc_residual_force
+
+    def calc_acceleration(self, state: State, applied_mobility_forces: Any = None,
+                          applied_body_forces: Any = None) -> jax.Array:
+        """Forward dynamics with only the given applied forces (needs Velocity)."""
+        state.require(Stage.VELOCITY, "calc_acceleration")
+        bias = self._applied_bias(state, applied_mobility_forces, applied_body_forces)
+        return rz.solve_mass_matrix(self.calc_mass_matrix(state), -bias)
+
+    def calc_bias_forces(self, state: State) -> jax.Array:
+        """Coriolis, centrifugal and gyroscopic generalized forces ``C(q, u)`` (Velocity)."""
+        state.require(Stage.VELOCITY, "calc_bias_forces")
+        return self._applied_bias(state, None, None)
+
+    def calc_gravity_and_applied_generalized_forces(self, state: State) -> jax.Array:
+        """Applied forces of every force element mapped to u: ``J^T F + tau`` (Dynamics)."""
+        dc = state.dynamics_cache
+        return self.multiply_by_system_jacobian_transpose(state, dc.body_forces) + dc.mobility_forces
+
+    # ------------------------------------------------------------------ jacobians
+    def calc_system_jacobian(self, state: State) -> jax.Array:
+        """``J`` (nb*6, nu): body spatial velocities ``V_GB = J u`` stacked by body, each
+        ``[w; v of body origin]`` in Ground (needs Position)."""
+        state.require(Stage.POSITION, "calc_system_jacobian")
+        pc = state.position_cache
+        topo = self._topo(state)
+        D = jnp.asarray(topo.dof_ancestor, pc.p_GB.dtype)  # (nb, nu)
+        w = pc.cdof[None, :, :3]
+        v = pc.cdof[None, :, 3:] + jnp.cross(w, pc.p_GB[:, None, :])
+        J = jnp.concatenate([w * D[..., None], v * D[..., None]], axis=-1)  # (nb, nu, 6)
+        return jnp.swapaxes(J, 1, 2).reshape(topo.nb * 6, topo.nu)
+
+    def multiply_by_system_jacobian_transpose(self, state: State, body_forces: Any) -> jax.Array:
+        """``J^T F`` for body forces ``[torque about origin; force]`` (nb, 6) (Position)."""
+        state.require(Stage.POSITION, "multiply_by_system_jacobian_transpose")
+        pc = state.position_cache
+        topo = self._topo(state)
+        F_O = rz.body_forces_to_origin(jnp.asarray(body_forces, pc.p_GB.dtype), pc.p_GB)
+        fc = _tree.inward_sum(topo, F_O)
+        return jnp.einsum("di,di->d", pc.cdof, _tree.gather_dofs(topo, fc))
+
+    calc_tree_equivalent_mobility_forces = multiply_by_system_jacobian_transpose
+
+    def calc_frame_jacobian(self, state: State, body: MobilizedBody | int, frame_origin: Any = None) -> jax.Array:
+        """``J_F`` (6, nu): ``[w_B; v of the frame origin]`` in Ground = ``J_F u``.
+
+        ``frame_origin`` is given in the body frame (default: the body origin)."""
+        state.require(Stage.POSITION, "calc_frame_jacobian")
+        pc = state.position_cache
+        b = _idx(body)
+        topo = self._topo(state)
+        st = jnp.zeros(3, pc.p_GB.dtype) if frame_origin is None else jnp.asarray(frame_origin, pc.p_GB.dtype)
+        r = pc.p_GB[b] + pc.R_GB[b] @ st
+        mask = jnp.asarray(topo.dof_ancestor[b], pc.p_GB.dtype)
+        w = pc.cdof[:, :3]
+        v = pc.cdof[:, 3:] + jnp.cross(w, r)
+        return (jnp.concatenate([w, v], axis=1) * mask[:, None]).T
+
+    def calc_station_jacobian(self, state: State, body: MobilizedBody | int, station: Any) -> jax.Array:
+        """``J_S`` (3, nu): Ground velocity of a body station = ``J_S u`` (Position)."""
+        return self.calc_frame_jacobian(state, body, station)[3:]
+
+    def calc_bias_for_frame_jacobian(self, state: State, body: MobilizedBody | int, frame_origin: Any = None) -> jax.Array:
+        """``Jdot u`` (6,) for the frame Jacobian: the frame's acceleration at ``udot = 0``."""
+        state.require(Stage.VELOCITY, "calc_bias_for_frame_jacobian")
+        b = _idx(body)
+        pc, vc = state.position_cache, state.velocity_cache
+        st = jnp.zeros(3, pc.p_GB.dtype) if frame_origin is None else jnp.asarray(frame_origin, pc.p_GB.dtype)
+        r = pc.p_GB[b] + pc.R_GB[b] @ st
+        A = classical_acceleration(vc.a_bias[b][None], vc.V_O[b][None], r[None])[0]
+        return A
+
+    def calc_bias_for_station_jacobian(self, state: State, body: MobilizedBody | int, station: Any) -> jax.Array:
+        """``Jdot_S u`` (3,): the station's acceleration at ``udot = 0``."""
+        return self.calc_bias_for_frame_jacobian(state, body, station)[3:]
+
+    def calc_bias_for_system_jacobian(self, state: State) -> jax.Array:
+        """``Jdot u`` (nb*6,): body accelerations at ``udot = 0``, stacked (Velocity)."""
+        state.require(Stage.VELOCITY, "calc_bias_for_system_jacobian")
+        pc, vc = state.position_cache, state.velocity_cache
+        return classical_acceleration(vc.a_bias, vc.V_O, pc.p_GB).reshape(-1)
+
+    # ------------------------------------------------------------------ kinematic maps
+    def calc_qdot(self, state: State, u: Any = None) -> jax.Array:
+        """``qdot = N(q) u`` (needs Position); default ``u`` is the State's."""
+        state.require(Stage.POSITION, "calc_qdot")
+        s = state if u is None else state.with_u(u)
+        return rz._velocity_parts(self._model(s), s, s.position_cache if s.stage >= Stage.POSITION else state.position_cache)[0]
+
+    multiply_by_n = calc_qdot
+
+    def calc_qdotdot(self, state: State, udot: Any) -> jax.Array:
+        """``qdotdot = Ndot u + N udot`` (needs Velocity)."""
+        state.require(Stage.VELOCITY, "calc_qdotdot")
+        return rz.qdotdot(self._model(state), state, jnp.asarray(udot))
+
+    # ------------------------------------------------------------------ mass, momentum, energy
+    def calc_system_mass(self, state: State) -> jax.Array:
+        """Total mass of the mobilized bodies."""
+        return jnp.sum(state.instance["matter"]["mass"][1:])
+
+    def calc_system_mass_center_location_in_ground(self, state: State) -> jax.Array:
+        """System center of mass in Ground (needs Position)."""
+        pc = state.position_cache
+        m = state.instance["matter"]["mass"]
+        return jnp.sum(m[1:, None] * pc.com_G[1:], axis=0) / jnp.sum(m[1:])
+
+    def calc_system_mass_center_velocity_in_ground(self, state: State) -> jax.Array:
+        """Velocity of the system center of mass (needs Velocity)."""
+        return self.calc_system_momentum_about_ground_origin(state)[3:] / self.calc_system_mass(state)
+
+    def calc_system_momentum_about_ground_origin(self, state: State) -> jax.Array:
+        """``[angular momentum about Ground's origin; linear momentum]`` (Velocity)."""
+        pc, vc = state.position_cache, state.velocity_cache
+        return jnp.einsum("bij,bj->i", pc.I_O[1:], vc.V_O[1:])
+
+    def calc_system_central_momentum(self, state: State) -> jax.Array:
+        """Momentum with the angular part about the system center of mass (Velocity)."""
+        h = self.calc_system_momentum_about_ground_origin(state)
+        c = self.calc_system_mass_center_location_in_ground(state)
+        return jnp.concatenate([h[:3] - jnp.cross(c, h[3:]), h[3:]])
+
+    def calc_kinetic_energy(self, state: State) -> jax.Array:
+        """Kinetic energy ``1/2 sum V^T I V`` (needs Velocity)."""
+        state.require(Stage.VELOCITY, "calc_kinetic_energy")
+        pc, vc = state.position_cache, state.velocity_cache
+        return 0.5 * jnp.einsum("bi,bij,bj->", vc.V_O, pc.I_O, vc.V_O)
+
+    # ------------------------------------------------------------------ batched conveniences
+    def get_body_transforms(self, state: State) -> tuple[jax.Array, jax.Array]:
+        """``(R_GB (nb,3,3), p_GB (nb,3))`` for every body (needs Position)."""
+        pc = state.position_cache
+        return pc.R_GB, pc.p_GB
+
+    def get_body_velocities(self, state: State) -> jax.Array:
+        """``V_GB`` of every body (nb, 6) (needs Velocity)."""
+        state.require(Stage.VELOCITY, "get_body_velocities")
+        return self._model(state).body_velocities(state)
+
+    def get_body_accelerations(self, state: State) -> jax.Array:
+        """``A_GB`` of every body (nb, 6) (needs Acceleration)."""
+        state.require(Stage.ACCELERATION, "get_body_accelerations")
+        return self._model(state).body_accelerations(state)
+
+    def normalize_quaternions(self, state: State) -> State:
+        """New State with every quaternion normalised (a Position-level projection)."""
+        topo = self._topo(state)
+        qs = np.asarray(topo.quaternion_slots)
+        if not len(qs):
+            return state
+        qn = state.q[qs]
+        qn = qn / jnp.linalg.norm(qn, axis=-1, keepdims=True)
+        return state.with_q(state.q.at[qs.reshape(-1)].set(qn.reshape(-1)))
+
+
+def _idx(body: MobilizedBody | int) -> int:
+    return body if isinstance(body, int) else body.index

@@ -1,0 +1,680 @@
+"""Mobilizer kinds: each is defined by ``X_FM(q)``, its generalized speeds and ``N(q)``.
+
+A mobilizer connects the inboard frame F (fixed on the parent) to the outboard frame M
+(fixed on the child). ``V_FM = [w_FM; v_FM] = H_FM(q) u`` is expressed in F, with ``v_FM``
+the velocity of M's origin. ``qdot = N(q) u``. Kinds whose speeds are the coordinate
+derivatives (``qdot == u``) get ``H_FM`` from autodiff of ``X_FM``; quaternion kinds give
+``N`` and a closed-form ``H_FM``. Everything here is static configuration (hashable); the
+per-instance numbers (``params``) are arrays carried in the State.
+
+Every method works on ONE mobilizer; the tree code vmaps each kind group.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _spatial as sp
+
+Rp = tuple[jax.Array, jax.Array]
+
+
+def velocity_jacobian(X_FM: Callable[[jax.Array], Rp], q: jax.Array) -> jax.Array:
+    """``J(q)`` (6, nq): ``V_FM = J qdot``, from autodiff of ``X_FM`` (angular part in F)."""
+    R, _ = X_FM(q)
+    dR, dp = jax.jacfwd(lambda qq: X_FM(qq))(q)  # (3,3,nq), (3,nq)
+    w = jax.vmap(lambda d: sp.vee(d @ R.T), in_axes=2, out_axes=1)(dR)
+    return jnp.concatenate([w, dp], axis=0)
+
+
+@dataclass(frozen=True)
+class AbstractMobilizer(abc.ABC):
+    """Base of all mobilizer kinds.
+
+    Subclasses set ``nq``, ``nu``, ``n_angles`` and implement ``X_FM``. They override
+    ``N`` when ``qdot != u`` and may override ``H_FM`` with a closed form.
+    """
+
+    nq: ClassVar[int] = 0
+    nu: ClassVar[int] = 0
+    n_angles: ClassVar[int] = 0
+    n_params: ClassVar[int] = 0
+    uses_quaternion: ClassVar[bool] = False
+
+    # --- definition ---------------------------------------------------------------
+    @abc.abstractmethod
+    def X_FM(self, q: jax.Array, params: jax.Array) -> Rp:
+        """Rotation ``R_FM`` and origin ``p_FM`` of M in F."""
+
+    def N(self, q: jax.Array, params: jax.Array) -> jax.Array | None:
+        """``qdot = N(q) u``; ``None`` means identity (``qdot == u``)."""
+        return None
+
+    def H_FM(self, q: jax.Array, params: jax.Array) -> jax.Array:
+        """(6, nu) map from ``u`` to ``V_FM`` (in F, at M's origin)."""
+        J = velocity_jacobian(lambda qq: self.X_FM(qq, params), q)
+        Nq = self.N(q, params)
+        return J if Nq is None else J @ Nq
+
+    # --- defaults and fitting -----------------------------------------------------
+    def default_q(self) -> np.ndarray:
+        """Default generalized coordinates (zero; identity quaternion where used)."""
+        return np.zeros(self.nq)
+
+    def default_params(self) -> np.ndarray:
+        """Default instance parameters of this mobilizer (e.g. a screw's pitch)."""
+        return np.zeros(self.n_params)
+
+    def q_to_fit_transform(self, R: jax.Array, p: jax.Array, params: jax.Array) -> jax.Array:
+        """Coordinates whose ``X_FM`` best fits the given ``(R_FM, p_FM)``.
+
+        The generic version runs Gauss-Newton from the default q on the pose error.
+        Built-in kinds give closed forms.
+        """
+        q = jnp.asarray(self.default_q(), dtype=jnp.result_type(p))
+        for _ in range(20):
+            r = self._pose_residual(q, R, p, params)
+            Jr = jax.jacfwd(lambda qq: self._pose_residual(qq, R, p, params))(q)
+            dq = jnp.linalg.lstsq(Jr, -r)[0]
+            q = q + dq
+        return q
+
+    def _pose_residual(self, q: jax.Array, R: jax.Array, p: jax.Array, params: jax.Array):
+        Rq, pq = self.X_FM(q, params)
+        return jnp.concatenate([sp.vee(Rq @ R.T - R @ Rq.T) * 0.5, pq - p])
+
+    def u_to_fit_velocity(self, q: jax.Array, V_FM: jax.Array, params: jax.Array) -> jax.Array:
+        """Least-squares speeds whose ``H u`` best fits ``V_FM`` (in F, at M's origin)."""
+        H = self.H_FM(q, params)
+        return jnp.linalg.lstsq(H, V_FM)[0]
+
+    def with_euler_angles(self) -> AbstractMobilizer:
+        """This kind in Euler-angle mode (Model-stage option); non-quaternion kinds: self."""
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Name of the kind, as in Simbody (``"Pin"``, ``"Ball"``, ...)."""
+        return type(self).__name__
+
+
+def _zero3(q: jax.Array) -> jax.Array:
+    return jnp.zeros(3, dtype=q.dtype)
+
+
+def _e(i: int, v: jax.Array) -> jax.Array:
+    return jnp.zeros(3, dtype=v.dtype).at[i].set(v)
+
+
+def _colmat(cols: Sequence[jax.Array]) -> jax.Array:
+    return jnp.stack(cols, axis=1)
+
+
+# ----------------------------------------------------------------------------- 1-dof
+
+
+@dataclass(frozen=True)
+class Pin(AbstractMobilizer):
+    """Rotation about the common z axis of F and M (``q`` = angle, ``u = qdot``)."""
+
+    nq: ClassVar[int] = 1
+    nu: ClassVar[int] = 1
+    n_angles: ClassVar[int] = 1
+
+    def X_FM(self, q, params):
+        return sp.rot_z(q[0]), _zero3(q)
+
+    def H_FM(self, q, params):
+        z = jnp.zeros((), q.dtype)
+        o = jnp.ones((), q.dtype)
+        return jnp.stack([z, z, o, z, z, z])[:, None]
+
+    def q_to_fit_transform(self, R, p, params):
+        return jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1])[None]
+
+
+@dataclass(frozen=True)
+class Slider(AbstractMobilizer):
+    """Translation along the common x axis of F and M (``q`` = distance)."""
+
+    nq: ClassVar[int] = 1
+    nu: ClassVar[int] = 1
+
+    def X_FM(self, q, params):
+        return jnp.eye(3, dtype=q.dtype), _e(0, q[0])
+
+    def H_FM(self, q, params):
+        z = jnp.zeros((), q.dtype)
+        o = jnp.ones((), q.dtype)
+        return jnp.stack([z, z, z, o, z, z])[:, None]
+
+    def q_to_fit_transform(self, R, p, params):
+        return p[:1]
+
+
+@dataclass(frozen=True)
+class Screw(AbstractMobilizer):
+    """Rotation about z coupled to translation ``pitch * q`` along z (``params = [pitch]``)."""
+
+    nq: ClassVar[int] = 1
+    nu: ClassVar[int] = 1
+    n_angles: ClassVar[int] = 1
+    n_params: ClassVar[int] = 1
+    pitch: float = 0.0
+
+    def default_params(self):
+        return np.array([self.pitch], dtype=float)
+
+    def X_FM(self, q, params):
+        return sp.rot_z(q[0]), _e(2, params[0] * q[0])
+
+    def q_to_fit_transform(self, R, p, params):
+        ang = jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1])
+        return ang[None]
+
+
+# ----------------------------------------------------------------------------- 2-dof
+
+
+@dataclass(frozen=True)
+class Universal(AbstractMobilizer):
+    """Rotation about x, then about the new y (body-fixed X-Y), ``u = qdot``."""
+
+    nq: ClassVar[int] = 2
+    nu: ClassVar[int] = 2
+    n_angles: ClassVar[int] = 2
+
+    def X_FM(self, q, params):
+        return sp.rot_x(q[0]) @ sp.rot_y(q[1]), _zero3(q)
+
+    def q_to_fit_transform(self, R, p, params):
+        a = sp.rot_to_body_fixed_xyz(R)
+        return a[:2]
+
+
+@dataclass(frozen=True)
+class Cylinder(AbstractMobilizer):
+    """Rotation about z and translation along z: ``q = [angle, distance]``."""
+
+    nq: ClassVar[int] = 2
+    nu: ClassVar[int] = 2
+    n_angles: ClassVar[int] = 1
+
+    def X_FM(self, q, params):
+        return sp.rot_z(q[0]), _e(2, q[1])
+
+    def q_to_fit_transform(self, R, p, params):
+        return jnp.stack([jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1]), p[2]])
+
+
+@dataclass(frozen=True)
+class BendStretch(AbstractMobilizer):
+    """Rotation about z, then translation along the rotated x: ``q = [angle, length]``."""
+
+    nq: ClassVar[int] = 2
+    nu: ClassVar[int] = 2
+    n_angles: ClassVar[int] = 1
+
+    def X_FM(self, q, params):
+        R = sp.rot_z(q[0])
+        return R, R[:, 0] * q[1]
+
+    def q_to_fit_transform(self, R, p, params):
+        ang = jnp.arctan2(p[1], p[0])
+        return jnp.stack([ang, jnp.sqrt(p[0] ** 2 + p[1] ** 2)])
+
+
+# ----------------------------------------------------------------------------- 3-dof
+
+
+@dataclass(frozen=True)
+class Planar(AbstractMobilizer):
+    """Rotation about z and translation in the x-y plane of F: ``q = [angle, x, y]``."""
+
+    nq: ClassVar[int] = 3
+    nu: ClassVar[int] = 3
+    n_angles: ClassVar[int] = 1
+
+    def X_FM(self, q, params):
+        return sp.rot_z(q[0]), jnp.stack([q[1], q[2], jnp.zeros_like(q[0])])
+
+    def q_to_fit_transform(self, R, p, params):
+        return jnp.stack([jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1]), p[0], p[1]])
+
+
+@dataclass(frozen=True)
+class Gimbal(AbstractMobilizer):
+    """Body-fixed X-Y-Z Euler angles, ``u = qdot`` (singular at ``q[1] = +-pi/2``)."""
+
+    nq: ClassVar[int] = 3
+    nu: ClassVar[int] = 3
+    n_angles: ClassVar[int] = 3
+
+    def X_FM(self, q, params):
+        return sp.body_fixed(q, "xyz"), _zero3(q)
+
+    def q_to_fit_transform(self, R, p, params):
+        return sp.rot_to_body_fixed_xyz(R)
+
+
+@dataclass(frozen=True)
+class Translation(AbstractMobilizer):
+    """Cartesian translation ``p_FM = q``, no rotation (Simbody's ``Translation``)."""
+
+    nq: ClassVar[int] = 3
+    nu: ClassVar[int] = 3
+
+    def X_FM(self, q, params):
+        return jnp.eye(3, dtype=q.dtype), q
+
+    def H_FM(self, q, params):
+        return jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)])
+
+    def q_to_fit_transform(self, R, p, params):
+        return p
+
+
+def _N_from_H(X: Callable[[jax.Array], Rp], H: jax.Array, q: jax.Array, rows: slice) -> jax.Array:
+    """Square-case ``N = J^-1 H`` using the rows that J and H share (angular: ``rows``)."""
+    J = velocity_jacobian(X, q)
+    return jnp.linalg.solve(J[rows][:, : H.shape[1]], H[rows])
+
+
+@dataclass(frozen=True)
+class Ball(AbstractMobilizer):
+    """Spherical joint: quaternion ``q = [w, x, y, z]`` (or body-fixed X-Y-Z angles in
+    Euler mode), ``u = w_FM`` expressed in F."""
+
+    nu: ClassVar[int] = 3
+    n_angles: ClassVar[int] = 3
+    euler: bool = False
+
+    @property
+    def nq(self) -> int:  # type: ignore[override]
+        return 3 if self.euler else 4
+
+    @property
+    def uses_quaternion(self) -> bool:  # type: ignore[override]
+        return not self.euler
+
+    def with_euler_angles(self):
+        return type(self)(euler=True)
+
+    def _R(self, q):
+        return sp.body_fixed(q, "xyz") if self.euler else sp.quat_to_rot(q)
+
+    def X_FM(self, q, params):
+        return self._R(q), _zero3(q)
+
+    def H_FM(self, q, params):
+        return jnp.concatenate([jnp.eye(3, dtype=q.dtype), jnp.zeros((3, 3), q.dtype)])
+
+    def N(self, q, params):
+        if self.euler:
+            return _ang_N_euler(q)
+        return sp.quat_N_parent(q)
+
+    def default_q(self):
+        return np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
+
+    def q_to_fit_transform(self, R, p, params):
+        return sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+
+
+def _ang_N_euler(a: jax.Array) -> jax.Array:
+    """``adot = N w_F`` for body-fixed X-Y-Z angles and angular velocity in F."""
+    J = velocity_jacobian(lambda aa: (sp.body_fixed(aa, "xyz"), _zero3(aa)), a)[:3]
+    return jnp.linalg.inv(J)
+
+
+@dataclass(frozen=True)
+class Free(AbstractMobilizer):
+    """Six dofs: ``q = [quaternion(4) | xyz angles(3), p_FM(3)]``,
+    ``u = [w_FM in F, v_FM in F]``."""
+
+    nu: ClassVar[int] = 6
+    n_angles: ClassVar[int] = 3
+    euler: bool = False
+
+    @property
+    def nq(self) -> int:  # type: ignore[override]
+        return 6 if self.euler else 7
+
+    @property
+    def uses_quaternion(self) -> bool:  # type: ignore[override]
+        return not self.euler
+
+    def with_euler_angles(self):
+        return type(self)(euler=True)
+
+    def _split(self, q):
+        k = 3 if self.euler else 4
+        return q[:k], q[k:]
+
+    def X_FM(self, q, params):
+        a, p = self._split(q)
+        R = sp.body_fixed(a, "xyz") if self.euler else sp.quat_to_rot(a)
+        return R, p
+
+    def H_FM(self, q, params):
+        return jnp.eye(6, dtype=q.dtype)
+
+    def N(self, q, params):
+        a, _ = self._split(q)
+        Na = _ang_N_euler(a) if self.euler else sp.quat_N_parent(a)
+        k = Na.shape[0]
+        top = jnp.concatenate([Na, jnp.zeros((k, 3), q.dtype)], axis=1)
+        bot = jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
+        return jnp.concatenate([top, bot], axis=0)
+
+    def default_q(self):
+        return np.zeros(6) if self.euler else np.array([1.0, 0, 0, 0, 0, 0, 0])
+
+    def q_to_fit_transform(self, R, p, params):
+        a = sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+        return jnp.concatenate([a, p])
+
+
+@dataclass(frozen=True)
+class Bushing(AbstractMobilizer):
+    """Six dofs: body-fixed X-Y-Z angles then translation in F: ``q = [a, b, c, x, y, z]``,
+    ``u = qdot``."""
+
+    nq: ClassVar[int] = 6
+    nu: ClassVar[int] = 6
+    n_angles: ClassVar[int] = 3
+
+    def X_FM(self, q, params):
+        return sp.body_fixed(q[:3], "xyz"), q[3:]
+
+    def q_to_fit_transform(self, R, p, params):
+        return jnp.concatenate([sp.rot_to_body_fixed_xyz(R), p])
+
+
+@dataclass(frozen=True)
+class Ellipsoid(AbstractMobilizer):
+    """Orientation like a Ball; M's origin slides on an ellipsoid with semi-axes
+    ``params = [a, b, c]`` fixed in F, at the point whose outward normal is M's z axis.
+    ``u = w_FM`` in F."""
+
+    nu: ClassVar[int] = 3
+    n_angles: ClassVar[int] = 3
+    n_params: ClassVar[int] = 3
+    radii: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    euler: bool = False
+
+    @property
+    def nq(self) -> int:  # type: ignore[override]
+        return 3 if self.euler else 4
+
+    @property
+    def uses_quaternion(self) -> bool:  # type: ignore[override]
+        return not self.euler
+
+    def with_euler_angles(self):
+        return type(self)(radii=self.radii, euler=True)
+
+    def default_params(self):
+        return np.asarray(self.radii, dtype=float)
+
+    def default_q(self):
+        return np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
+
+    def X_FM(self, q, params):
+        R = sp.body_fixed(q, "xyz") if self.euler else sp.quat_to_rot(q)
+        n = R[:, 2]
+        # Point of the ellipsoid x^2/a^2 + ... = 1 whose outward normal is n.
+        a2n = params**2 * n
+        p = a2n / sp.safe_norm(params * n)
+        return R, p
+
+    def N(self, q, params):
+        return _ang_N_euler(q) if self.euler else sp.quat_N_parent(q)
+
+    def H_FM(self, q, params):
+        # Angular part is w_FM (F); linear part from autodiff of p(q) along qdot = N u.
+        J = velocity_jacobian(lambda qq: self.X_FM(qq, params), q)
+        Hl = J[3:] @ self.N(q, params)
+        return jnp.concatenate([jnp.eye(3, dtype=q.dtype), Hl])
+
+    def q_to_fit_transform(self, R, p, params):
+        return sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+
+
+@dataclass(frozen=True)
+class SphericalCoords(AbstractMobilizer):
+    """Azimuth about F's z, zenith about the new y, then translation along the new z:
+    ``q = [azimuth, zenith, radius]``, ``u = qdot``."""
+
+    nq: ClassVar[int] = 3
+    nu: ClassVar[int] = 3
+    n_angles: ClassVar[int] = 2
+
+    def X_FM(self, q, params):
+        R = sp.rot_z(q[0]) @ sp.rot_y(q[1])
+        return R, R[:, 2] * q[2]
+
+    def q_to_fit_transform(self, R, p, params):
+        r = sp.safe_norm(p)
+        az = jnp.arctan2(p[1], p[0])
+        ze = jnp.arctan2(jnp.sqrt(p[0] ** 2 + p[1] ** 2), p[2])
+        return jnp.stack([az, ze, r])
+
+
+@dataclass(frozen=True)
+class LineOrientation(AbstractMobilizer):
+    """Orientation of a line along M's z axis: a quaternion (or X-Y-Z angles) with two
+    speeds, ``u = [w_x, w_y]`` of ``w_FM`` expressed in M (no spin about M's z)."""
+
+    nu: ClassVar[int] = 2
+    n_angles: ClassVar[int] = 3
+    euler: bool = False
+
+    @property
+    def nq(self) -> int:  # type: ignore[override]
+        return 3 if self.euler else 4
+
+    @property
+    def uses_quaternion(self) -> bool:  # type: ignore[override]
+        return not self.euler
+
+    def with_euler_angles(self):
+        return type(self)(euler=True)
+
+    def default_q(self):
+        return np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
+
+    def _R(self, q):
+        return sp.body_fixed(q, "xyz") if self.euler else sp.quat_to_rot(q)
+
+    def X_FM(self, q, params):
+        return self._R(q), _zero3(q)
+
+    def H_FM(self, q, params):
+        R = self._R(q)
+        return jnp.concatenate([R[:, :2], jnp.zeros((3, 2), q.dtype)])
+
+    def N(self, q, params):
+        R = self._R(q)
+        Nw = _ang_N_euler(q) if self.euler else sp.quat_N_parent(q)
+        return Nw @ R[:, :2]
+
+    def q_to_fit_transform(self, R, p, params):
+        return sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+
+
+@dataclass(frozen=True)
+class FreeLine(AbstractMobilizer):
+    """LineOrientation plus translation: ``q = [quat(4) | angles(3), p_FM(3)]``,
+    ``u = [w_x, w_y (in M), v_FM (in F)]``."""
+
+    nu: ClassVar[int] = 5
+    n_angles: ClassVar[int] = 3
+    euler: bool = False
+
+    @property
+    def nq(self) -> int:  # type: ignore[override]
+        return 6 if self.euler else 7
+
+    @property
+    def uses_quaternion(self) -> bool:  # type: ignore[override]
+        return not self.euler
+
+    def with_euler_angles(self):
+        return type(self)(euler=True)
+
+    def default_q(self):
+        return np.zeros(6) if self.euler else np.array([1.0, 0, 0, 0, 0, 0, 0])
+
+    def _split(self, q):
+        k = 3 if self.euler else 4
+        return q[:k], q[k:]
+
+    def _R(self, a):
+        return sp.body_fixed(a, "xyz") if self.euler else sp.quat_to_rot(a)
+
+    def X_FM(self, q, params):
+        a, p = self._split(q)
+        return self._R(a), p
+
+    def H_FM(self, q, params):
+        a, _ = self._split(q)
+        R = self._R(a)
+        top = jnp.concatenate([R[:, :2], jnp.zeros((3, 3), q.dtype)], axis=1)
+        bot = jnp.concatenate([jnp.zeros((3, 2), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
+        return jnp.concatenate([top, bot])
+
+    def N(self, q, params):
+        a, _ = self._split(q)
+        R = self._R(a)
+        Nw = (_ang_N_euler(a) if self.euler else sp.quat_N_parent(a)) @ R[:, :2]
+        k = Nw.shape[0]
+        top = jnp.concatenate([Nw, jnp.zeros((k, 3), q.dtype)], axis=1)
+        bot = jnp.concatenate([jnp.zeros((3, 2), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
+        return jnp.concatenate([top, bot])
+
+    def q_to_fit_transform(self, R, p, params):
+        a = sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+        return jnp.concatenate([a, p])
+
+
+@dataclass(frozen=True)
+class Weld(AbstractMobilizer):
+    """No relative motion: ``X_FM`` is the identity."""
+
+    def X_FM(self, q, params):
+        return jnp.eye(3, dtype=q.dtype), jnp.zeros(3, dtype=q.dtype)
+
+    def H_FM(self, q, params):
+        return jnp.zeros((6, 0), dtype=q.dtype)
+
+    def q_to_fit_transform(self, R, p, params):
+        return jnp.zeros(0, dtype=p.dtype)
+
+
+# ----------------------------------------------------------------------------- user kinds
+
+
+@dataclass(frozen=True, eq=False)
+class FunctionBased(AbstractMobilizer):
+    """Six functions of q: three rotations about ``axes[0:3]`` (applied in order, body
+    fixed) and three translations along ``axes[3:6]`` (in F), as Simbody's
+    ``MobilizedBody::FunctionBased``. ``qdot == u``; H and its derivative come from autodiff.
+    """
+
+    n: int = 1
+    functions: tuple[Any, ...] = ()
+    coordinate_indices: tuple[tuple[int, ...], ...] = ()
+    axes: tuple[tuple[float, float, float], ...] = (
+        (1.0, 0.0, 0.0),
+        (0.0, 1.0, 0.0),
+        (0.0, 0.0, 1.0),
+        (1.0, 0.0, 0.0),
+        (0.0, 1.0, 0.0),
+        (0.0, 0.0, 1.0),
+    )
+    n_angles_: int = 0
+
+    @property
+    def nq(self) -> int:  # type: ignore[override]
+        return self.n
+
+    @property
+    def nu(self) -> int:  # type: ignore[override]
+        return self.n
+
+    @property
+    def n_angles(self) -> int:  # type: ignore[override]
+        return self.n_angles_
+
+    def _f(self, k: int, q: jax.Array) -> jax.Array:
+        idx = self.coordinate_indices[k]
+        x = q[np.asarray(idx, dtype=int)] if idx else jnp.zeros(0, q.dtype)
+        return jnp.asarray(self.functions[k](x), dtype=q.dtype).reshape(())
+
+    def X_FM(self, q, params):
+        R = jnp.eye(3, dtype=q.dtype)
+        for k in range(3):
+            R = R @ sp.rot_axis(self._f(k, q), jnp.asarray(self.axes[k], q.dtype))
+        p = sum(self._f(3 + k, q) * sp.safe_normalize(jnp.asarray(self.axes[3 + k], q.dtype))
+                for k in range(3))
+        return R, jnp.asarray(p, dtype=q.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Custom(AbstractMobilizer):
+    """A user-defined mobilizer: ``X_FM(q)`` and, only when ``qdot != u``, ``N(q)``.
+
+    ``H_FM = J(q) N(q)`` with ``J`` the autodiff velocity Jacobian of ``X_FM``; H-dot and
+    N-dot come from autodiff too.
+    """
+
+    nq_: int = 0
+    nu_: int = 0
+    n_angles_: int = 0
+    x_fm: Callable[[jax.Array], tuple[Any, Any]] | None = None
+    n_matrix: Callable[[jax.Array], Any] | None = None
+    default_q_: tuple[float, ...] | None = None
+    q_fit: Callable[..., Any] | None = field(default=None)
+
+    @property
+    def nq(self) -> int:  # type: ignore[override]
+        return self.nq_
+
+    @property
+    def nu(self) -> int:  # type: ignore[override]
+        return self.nu_
+
+    @property
+    def n_angles(self) -> int:  # type: ignore[override]
+        return self.n_angles_
+
+    def X_FM(self, q, params):
+        out = self.x_fm(q)  # type: ignore[misc]
+        if isinstance(out, sp.Transform):
+            return out.R.astype(q.dtype), out.p.astype(q.dtype)
+        R, p = out
+        return jnp.asarray(R, q.dtype), jnp.asarray(p, q.dtype)
+
+    def N(self, q, params):
+        if self.n_matrix is None:
+            return None
+        return jnp.asarray(self.n_matrix(q), dtype=q.dtype)
+
+    def default_q(self):
+        if self.default_q_ is not None:
+            return np.asarray(self.default_q_, dtype=float)
+        return np.zeros(self.nq_)
+
+    def q_to_fit_transform(self, R, p, params):
+        if self.q_fit is not None:
+            return jnp.asarray(self.q_fit(R, p))
+        return AbstractMobilizer.q_to_fit_transform(self, R, p, params)

@@ -1,0 +1,273 @@
+"""The frozen result of ``realize_topology()``: static topology, defaults, force groups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _realize as rz
+from . import _spatial as sp
+from ._context import Context
+from ._mobilizers import AbstractMobilizer
+from ._stage import Stage
+from ._state import Cache, State
+from ._topology import Topology
+
+if TYPE_CHECKING:
+    from ._forces import Force
+    from ._system import Subsystem
+
+
+@dataclass(eq=False)
+class ForceGroup:
+    """All force elements of one type in one force subsystem, evaluated together."""
+
+    cls: type
+    elements: list[Force]
+    subsystem: str
+    statics: tuple[Any, ...] = ()
+
+
+@dataclass(eq=False)
+class Model:
+    """Compiled, immutable description of a System (its Topology-stage data)."""
+
+    parent: tuple[int, ...]
+    mobilizers: tuple[AbstractMobilizer | None, ...]
+    names: tuple[str, ...]
+    instance_defaults: dict[str, dict[str, np.ndarray]]
+    default_q_body: tuple[np.ndarray | None, ...]  # user defaults per body (base mode)
+    default_u_body: tuple[np.ndarray | None, ...]
+    force_groups: tuple[ForceGroup, ...]
+    subsystems: tuple[Subsystem, ...]
+    discrete_decl: tuple[tuple[str, str, int, np.ndarray], ...]
+    z_decl: tuple[tuple[str, np.ndarray], ...]
+    version: int
+    uid: int
+    _topos: dict[bool, Topology] = field(default_factory=dict)
+
+    @property
+    def nb(self) -> int:
+        """Number of bodies (Ground included)."""
+        return len(self.parent)
+
+    def topology(self, euler: bool) -> Topology:
+        """Topology for the given Model-stage option."""
+        if euler not in self._topos:
+            mobs = tuple(None if m is None else (m.with_euler_angles() if euler else m)
+                         for m in self.mobilizers)
+            self._topos[euler] = Topology(self.parent, mobs, self.names)
+        return self._topos[euler]
+
+    @cached_property
+    def z_slices(self) -> dict[str, slice]:
+        """Slice of the global z owned by each subsystem."""
+        out, k = {}, 0
+        for name, z0 in self.z_decl:
+            out[name] = slice(k, k + len(z0))
+            k += len(z0)
+        return out
+
+    def subsystem_by_name(self, name: str) -> Subsystem:
+        """Look up a subsystem by name."""
+        for s in self.subsystems:
+            if s.name == name:
+                return s
+        raise KeyError(f"no subsystem named {name!r}")
+
+    # ------------------------------------------------------------------ default state
+    def default_q(self, euler: bool) -> np.ndarray:
+        """Default q vector for a Model option."""
+        topo = self.topology(euler)
+        parts = [np.zeros(0)]
+        for b in range(1, self.nb):
+            m = topo.mobilizers[b]
+            user = self.default_q_body[b]
+            if user is not None and euler and self.mobilizers[b].uses_quaternion:  # type: ignore[union-attr]
+                # Convert the user's quaternion-mode default to Euler angles.
+                base = self.mobilizers[b]
+                par = jnp.asarray(self.instance_defaults["matter"]["mobilizer_params"][b][: base.n_params])  # type: ignore[union-attr]
+                R, p = base.X_FM(jnp.asarray(user), par)  # type: ignore[union-attr]
+                parts.append(np.asarray(m.q_to_fit_transform(R, p, par)))  # type: ignore[union-attr]
+            elif user is not None:
+                parts.append(np.asarray(user, dtype=float))
+            else:
+                parts.append(m.default_q())  # type: ignore[union-attr]
+        return np.concatenate(parts)
+
+    def default_u(self, euler: bool) -> np.ndarray:
+        """Default u vector."""
+        topo = self.topology(euler)
+        parts = [np.zeros(0)]
+        for b in range(1, self.nb):
+            user = self.default_u_body[b]
+            parts.append(np.zeros(topo.nu_body[b]) if user is None else np.asarray(user, float))
+        return np.concatenate(parts)
+
+    def default_state(self, euler: bool = False) -> State:
+        """The default State, realized through Model stage."""
+        dt = jnp.result_type(float)
+        inst = {k: {n: jnp.asarray(v, dtype=dt) for n, v in d.items()}
+                for k, d in self.instance_defaults.items()}
+        disc: dict[str, dict[str, Any]] = {}
+        for sub, name, _st, val in self.discrete_decl:
+            disc.setdefault(sub, {})[name] = jnp.asarray(val, dtype=dt)
+        z = np.concatenate([np.zeros(0)] + [z0 for _, z0 in self.z_decl])
+        return State(
+            t=jnp.asarray(0.0, dt),
+            q=jnp.asarray(self.default_q(euler), dt),
+            u=jnp.asarray(self.default_u(euler), dt),
+            z=jnp.asarray(z, dt),
+            instance=inst,
+            discrete=disc,
+            cache=Cache(),
+            stage=Stage.MODEL,
+            topology_version=self.version,
+            system_uid=self.uid,
+            use_euler_angles=euler,
+            discrete_stages=tuple((s, n, int(st)) for s, n, st, _ in self.discrete_decl),
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def body_q(self, state: State, b: int) -> jax.Array:
+        """q block of body b."""
+        topo = self.topology(state.use_euler_angles)
+        s = int(topo.q_start[b])
+        return state.q[s : s + int(topo.nq_body[b])]
+
+    def body_u(self, state: State, b: int) -> jax.Array:
+        """u block of body b."""
+        topo = self.topology(state.use_euler_angles)
+        s = int(topo.u_start[b])
+        return state.u[s : s + int(topo.nu_body[b])]
+
+    def body_velocities(self, state: State) -> jax.Array:
+        """Simbody-convention ``V_GB = [w; v of B's origin]`` in Ground, (nb, 6)."""
+        pc, vc = state.position_cache, state.velocity_cache
+        w = vc.V_O[:, :3]
+        return jnp.concatenate([w, vc.V_O[:, 3:] + jnp.cross(w, pc.p_GB)], axis=1)
+
+    def body_accelerations(self, state: State) -> jax.Array:
+        """Simbody-convention ``A_GB = [alpha; a of B's origin]`` in Ground, (nb, 6)."""
+        pc, vc, ac = state.position_cache, state.velocity_cache, state.acceleration_cache
+        return classical_acceleration(ac.A_O, vc.V_O, pc.p_GB)
+
+    # ------------------------------------------------------------------ forces
+    def calc_forces(self, state: State, pos: Any = None, vel: Any = None):
+        """Sum of every force element and force subsystem: body and mobility forces."""
+        topo = self.topology(state.use_euler_angles)
+        dt = state.q.dtype if jnp.issubdtype(state.q.dtype, jnp.floating) else jnp.result_type(float)
+        F = jnp.zeros((topo.nb, 6), dt)
+        tau = jnp.zeros(topo.nu, dt)
+        for grp in self.force_groups:
+            ctx = Context(self, state, grp.subsystem)
+            f, t = grp.cls.calc_group(ctx, grp, None)
+            F = F + f
+            tau = tau + t
+        from ._system import ForceSubsystem
+
+        for sub in self.subsystems:
+            if isinstance(sub, ForceSubsystem):
+                ctx = Context(self, state, sub.name)
+                out = sub.calc_force(ctx)
+                f, t = (out if out is not None else (None, None))
+                if f is not None:
+                    F = F + jnp.asarray(f, dt).reshape(topo.nb, 6)
+                if t is not None:
+                    tau = tau + jnp.asarray(t, dt).reshape(topo.nu)
+        return F, tau
+
+    def calc_potential_energy(self, state: State) -> jax.Array:
+        """Potential energy of every force element and force subsystem (needs Position)."""
+        state.require(Stage.POSITION, "potential energy")
+        pe = jnp.zeros((), state.q.dtype)
+        for grp in self.force_groups:
+            pe = pe + grp.cls.potential_group(Context(self, state, grp.subsystem), grp, None)
+        for sub in self.subsystems:
+            pe = pe + jnp.asarray(sub.calc_potential_energy(Context(self, state, sub.name)))
+        return pe
+
+    def calc_zdot(self, state: State) -> jax.Array:
+        """Derivatives of every subsystem's z block."""
+        parts = [jnp.zeros(0, state.z.dtype)]
+        for name, z0 in self.z_decl:
+            sub = self.subsystem_by_name(name)
+            zd = sub.calc_zdot(Context(self, state, name))
+            parts.append(jnp.asarray(zd, state.z.dtype).reshape(len(z0)))
+        return jnp.concatenate(parts)
+
+    # ------------------------------------------------------------------ realize
+    def realize(self, state: State, stage: Stage) -> State:
+        """Realize ``state`` to ``stage`` (pure; see ``MultibodySystem.realize``)."""
+        stage = Stage(stage)
+        if stage > Stage.REPORT:
+            raise ValueError("realize: the highest stage is Stage.REPORT")
+        cur = state
+        if cur.stage < Stage.MODEL:
+            cur = _with_stage(cur, Stage.MODEL, cur.cache)
+        for st in range(int(cur.stage) + 1, int(stage) + 1):
+            cur = self._realize_one(cur, Stage(st))
+        return cur
+
+    def _realize_one(self, state: State, st: Stage) -> State:
+        cache = state.cache
+        if st == Stage.POSITION:
+            cache = _replace(cache, position=rz.realize_position(self, state))
+        elif st == Stage.VELOCITY:
+            cache = _replace(cache, velocity=rz.realize_velocity(self, state, state.position_cache))
+        elif st == Stage.DYNAMICS:
+            cache = _replace(
+                cache,
+                dynamics=rz.realize_dynamics(self, state, state.position_cache, state.velocity_cache),
+            )
+        elif st == Stage.ACCELERATION:
+            acc = rz.realize_acceleration(
+                self, state, state.position_cache, state.velocity_cache, state.dynamics_cache
+            )
+            # zdot needs the accelerations realized (a subsystem may read them).
+            tmp = _with_stage(state, st, _replace(cache, acceleration=acc))
+            zdot = self.calc_zdot(tmp)
+            cache = _replace(cache, acceleration=_replace(acc, zdot=zdot))
+        out = _with_stage(state, st, cache)
+        # User subsystems: their realize hooks and non-lazy cache entries of this stage.
+        entries: dict[str, dict[str, Any]] = {}
+        for sub in self.subsystems:
+            vals = sub._realize_stage(Context(self, out, sub.name), st)
+            if vals:
+                entries[sub.name] = vals
+        if entries:
+            subs = dict(out.cache.subsystems)
+            subs[int(st)] = entries
+            out = _with_stage(out, st, _replace(out.cache, subsystems=subs))
+        return out
+
+
+def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.Array:
+    """Spatial acceleration about Ground's origin -> ``[alpha; a of point p]`` (nb, 6)."""
+    w, alpha = V_O[:, :3], A_O[:, :3]
+    v_p = V_O[:, 3:] + jnp.cross(w, p)
+    a_p = A_O[:, 3:] + jnp.cross(alpha, p) + jnp.cross(w, v_p)
+    return jnp.concatenate([alpha, a_p], axis=1)
+
+
+def _replace(module: Any, **kw: Any) -> Any:
+    new = object.__new__(type(module))
+    for f in type(module).__dataclass_fields__:
+        object.__setattr__(new, f, kw.get(f, getattr(module, f)))
+    return new
+
+
+def _with_stage(state: State, stage: Stage, cache: Cache) -> State:
+    return _replace(state, stage=stage, cache=cache)
+
+
+def stack_transforms(ts: list[sp.Transform]) -> tuple[np.ndarray, np.ndarray]:
+    """Stack Transforms into (n, 3, 3) and (n, 3) NumPy arrays."""
+    R = np.stack([np.asarray(t.R, dtype=float) for t in ts])
+    p = np.stack([np.asarray(t.p, dtype=float) for t in ts])
+    return R, p

@@ -1,0 +1,255 @@
+"""Realization stages as pure functions of (model, state, earlier caches).
+
+Frames: tree quantities are in Ground axes about Ground's origin (spatial vectors
+``[angular; linear]``), so outward and inward passes are plain sums (see ``_tree``).
+Per-mobilizer work (X_FM, H, N and their derivatives) is joint-local: it is done for all
+bodies of one kind at once with ``vmap``, outside the tree recursion.
+
+Algorithm: composite-rigid-body mass matrix plus recursive Newton-Euler bias forces and a
+dense Cholesky solve (Featherstone (2008), ch. 6), in Ground coordinates as in MJX.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _spatial as sp
+from . import _tree
+from ._state import (
+    AccelerationCache,
+    DynamicsCache,
+    PositionCache,
+    State,
+    VelocityCache,
+)
+
+if TYPE_CHECKING:
+    from ._model import Model
+
+
+def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
+    """One mobilizer: X_PB and the motion subspace S_B (6, nu) in B at B's origin."""
+    R_FM, p_FM = mob.X_FM(q, params)
+    H = mob.H_FM(q, params)  # (6, nu) in F at M origin
+    # X_PB = X_PF X_FM X_MB, X_MB = inverse(X_BM).
+    R_MB = X_BM_R.T
+    p_MB = -(R_MB @ X_BM_p)
+    R_PM = X_PF_R @ R_FM
+    p_PM = X_PF_p + X_PF_R @ p_FM
+    R_PB = R_PM @ R_MB
+    p_PB = p_PM + R_PM @ p_MB
+    # Relative velocity in B axes at B origin: w_B = R_FB^T w_F; v_B = R_FB^T v_F - w_B x p_BM.
+    R_FB = R_FM @ R_MB
+    w_B = R_FB.T @ H[:3]
+    v_B = R_FB.T @ H[3:] - jnp.cross(w_B.T, X_BM_p).T
+    S_B = jnp.concatenate([w_B, v_B], axis=0)
+    return R_PB, p_PB, S_B
+
+
+def _phi(R: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
+    """Body-frame motion vector(s) m (..., 6) at the body origin -> Ground about origin."""
+    w = m[..., :3] @ R.T
+    v = m[..., 3:] @ R.T
+    return jnp.concatenate([w, v - jnp.cross(w, p)], axis=-1)
+
+
+def realize_position(model: Model, state: State) -> PositionCache:
+    """Kinematics at Position stage: poses, motion subspaces, spatial inertias."""
+    topo = model.topology(state.use_euler_angles)
+    inst = state.instance["matter"]
+    q = state.q
+    nb, nu = topo.nb, topo.nu
+    dt = q.dtype if jnp.issubdtype(q.dtype, jnp.floating) else jnp.result_type(float)
+    R_PB = jnp.broadcast_to(jnp.eye(3, dtype=dt), (nb, 3, 3))
+    p_PB = jnp.zeros((nb, 3), dt)
+    S_B = jnp.zeros((nu, 6), dt)
+    XPF_R, XPF_p = inst["X_PF_R"], inst["X_PF_p"]
+    XBM_R, XBM_p = inst["X_BM_R"], inst["X_BM_p"]
+    mparams = inst["mobilizer_params"]
+    for g in topo.groups:
+        b = g.bodies
+        npar = g.mobilizer.n_params
+        R, p, S = jax.vmap(lambda *a, m=g.mobilizer: _joint_local(m, *a))(
+            q[g.q_idx], mparams[b][:, :npar], XPF_R[b], XPF_p[b], XBM_R[b], XBM_p[b]
+        )
+        R_PB = R_PB.at[b].set(R.astype(dt))
+        p_PB = p_PB.at[b].set(p.astype(dt))
+        if g.mobilizer.nu:
+            S_B = S_B.at[g.u_idx.reshape(-1)].set(
+                jnp.swapaxes(S, 1, 2).reshape(-1, 6).astype(dt)
+            )
+    R_GB, p_GB = _tree.compose_outward(topo, R_PB, p_PB)
+    db = np.asarray(topo.dof_body)
+    cdof = jax.vmap(_phi)(R_GB[db], p_GB[db], S_B) if nu else S_B
+    # Spatial inertias about Ground's origin.
+    mass, com, I_Bo = inst["mass"], inst["com"], inst["inertia"]
+
+    def body_inertia(R, p, m, c, I):
+        Ic_B = I + m * (sp.skew(c) @ sp.skew(c))  # inertia about com, in B
+        c_G = p + R @ c
+        return sp.spatial_inertia_at_origin(m, c_G, R @ Ic_B @ R.T), c_G
+
+    I_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, I_Bo)
+    qs = np.asarray(topo.quaternion_slots)
+    qerr = (jnp.sum(q[qs] ** 2, axis=-1) - 1.0) if len(qs) else jnp.zeros(0, dt)
+    return PositionCache(
+        R_GB=R_GB, p_GB=p_GB, R_PB=R_PB, p_PB=p_PB, S_B=S_B, cdof=cdof, I_O=I_O,
+        com_G=com_G, qerr=qerr,
+    )
+
+
+def _joint_rates(mob, q, u, params, XPF_R, XPF_p, XBM_R, XBM_p):
+    """qdot = N u, and the apparent joint bias Sdot_B u (6,) in B."""
+    Nq = mob.N(q, params)
+    qdot = u if Nq is None else Nq @ u
+
+    def S_of(qq):
+        return _joint_local(mob, qq, params, XPF_R, XPF_p, XBM_R, XBM_p)[2]
+
+    _, dS = jax.jvp(S_of, (q,), (qdot.astype(q.dtype),))
+    return qdot, dS @ u
+
+
+def _velocity_parts(model: Model, state: State, pos: PositionCache):
+    topo = model.topology(state.use_euler_angles)
+    inst = state.instance["matter"]
+    q, u = state.q, state.u
+    nb = topo.nb
+    dt = pos.p_GB.dtype
+    qdot = jnp.zeros(topo.nq, dt)
+    cB = jnp.zeros((nb, 6), dt)
+    mparams = inst["mobilizer_params"]
+    for g in topo.groups:
+        b = g.bodies
+        mob = g.mobilizer
+        if mob.nq == 0:
+            continue
+        npar = mob.n_params
+        qd, c = jax.vmap(lambda *a, m=mob: _joint_rates(m, *a))(
+            q[g.q_idx], u[g.u_idx], mparams[b][:, :npar],
+            inst["X_PF_R"][b], inst["X_PF_p"][b], inst["X_BM_R"][b], inst["X_BM_p"][b],
+        )
+        qdot = qdot.at[g.q_idx.reshape(-1)].set(qd.reshape(-1).astype(dt))
+        cB = cB.at[b].set(c.astype(dt))
+    return qdot, cB
+
+
+def realize_velocity(model: Model, state: State, pos: PositionCache) -> VelocityCache:
+    """Velocities: qdot, body spatial velocities and velocity-product accelerations."""
+    topo = model.topology(state.use_euler_angles)
+    qdot, cB = _velocity_parts(model, state, pos)
+    u = state.u
+    vJ = _tree.sum_dofs(topo, pos.cdof * u[:, None])  # (nb, 6)
+    V = _tree.outward_sum(topo, vJ)
+    # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u.
+    aJ = jax.vmap(_phi)(pos.R_GB, pos.p_GB, cB) + jax.vmap(sp.cross_motion)(V, vJ)
+    a_bias = _tree.outward_sum(topo, aJ)
+    return VelocityCache(qdot=qdot, V_O=V, vJ=vJ, a_bias=a_bias)
+
+
+def body_forces_to_origin(F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
+    """Simbody body forces ``[torque about B origin; force]`` -> about Ground's origin."""
+    return jnp.concatenate([F_B[:, :3] + jnp.cross(p_GB, F_B[:, 3:]), F_B[:, 3:]], axis=1)
+
+
+def generalized_bias(
+    model: Model,
+    state: State,
+    pos: PositionCache,
+    vel: VelocityCache,
+    body_forces: jax.Array,
+    mobility_forces: jax.Array,
+    a_extra: jax.Array | None = None,
+) -> jax.Array:
+    """``C(q,u) - applied``: residual of ``M udot + C = tau`` at ``udot = 0`` (RNEA).
+
+    ``a_extra`` (nb, 6) adds known body accelerations (for inverse dynamics).
+    """
+    topo = model.topology(state.use_euler_angles)
+    a = vel.a_bias if a_extra is None else vel.a_bias + a_extra
+    h = jnp.einsum("bij,bj->bi", pos.I_O, vel.V_O)
+    f = jnp.einsum("bij,bj->bi", pos.I_O, a) + jax.vmap(sp.cross_force)(vel.V_O, h)
+    f = f - body_forces_to_origin(body_forces, pos.p_GB)
+    fc = _tree.inward_sum(topo, f)
+    C = jnp.einsum("di,di->d", pos.cdof, _tree.gather_dofs(topo, fc))
+    return C - mobility_forces
+
+
+def realize_dynamics(
+    model: Model, state: State, pos: PositionCache, vel: VelocityCache
+) -> DynamicsCache:
+    """Forces from every force subsystem, and the generalized bias forces."""
+    body_forces, mobility_forces = model.calc_forces(state, pos, vel)
+    bias = generalized_bias(model, state, pos, vel, body_forces, mobility_forces)
+    return DynamicsCache(body_forces=body_forces, mobility_forces=mobility_forces, bias=bias)
+
+
+def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:
+    """Composite-rigid-body mass matrix ``M(q)`` (nu, nu), symmetric positive definite."""
+    topo = model.topology(state.use_euler_angles)
+    if topo.nu == 0:
+        return jnp.zeros((0, 0), pos.p_GB.dtype)
+    crb = _tree.inward_sum(topo, pos.I_O)
+    F = jnp.einsum("dij,dj->di", _tree.gather_dofs(topo, crb), pos.cdof)
+    G = F @ pos.cdof.T  # G[i, j] = cdof_j . Ic_{b(i)} cdof_i
+    L = jnp.where(np.asarray(topo.mass_matrix_mask), G, 0.0)
+    return L + L.T - jnp.diag(jnp.diag(L))
+
+
+def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:
+    """``M^-1 rhs`` by Cholesky (M is symmetric positive definite)."""
+    if M.shape[0] == 0:
+        return rhs
+    L = jnp.linalg.cholesky(M)
+    return jax.scipy.linalg.cho_solve((L, True), rhs)
+
+
+def accelerations_from_udot(
+    model: Model, state: State, pos: PositionCache, vel: VelocityCache, udot: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Body spatial accelerations (about Ground's origin) and qdotdot for a given udot."""
+    topo = model.topology(state.use_euler_angles)
+    aJ = _tree.sum_dofs(topo, pos.cdof * udot[:, None])
+    A = vel.a_bias + _tree.outward_sum(topo, aJ)
+    qdd = qdotdot(model, state, udot)
+    return A, qdd
+
+
+def qdotdot(model: Model, state: State, udot: jax.Array) -> jax.Array:
+    """``qdotdot = Ndot u + N udot``, per kind group with autodiff for Ndot."""
+    topo = model.topology(state.use_euler_angles)
+    q, u = state.q, state.u
+    dt = q.dtype
+    out = jnp.zeros(topo.nq, dt)
+    mparams = state.instance["matter"]["mobilizer_params"]
+    for g in topo.groups:
+        mob = g.mobilizer
+        if mob.nq == 0:
+            continue
+        npar = mob.n_params
+
+        def one(qq, uu, ud, par, mob=mob):
+            Nq = mob.N(qq, par)
+            if Nq is None:
+                return ud
+            qd = Nq @ uu
+            _, dN = jax.jvp(lambda x: mob.N(x, par), (qq,), (qd,))
+            return dN @ uu + Nq @ ud
+
+        r = jax.vmap(one)(q[g.q_idx], u[g.u_idx], udot[g.u_idx], mparams[g.bodies][:, :npar])
+        out = out.at[g.q_idx.reshape(-1)].set(r.reshape(-1).astype(dt))
+    return out
+
+
+def realize_acceleration(
+    model: Model, state: State, pos: PositionCache, vel: VelocityCache, dyn: DynamicsCache
+) -> AccelerationCache:
+    """Forward dynamics: ``udot = -M^-1 bias``, body accelerations and qdotdot."""
+    M = mass_matrix(model, state, pos)
+    udot = solve_mass_matrix(M, -dyn.bias)
+    A, qdd = accelerations_from_udot(model, state, pos, vel, udot)
+    return AccelerationCache(udot=udot, qdotdot=qdd, A_O=A, zdot=jnp.zeros_like(state.z))

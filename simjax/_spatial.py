@@ -1,0 +1,441 @@
+"""Single-instance spatial algebra: rotations, transforms, spatial vectors, inertias.
+
+Conventions are Simbody's: spatial vectors are ``[angular; linear]``, spatial forces are
+``[torque; force]``, quaternions are ``[w, x, y, z]``, ``X_AB`` is frame B measured in A.
+Every function works on one instance; use ``jax.vmap`` at the call site for batches.
+NaN-safe gradients at singular points use the double-``where`` trick, kept here only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+# ----------------------------------------------------------------------------- safe maths
+
+
+def safe_norm(x: Float[Array, "..."], axis: int = -1) -> Float[Array, "..."]:
+    """Euclidean norm whose gradient is zero (not NaN) at ``x = 0``."""
+    sq = jnp.sum(x * x, axis=axis, keepdims=True)
+    is_zero = sq == 0
+    sq_safe = jnp.where(is_zero, 1.0, sq)
+    return jnp.squeeze(jnp.where(is_zero, 0.0, jnp.sqrt(sq_safe)), axis=axis)
+
+
+def safe_normalize(x: Float[Array, "..."], axis: int = -1) -> Float[Array, "..."]:
+    """``x / |x|``, returning ``x`` unchanged (and finite gradients) where ``|x| = 0``."""
+    n = jnp.expand_dims(safe_norm(x, axis=axis), axis)
+    return x / jnp.where(n == 0, 1.0, n)
+
+
+def skew(v: Float[Array, "3"]) -> Float[Array, "3 3"]:
+    """Cross-product matrix: ``skew(a) @ b == cross(a, b)``."""
+    z = jnp.zeros_like(v[0])
+    return jnp.stack(
+        [
+            jnp.stack([z, -v[2], v[1]]),
+            jnp.stack([v[2], z, -v[0]]),
+            jnp.stack([-v[1], v[0], z]),
+        ]
+    )
+
+
+def vee(m: Float[Array, "3 3"]) -> Float[Array, "3"]:
+    """Inverse of ``skew`` (uses the antisymmetric part)."""
+    return 0.5 * jnp.stack([m[2, 1] - m[1, 2], m[0, 2] - m[2, 0], m[1, 0] - m[0, 1]])
+
+
+# ----------------------------------------------------------------------------- rotations
+
+
+def rot_x(a: Any) -> Float[Array, "3 3"]:
+    """Rotation matrix of angle ``a`` about the x axis."""
+    a = jnp.asarray(a)
+    c, s = jnp.cos(a), jnp.sin(a)
+    o, z = jnp.ones_like(a), jnp.zeros_like(a)
+    return jnp.stack([jnp.stack([o, z, z]), jnp.stack([z, c, -s]), jnp.stack([z, s, c])])
+
+
+def rot_y(a: Any) -> Float[Array, "3 3"]:
+    """Rotation matrix of angle ``a`` about the y axis."""
+    a = jnp.asarray(a)
+    c, s = jnp.cos(a), jnp.sin(a)
+    o, z = jnp.ones_like(a), jnp.zeros_like(a)
+    return jnp.stack([jnp.stack([c, z, s]), jnp.stack([z, o, z]), jnp.stack([-s, z, c])])
+
+
+def rot_z(a: Any) -> Float[Array, "3 3"]:
+    """Rotation matrix of angle ``a`` about the z axis."""
+    a = jnp.asarray(a)
+    c, s = jnp.cos(a), jnp.sin(a)
+    o, z = jnp.ones_like(a), jnp.zeros_like(a)
+    return jnp.stack([jnp.stack([c, -s, z]), jnp.stack([s, c, z]), jnp.stack([z, z, o])])
+
+
+_ROT = (rot_x, rot_y, rot_z)
+_AXIS = {"x": 0, "y": 1, "z": 2, "X": 0, "Y": 1, "Z": 2}
+
+
+def axis_index(axis: int | str) -> int:
+    """Map ``0/1/2`` or ``'x'/'y'/'z'`` to a coordinate-axis index."""
+    if isinstance(axis, str):
+        if axis not in _AXIS:
+            raise ValueError(f"unknown coordinate axis {axis!r}; use 'x', 'y' or 'z'")
+        return _AXIS[axis]
+    if axis not in (0, 1, 2):
+        raise ValueError(f"unknown coordinate axis {axis!r}; use 0, 1 or 2")
+    return int(axis)
+
+
+def rot_axis(angle: Any, axis: Any) -> Float[Array, "3 3"]:
+    """Rotation of ``angle`` about a unit (or not) axis vector (Rodrigues' formula)."""
+    k = safe_normalize(jnp.asarray(axis, dtype=jnp.result_type(angle, float)))
+    K = skew(k)
+    s, c = jnp.sin(angle), jnp.cos(angle)
+    return jnp.eye(3, dtype=K.dtype) + s * K + (1 - c) * (K @ K)
+
+
+def body_fixed(angles: Any, seq: str = "xyz") -> Float[Array, "3 3"]:
+    """Body-fixed Euler sequence: ``R = R_a(q0) @ R_b(q1) @ R_c(q2)``."""
+    R = _ROT[axis_index(seq[0])](angles[0])
+    for i in range(1, len(seq)):
+        R = R @ _ROT[axis_index(seq[i])](angles[i])
+    return R
+
+
+def space_fixed(angles: Any, seq: str = "xyz") -> Float[Array, "3 3"]:
+    """Space-fixed Euler sequence: first about ``seq[0]`` of the fixed frame, and so on."""
+    R = _ROT[axis_index(seq[0])](angles[0])
+    for i in range(1, len(seq)):
+        R = _ROT[axis_index(seq[i])](angles[i]) @ R
+    return R
+
+
+def quat_to_rot(q: Float[Array, "4"]) -> Float[Array, "3 3"]:
+    """Rotation matrix of a quaternion ``[w, x, y, z]``; it is normalised first."""
+    w, x, y, z = safe_normalize(q)
+    return jnp.stack(
+        [
+            jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
+            jnp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)]),
+            jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
+        ]
+    )
+
+
+def rot_to_quat(R: Float[Array, "3 3"]) -> Float[Array, "4"]:
+    """Quaternion ``[w, x, y, z]`` (with ``w >= 0``) of a rotation matrix.
+
+    Uses all four branches of Shepperd's method selected with ``jnp.where`` so it is
+    jittable and differentiable everywhere except the branch switch points.
+    """
+    tr = R[0, 0] + R[1, 1] + R[2, 2]
+    cands = jnp.stack(
+        [
+            jnp.stack([1 + tr, R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]]),
+            jnp.stack(
+                [R[2, 1] - R[1, 2], 1 + 2 * R[0, 0] - tr, R[0, 1] + R[1, 0], R[0, 2] + R[2, 0]]
+            ),
+            jnp.stack(
+                [R[0, 2] - R[2, 0], R[0, 1] + R[1, 0], 1 + 2 * R[1, 1] - tr, R[1, 2] + R[2, 1]]
+            ),
+            jnp.stack(
+                [R[1, 0] - R[0, 1], R[0, 2] + R[2, 0], R[1, 2] + R[2, 1], 1 + 2 * R[2, 2] - tr]
+            ),
+        ]
+    )
+    diag = jnp.stack([tr, R[0, 0], R[1, 1], R[2, 2]])
+    k = jnp.argmax(diag)
+    v = cands[k]
+    q = v / (2 * jnp.sqrt(jnp.maximum(v[k], 1e-300)))
+    return q * jnp.where(q[0] < 0, -1.0, 1.0)
+
+
+def quat_mul(a: Float[Array, "4"], b: Float[Array, "4"]) -> Float[Array, "4"]:
+    """Hamilton product ``a * b`` of ``[w, x, y, z]`` quaternions."""
+    aw, av = a[0], a[1:]
+    bw, bv = b[0], b[1:]
+    return jnp.concatenate(
+        [jnp.stack([aw * bw - av @ bv]), aw * bv + bw * av + jnp.cross(av, bv)]
+    )
+
+
+def quat_qdot_from_w_parent(q: Float[Array, "4"], w: Float[Array, "3"]) -> Float[Array, "4"]:
+    """``qdot = 1/2 (0, w) * q`` for angular velocity ``w`` expressed in the parent frame."""
+    return 0.5 * quat_mul(jnp.concatenate([jnp.zeros_like(w[:1]), w]), q)
+
+
+def quat_N_parent(q: Float[Array, "4"]) -> Float[Array, "4 3"]:
+    """Matrix N with ``qdot = N w`` for ``w`` in the parent (F) frame."""
+    w, x, y, z = q
+    return 0.5 * jnp.stack(
+        [
+            jnp.stack([-x, -y, -z]),
+            jnp.stack([w, z, -y]),
+            jnp.stack([-z, w, x]),
+            jnp.stack([y, -x, w]),
+        ]
+    )
+
+
+def quat_N_child(q: Float[Array, "4"]) -> Float[Array, "4 3"]:
+    """Matrix N with ``qdot = N w`` for ``w`` in the child (M) frame."""
+    w, x, y, z = q
+    return 0.5 * jnp.stack(
+        [
+            jnp.stack([-x, -y, -z]),
+            jnp.stack([w, -z, y]),
+            jnp.stack([z, w, -x]),
+            jnp.stack([-y, x, w]),
+        ]
+    )
+
+
+def rot_to_body_fixed_xyz(R: Float[Array, "3 3"]) -> Float[Array, "3"]:
+    """Angles ``[a, b, c]`` with ``R = Rx(a) Ry(b) Rz(c)`` (the one with ``|b| <= pi/2``)."""
+    b = jnp.arcsin(jnp.clip(R[0, 2], -1.0, 1.0))
+    a = jnp.arctan2(-R[1, 2], R[2, 2])
+    c = jnp.arctan2(-R[0, 1], R[0, 0])
+    return jnp.stack([a, b, c])
+
+
+def axis_angle_to_rot(v: Float[Array, "3"]) -> Float[Array, "3 3"]:
+    """Rotation of ``|v|`` radians about ``v`` (exponential map), smooth at ``v = 0``."""
+    th2 = v @ v
+    small = th2 < 1e-8
+    th2s = jnp.where(small, 1.0, th2)
+    th = jnp.sqrt(th2s)
+    a = jnp.where(small, 1 - th2 / 6, jnp.sin(th) / th)
+    b = jnp.where(small, 0.5 - th2 / 24, (1 - jnp.cos(th)) / th2s)
+    K = skew(v)
+    return jnp.eye(3, dtype=K.dtype) + a * K + b * (K @ K)
+
+
+def rot_to_axis_angle(R: Float[Array, "3 3"]) -> Float[Array, "3"]:
+    """Rotation vector (axis times angle in ``[0, pi]``) of ``R``, smooth at identity."""
+    q = rot_to_quat(R)
+    s = safe_norm(q[1:])
+    ang = 2 * jnp.arctan2(s, q[0])
+    small = s < 1e-7
+    scale = jnp.where(small, 2.0 / jnp.where(q[0] == 0, 1.0, q[0]), ang / jnp.where(small, 1.0, s))
+    return q[1:] * scale
+
+
+# ----------------------------------------------------------------------------- frames
+
+
+class Transform(eqx.Module):
+    """A rigid transform ``X_AB``: frame B's orientation ``R`` and origin ``p`` in frame A.
+
+    Attributes:
+        R: Rotation matrix ``R_AB`` (3, 3).
+        p: Position of B's origin measured from A's origin, in A (3,).
+    """
+
+    R: Float[Array, "3 3"]
+    p: Float[Array, "3"]
+
+    def __init__(self, R: ArrayLike | None = None, p: ArrayLike | None = None):
+        if R is None:
+            R = np.eye(3)
+        if p is None:
+            p = np.zeros(3)
+        R_arr = _as_float(R)
+        p_arr = _as_float(p)
+        if R_arr.shape[-2:] != (3, 3):
+            raise ValueError(f"Transform: R must have shape (3, 3), got {R_arr.shape}")
+        if p_arr.shape[-1:] != (3,):
+            raise ValueError(f"Transform: p must have shape (3,), got {p_arr.shape}")
+        self.R = R_arr
+        self.p = p_arr
+
+    def compose(self, other: Transform) -> Transform:
+        """``X_AC = X_AB * X_BC``."""
+        return Transform(self.R @ other.R, self.p + self.R @ other.p)
+
+    def __mul__(self, other: Transform) -> Transform:
+        return self.compose(other)
+
+    def invert(self) -> Transform:
+        """``X_BA`` from ``X_AB``."""
+        Rt = jnp.swapaxes(self.R, -1, -2)
+        return Transform(Rt, -(Rt @ self.p))
+
+    def apply(self, station: Any) -> Float[Array, "3"]:
+        """Re-measure a station given in B into A: ``p_A = R p_B + p``."""
+        return self.R @ jnp.asarray(station) + self.p
+
+
+def _as_float(x: Any) -> jax.Array:
+    a = jnp.asarray(x)
+    return a if jnp.issubdtype(a.dtype, jnp.floating) else a.astype(jnp.result_type(float))
+
+
+class Rotation:
+    """Constructors and conversions for 3x3 rotation matrices (Simbody ``Rotation``)."""
+
+    about_x = staticmethod(rot_x)
+    about_y = staticmethod(rot_y)
+    about_z = staticmethod(rot_z)
+    about_axis = staticmethod(rot_axis)
+    from_quaternion = staticmethod(quat_to_rot)
+    to_quaternion = staticmethod(rot_to_quat)
+    from_axis_angle = staticmethod(axis_angle_to_rot)
+    to_axis_angle = staticmethod(rot_to_axis_angle)
+    body_fixed = staticmethod(body_fixed)
+    space_fixed = staticmethod(space_fixed)
+    to_body_fixed_xyz = staticmethod(rot_to_body_fixed_xyz)
+
+    @staticmethod
+    def identity() -> Float[Array, "3 3"]:
+        """The identity rotation."""
+        return jnp.eye(3)
+
+
+# ----------------------------------------------------------------------------- spatial
+
+
+def cross_motion(v: Float[Array, "6"], m: Float[Array, "6"]) -> Float[Array, "6"]:
+    """Spatial motion cross product ``v x m`` (``[angular; linear]``)."""
+    w, vl = v[:3], v[3:]
+    return jnp.concatenate([jnp.cross(w, m[:3]), jnp.cross(w, m[3:]) + jnp.cross(vl, m[:3])])
+
+
+def cross_force(v: Float[Array, "6"], f: Float[Array, "6"]) -> Float[Array, "6"]:
+    """Spatial force cross product ``v x* f`` (``[torque; force]``)."""
+    w, vl = v[:3], v[3:]
+    return jnp.concatenate([jnp.cross(w, f[:3]) + jnp.cross(vl, f[3:]), jnp.cross(w, f[3:])])
+
+
+def shift_force_to_origin(F: Float[Array, "6"], p: Float[Array, "3"]) -> Float[Array, "6"]:
+    """Spatial force applied at point ``p`` -> the same force about the origin."""
+    return jnp.concatenate([F[:3] + jnp.cross(p, F[3:]), F[3:]])
+
+
+def spatial_inertia_at_origin(
+    mass: Float[Array, ""], com: Float[Array, "3"], I_com: Float[Array, "3 3"]
+) -> Float[Array, "6 6"]:
+    """6x6 spatial inertia about the origin of the frame the arguments are expressed in.
+
+    ``h = I v`` with ``v = [w; v_O]`` gives ``[angular momentum about O; linear momentum]``.
+    """
+    C = skew(com)
+    top = jnp.concatenate([I_com - mass * (C @ C), mass * C], axis=1)
+    bot = jnp.concatenate([-mass * C, mass * jnp.eye(3, dtype=C.dtype)], axis=1)
+    return jnp.concatenate([top, bot], axis=0)
+
+
+# ----------------------------------------------------------------------------- inertia
+
+
+def _inertia_matrix(
+    xx: Any, yy: Any, zz: Any, xy: Any = 0.0, xz: Any = 0.0, yz: Any = 0.0
+) -> np.ndarray:
+    return np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]], dtype=float)
+
+
+class Inertia:
+    """Rotational inertia matrix (Simbody ``Inertia``), about a point given by its user.
+
+    ``Inertia(xx, yy, zz, xy=0, xz=0, yz=0)``, ``Inertia(I3x3)``, or ``Inertia(moment)`` for
+    a scalar ``moment * 1``. Values are checked at construction: symmetric, non-negative
+    principal moments obeying the triangle inequality.
+    """
+
+    def __init__(self, *args: Any):
+        if len(args) == 1 and np.ndim(args[0]) == 2:
+            M = np.asarray(args[0], dtype=float)
+            if M.shape != (3, 3):
+                raise ValueError(f"Inertia: a matrix must be 3x3, got {M.shape}")
+        elif len(args) == 1:
+            M = float(args[0]) * np.eye(3)
+        elif len(args) in (3, 6):
+            M = _inertia_matrix(*[float(a) for a in args])
+        else:
+            raise TypeError("Inertia takes (moment), (xx, yy, zz), (xx, yy, zz, xy, xz, yz) or a 3x3")
+        check_inertia(M, "Inertia")
+        self.matrix = M
+
+    @staticmethod
+    def point_mass(mass: float, position: Any) -> Inertia:
+        """Inertia about the origin of a point mass at ``position``."""
+        p = np.asarray(position, dtype=float)
+        return Inertia(mass * (p @ p * np.eye(3) - np.outer(p, p)))
+
+    def __repr__(self) -> str:
+        return f"Inertia({self.matrix.tolist()})"
+
+
+def check_inertia(M: np.ndarray, where: str) -> None:
+    """Raise a clear ``ValueError`` if ``M`` is not a physically valid inertia matrix."""
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"{where}: inertia contains NaN or infinity: {M.tolist()}")
+    if not np.allclose(M, M.T, atol=1e-12 * max(1.0, np.abs(M).max())):
+        raise ValueError(f"{where}: inertia matrix must be symmetric, got {M.tolist()}")
+    ev = np.linalg.eigvalsh(M)
+    tol = 1e-12 * max(1.0, np.abs(ev).max())
+    if ev.min() < -tol:
+        raise ValueError(
+            f"{where}: inertia is not positive semi-definite (principal moments {ev.tolist()}); "
+            "give moments >= 0 and products small enough (e.g. Inertia(0.1, 0.1, 0.1))"
+        )
+    if ev[0] + ev[1] < ev[2] - tol:
+        raise ValueError(
+            f"{where}: principal moments {ev.tolist()} violate the triangle inequality "
+            "(I1 + I2 >= I3) that every rigid body obeys"
+        )
+
+
+class MassProperties:
+    """Mass, center of mass and inertia of a body (Simbody ``MassProperties``).
+
+    Args:
+        mass: Mass (> 0 for a body that can move freely; 0 allowed for massless links that
+            are not terminal).
+        com: Center of mass location in the body frame B.
+        inertia: Inertia about the **body origin** (as in Simbody), in B. An
+            ``Inertia`` or a 3x3 matrix.
+    """
+
+    def __init__(self, mass: float, com: Any = (0.0, 0.0, 0.0), inertia: Any = None):
+        self.mass = float(mass)
+        if not math.isfinite(self.mass) or self.mass < 0:
+            raise ValueError(f"MassProperties: mass must be finite and >= 0, got {mass}")
+        self.com = np.asarray(com, dtype=float).reshape(3)
+        if inertia is None:
+            inertia = Inertia(0.0)
+        M = inertia.matrix if isinstance(inertia, Inertia) else np.asarray(inertia, dtype=float)
+        check_inertia(M, "MassProperties")
+        self.inertia = M
+        # The inertia about the com must itself be valid.
+        check_inertia(self.inertia_about_com(), "MassProperties (inertia shifted to the com)")
+
+    def inertia_about_com(self) -> np.ndarray:
+        """Inertia about the center of mass, in B."""
+        c = self.com
+        return self.inertia - self.mass * (c @ c * np.eye(3) - np.outer(c, c))
+
+    @staticmethod
+    def from_com_inertia(mass: float, com: Any, inertia_com: Any) -> MassProperties:
+        """Build from an inertia given about the center of mass (OpenSim's convention)."""
+        c = np.asarray(com, dtype=float)
+        Ic = inertia_com.matrix if isinstance(inertia_com, Inertia) else np.asarray(inertia_com)
+        return MassProperties(mass, c, Ic + mass * (c @ c * np.eye(3) - np.outer(c, c)))
+
+    def shift_to_com(self) -> MassProperties:
+        """The same body with its inertia expressed about the com (com at origin)."""
+        return MassProperties(self.mass, np.zeros(3), self.inertia_about_com())
+
+    def reexpress(self, R_BC: Any) -> MassProperties:
+        """Re-express in frame C, given ``R_BC`` (C's axes in B), same origin."""
+        R = np.asarray(R_BC, dtype=float)
+        return MassProperties(self.mass, R.T @ self.com, R.T @ self.inertia @ R)
+
+    def __repr__(self) -> str:
+        return f"MassProperties(mass={self.mass}, com={self.com.tolist()})"

@@ -1,0 +1,327 @@
+"""The State: one immutable pytree holding every variable and the realization cache.
+
+Setting a variable returns a new State whose stage has fallen back exactly as Simbody's
+invalidation rules say (q -> Time, u -> Position, z -> Velocity, t -> Instance, an
+Instance parameter -> Model, a discrete variable -> the stage below its own) and whose
+cache above that stage is dropped. Reading a cache entry above the realized stage is a
+``StageError`` raised at trace time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ._stage import Stage
+
+
+class StageError(RuntimeError):
+    """A cache entry was read from a State not realized far enough."""
+
+
+class PositionCache(eqx.Module):
+    """Position-stage results (Ground frame, about Ground's origin where spatial).
+
+    Attributes:
+        R_GB: Body orientations (nb, 3, 3).
+        p_GB: Body origin locations (nb, 3).
+        R_PB: Orientation of each body in its parent (nb, 3, 3).
+        p_PB: Origin of each body in its parent (nb, 3).
+        S_B: Motion subspace of each dof in its own body frame, at the body origin (nu, 6).
+        cdof: Motion subspace of each dof in Ground, about Ground's origin (nu, 6).
+        I_O: Spatial inertia of each body in Ground, about Ground's origin (nb, 6, 6).
+        com_G: Mass-center locations in Ground (nb, 3).
+        qerr: Position errors (quaternion norms minus one), (n_quat,).
+    """
+
+    R_GB: Float[Array, "nb 3 3"]
+    p_GB: Float[Array, "nb 3"]
+    R_PB: Float[Array, "nb 3 3"]
+    p_PB: Float[Array, "nb 3"]
+    S_B: Float[Array, "nu 6"]
+    cdof: Float[Array, "nu 6"]
+    I_O: Float[Array, "nb 6 6"]
+    com_G: Float[Array, "nb 3"]
+    qerr: Float[Array, " nqerr"]
+
+
+class VelocityCache(eqx.Module):
+    """Velocity-stage results.
+
+    Attributes:
+        qdot: ``N(q) u`` (nq,).
+        V_O: Body spatial velocities in Ground about Ground's origin (nb, 6).
+        vJ: Velocity across each body's mobilizer, same frame (nb, 6).
+        a_bias: Spatial accelerations at ``udot = 0`` (velocity products), (nb, 6).
+        cdof_dot: Time derivative of ``cdof`` times nothing: ``d/dt cdof`` (nu, 6).
+    """
+
+    qdot: Float[Array, " nq"]
+    V_O: Float[Array, "nb 6"]
+    vJ: Float[Array, "nb 6"]
+    a_bias: Float[Array, "nb 6"]
+
+
+class DynamicsCache(eqx.Module):
+    """Dynamics-stage results.
+
+    Attributes:
+        body_forces: Applied body forces, ``[torque about body origin; force]`` in Ground
+            (nb, 6), Simbody's convention.
+        mobility_forces: Applied mobility forces (nu,).
+        bias: ``C(q, u) - (applied forces mapped to u)``; ``M udot = -bias`` (nu,).
+    """
+
+    body_forces: Float[Array, "nb 6"]
+    mobility_forces: Float[Array, " nu"]
+    bias: Float[Array, " nu"]
+
+
+class AccelerationCache(eqx.Module):
+    """Acceleration-stage results.
+
+    Attributes:
+        udot: Generalized accelerations (nu,).
+        qdotdot: ``Ndot u + N udot`` (nq,).
+        A_O: Body spatial accelerations in Ground about Ground's origin (nb, 6).
+        zdot: Derivatives of the auxiliary variables (nz,).
+    """
+
+    udot: Float[Array, " nu"]
+    qdotdot: Float[Array, " nq"]
+    A_O: Float[Array, "nb 6"]
+    zdot: Float[Array, " nz"]
+
+
+class Cache(eqx.Module):
+    """Realization cache: built-in entries per stage plus custom subsystems' entries."""
+
+    position: PositionCache | None = None
+    velocity: VelocityCache | None = None
+    dynamics: DynamicsCache | None = None
+    acceleration: AccelerationCache | None = None
+    # {stage_value: {subsystem: {entry: value}}} for user subsystems and cache entries.
+    subsystems: dict[int, dict[str, dict[str, Any]]] = eqx.field(default_factory=dict)
+
+    def up_to(self, stage: Stage) -> Cache:
+        """The cache with every entry of a stage above ``stage`` dropped."""
+        return Cache(
+            position=self.position if stage >= Stage.POSITION else None,
+            velocity=self.velocity if stage >= Stage.VELOCITY else None,
+            dynamics=self.dynamics if stage >= Stage.DYNAMICS else None,
+            acceleration=self.acceleration if stage >= Stage.ACCELERATION else None,
+            subsystems={k: v for k, v in self.subsystems.items() if k <= stage},
+        )
+
+
+class State(eqx.Module):
+    """Every variable of a System, and what realization computed from them.
+
+    Build one with ``system.realize_topology()``; change it with the ``with_*`` methods,
+    which return a new State. Under ``jit``/``vmap``/``grad`` a State is one pytree: all
+    its leaves are floating arrays.
+
+    Attributes:
+        t: Time.
+        q: Generalized coordinates (nq,).
+        u: Generalized speeds (nu,).
+        z: Auxiliary continuous variables (nz,).
+        instance: Instance-stage parameters, ``{subsystem: {name: array}}``.
+        discrete: Discrete variables, ``{subsystem: {name: array}}``.
+        cache: The realization cache.
+        stage: The stage the State is realized to (static).
+        topology_version: Version of the System topology this State belongs to (static).
+        system_uid: Identity of the owning System (static).
+        use_euler_angles: Model-stage option; Ball/Free-like mobilizers use Euler angles
+            instead of quaternions (static: changing it changes nq).
+    """
+
+    t: Float[Array, ""]
+    q: Float[Array, " nq"]
+    u: Float[Array, " nu"]
+    z: Float[Array, " nz"]
+    instance: dict[str, dict[str, Any]]
+    discrete: dict[str, dict[str, Any]]
+    cache: Cache
+    stage: Stage = eqx.field(static=True)
+    topology_version: int = eqx.field(static=True)
+    system_uid: int = eqx.field(static=True)
+    use_euler_angles: bool = eqx.field(static=True, default=False)
+    # Static per-variable stage of each discrete variable, to drop the right stages.
+    discrete_stages: tuple[tuple[str, str, int], ...] = eqx.field(static=True, default=())
+
+    # ------------------------------------------------------------------ invalidation
+    def _fall_to(self, stage: Stage, **changes: Any) -> State:
+        new_stage = Stage(min(int(self.stage), int(stage)))
+        out = self
+        for k, v in changes.items():
+            out = eqx.tree_at(lambda s, k=k: getattr(s, k), out, v)
+        cache = out.cache.up_to(new_stage)
+        out = eqx.tree_at(lambda s: s.cache, out, cache, is_leaf=lambda x: x is None)
+        return _set_static(out, stage=new_stage)
+
+    def with_time(self, t: Any) -> State:
+        """New State at time ``t``; the stage falls back to Instance."""
+        return self._fall_to(Stage.INSTANCE, t=jnp.asarray(t, dtype=self.t.dtype))
+
+    def with_q(self, q: Any) -> State:
+        """New State with coordinates ``q``; the stage falls back to Time."""
+        q = _check_vec("q", q, self.q)
+        return self._fall_to(Stage.TIME, q=q)
+
+    def with_u(self, u: Any) -> State:
+        """New State with speeds ``u``; the stage falls back to Position."""
+        u = _check_vec("u", u, self.u)
+        return self._fall_to(Stage.POSITION, u=u)
+
+    def with_z(self, z: Any) -> State:
+        """New State with auxiliary variables ``z``; the stage falls back to Velocity."""
+        z = _check_vec("z", z, self.z)
+        return self._fall_to(Stage.VELOCITY, z=z)
+
+    def with_instance(self, subsystem: str, name: str, value: Any) -> State:
+        """New State with one Instance-stage parameter changed; falls back to Model."""
+        try:
+            old = self.instance[subsystem][name]
+        except KeyError:
+            raise KeyError(
+                f"State has no Instance variable {name!r} in subsystem {subsystem!r}; "
+                f"known: { {k: sorted(v) for k, v in self.instance.items()} }"
+            ) from None
+        value = _check_like(f"Instance variable {subsystem}.{name}", value, old)
+        inst = {k: dict(v) for k, v in self.instance.items()}
+        inst[subsystem][name] = value
+        return self._fall_to(Stage.MODEL, instance=inst)
+
+    def with_discrete(self, subsystem: str, name: str, value: Any) -> State:
+        """New State with a discrete variable changed; falls back below its stage."""
+        stage = None
+        for sub, nm, st in self.discrete_stages:
+            if sub == subsystem and nm == name:
+                stage = Stage(st)
+        if stage is None:
+            raise KeyError(
+                f"State has no discrete variable {name!r} in subsystem {subsystem!r}; "
+                f"known: {[(s, n) for s, n, _ in self.discrete_stages]}"
+            )
+        old = self.discrete[subsystem][name]
+        value = _check_like(f"discrete variable {subsystem}.{name}", value, old)
+        disc = {k: dict(v) for k, v in self.discrete.items()}
+        disc[subsystem][name] = value
+        return self._fall_to(stage.prev(), discrete=disc)
+
+    # ------------------------------------------------------------------ cache reads
+    def require(self, stage: Stage, what: str) -> None:
+        """Raise ``StageError`` unless this State is realized to ``stage`` or later."""
+        if self.stage < stage:
+            raise StageError(
+                f"{what} needs the State realized to Stage.{stage.name}, but it is only at "
+                f"Stage.{self.stage.name}; call system.realize(state, sj.Stage.{stage.name}) "
+                "first (setting q, u, z, t or a parameter lowers the stage)"
+            )
+
+    @property
+    def position_cache(self) -> PositionCache:
+        """Position-stage cache (raises ``StageError`` if not realized)."""
+        self.require(Stage.POSITION, "the position cache")
+        assert self.cache.position is not None
+        return self.cache.position
+
+    @property
+    def velocity_cache(self) -> VelocityCache:
+        """Velocity-stage cache."""
+        self.require(Stage.VELOCITY, "the velocity cache")
+        assert self.cache.velocity is not None
+        return self.cache.velocity
+
+    @property
+    def dynamics_cache(self) -> DynamicsCache:
+        """Dynamics-stage cache."""
+        self.require(Stage.DYNAMICS, "the dynamics cache")
+        assert self.cache.dynamics is not None
+        return self.cache.dynamics
+
+    @property
+    def acceleration_cache(self) -> AccelerationCache:
+        """Acceleration-stage cache."""
+        self.require(Stage.ACCELERATION, "the acceleration cache")
+        assert self.cache.acceleration is not None
+        return self.cache.acceleration
+
+    @property
+    def qdot(self) -> Float[Array, " nq"]:
+        """``N(q) u`` (needs Velocity)."""
+        self.require(Stage.VELOCITY, "state.qdot")
+        return self.velocity_cache.qdot
+
+    @property
+    def udot(self) -> Float[Array, " nu"]:
+        """Generalized accelerations (needs Acceleration)."""
+        self.require(Stage.ACCELERATION, "state.udot")
+        return self.acceleration_cache.udot
+
+    @property
+    def qdotdot(self) -> Float[Array, " nq"]:
+        """Second time derivative of q (needs Acceleration)."""
+        self.require(Stage.ACCELERATION, "state.qdotdot")
+        return self.acceleration_cache.qdotdot
+
+    @property
+    def zdot(self) -> Float[Array, " nz"]:
+        """Time derivative of z (needs Acceleration)."""
+        self.require(Stage.ACCELERATION, "state.zdot")
+        return self.acceleration_cache.zdot
+
+    @property
+    def nq(self) -> int:
+        """Number of generalized coordinates."""
+        return self.q.shape[-1]
+
+    @property
+    def nu(self) -> int:
+        """Number of generalized speeds."""
+        return self.u.shape[-1]
+
+    @property
+    def nz(self) -> int:
+        """Number of auxiliary variables."""
+        return self.z.shape[-1]
+
+    def get_discrete_variable(self, subsystem: str, name: str) -> Any:
+        """Value of a discrete variable."""
+        return self.discrete[subsystem][name]
+
+
+def _set_static(state: State, **kw: Any) -> State:
+    # eqx.Module is a frozen dataclass; static fields are not leaves, so replace directly.
+    new = object.__new__(State)
+    for f in State.__dataclass_fields__:
+        object.__setattr__(new, f, kw.get(f, getattr(state, f)))
+    return new
+
+
+def _check_vec(name: str, x: Any, like: jax.Array) -> jax.Array:
+    x = jnp.asarray(x)
+    if x.shape != like.shape:
+        raise ValueError(
+            f"{name} has shape {x.shape} but this State needs {like.shape} "
+            f"(n{name} = {like.shape[-1] if like.ndim else 0}); under vmap pass one State's "
+            f"{name} per mapped call"
+        )
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(like.dtype)
+    return x
+
+
+def _check_like(what: str, x: Any, like: Any) -> Any:
+    x = jnp.asarray(x)
+    like = jnp.asarray(like)
+    if x.shape != like.shape:
+        raise ValueError(f"{what} must have shape {like.shape}, got {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating) and jnp.issubdtype(like.dtype, jnp.floating):
+        x = x.astype(like.dtype)
+    return x

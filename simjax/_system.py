@@ -1,0 +1,385 @@
+"""The mutable builder (System and Subsystems) that ``realize_topology()`` freezes.
+
+As in Simbody, a ``MultibodySystem`` owns a ``SimbodyMatterSubsystem`` and force
+subsystems; parts are added by constructing them with their owner. ``realize_topology()``
+validates the parts, freezes them into a ``Model`` and returns the default ``State``. Any
+later change to the System bumps its topology version: States made before are refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _realize as rz
+from ._context import Context
+from ._model import ForceGroup, Model, stack_transforms
+from ._stage import Stage
+from ._state import State, StageError
+
+_uids = itertools.count(1)
+
+
+class TopologyError(RuntimeError):
+    """A State does not belong to the System's current topology."""
+
+
+class MultibodySystem:
+    """A System made of a matter subsystem, force subsystems and user subsystems."""
+
+    def __init__(self) -> None:
+        self._uid = next(_uids)
+        self._subsystems: list[Subsystem] = []
+        self._version = 0
+        self._model: Model | None = None
+        self._matter: Any = None
+
+    # ------------------------------------------------------------------ building
+    def _adopt(self, sub: Subsystem) -> None:
+        if any(s.name == sub.name for s in self._subsystems):
+            raise ValueError(
+                f"a subsystem named {sub.name!r} is already in this System; "
+                "give the new one another name"
+            )
+        self._subsystems.append(sub)
+        self.invalidate_topology()
+
+    def invalidate_topology(self) -> None:
+        """Mark the topology changed: existing States become invalid (Simbody's
+        ``invalidateSubsystemTopologyCache``)."""
+        if self._model is not None:
+            self._version += 1
+        self._model = None
+
+    @property
+    def topology_version(self) -> int:
+        """Incremented by every change made after a ``realize_topology()``."""
+        return self._version
+
+    def get_matter_subsystem(self) -> Any:
+        """The System's ``SimbodyMatterSubsystem``."""
+        if self._matter is None:
+            raise ValueError("this System has no SimbodyMatterSubsystem; create one first")
+        return self._matter
+
+    @property
+    def matter(self) -> Any:
+        """The System's ``SimbodyMatterSubsystem``."""
+        return self.get_matter_subsystem()
+
+    def realize_topology(self) -> State:
+        """Validate and freeze the System; return its default State (realized to Model)."""
+        self._model = self._build_model()
+        return self._model.default_state(euler=False)
+
+    def get_default_state(self) -> State:
+        """The default State of the current topology (realizing the topology if needed)."""
+        if self._model is None:
+            return self.realize_topology()
+        return self._model.default_state(euler=False)
+
+    def _build_model(self) -> Model:
+        matter = self.get_matter_subsystem()
+        mob = matter._mobods
+        mp_len = max([m._mobilizer.n_params for m in mob[1:]] + [1])
+        nb = len(mob)
+        mass = np.array([m._mass_props.mass for m in mob])
+        com = np.stack([m._mass_props.com for m in mob])
+        inertia = np.stack([m._mass_props.inertia for m in mob])
+        XPF_R, XPF_p = stack_transforms([m._X_PF for m in mob])
+        XBM_R, XBM_p = stack_transforms([m._X_BM for m in mob])
+        mparams = np.zeros((nb, mp_len))
+        for m in mob[1:]:
+            mparams[m.index, : m._mobilizer.n_params] = m._params
+        instance: dict[str, dict[str, np.ndarray]] = {
+            "matter": dict(
+                mass=mass, com=com, inertia=inertia, X_PF_R=XPF_R, X_PF_p=XPF_p,
+                X_BM_R=XBM_R, X_BM_p=XBM_p, mobilizer_params=mparams,
+            )
+        }
+        groups: list[ForceGroup] = []
+        discrete: list[tuple[str, str, int, np.ndarray]] = []
+        zdecl: list[tuple[str, np.ndarray]] = []
+        for sub in self._subsystems:
+            sub._declared_discrete = {}
+            sub._declared_cache = {}
+            sub._declared_z = None
+            sub.realize_topology()
+            for name, (st, val) in sub._declared_discrete.items():
+                discrete.append((sub.name, name, int(st), val))
+            if sub._declared_z is not None:
+                zdecl.append((sub.name, sub._declared_z))
+            if isinstance(sub, GeneralForceSubsystem):
+                instance[sub.name] = {}
+                groups.extend(sub._compile(instance[sub.name]))
+        if matter._mobods[0].index != 0:
+            raise ValueError("Ground must be body 0")
+        return Model(
+            parent=tuple(-1 if m._parent is None else m._parent.index for m in mob),
+            mobilizers=tuple(None if m.index == 0 else m._mobilizer for m in mob),
+            names=tuple(m.name for m in mob),
+            instance_defaults=instance,
+            default_q_body=tuple(m._default_q for m in mob),
+            default_u_body=tuple(m._default_u for m in mob),
+            force_groups=tuple(groups),
+            subsystems=tuple(self._subsystems),
+            discrete_decl=tuple(discrete),
+            z_decl=tuple(zdecl),
+            version=self._version,
+            uid=self._uid,
+        )
+
+    def model_for(self, state: State) -> Model:
+        """The frozen Model a State belongs to; a clear error for stale or foreign States."""
+        if not isinstance(state, State):
+            raise TypeError(f"expected a simjax State, got {type(state).__name__}")
+        if state.system_uid != self._uid:
+            raise TopologyError(
+                "this State was made by a different System; use the State returned by this "
+                "System's realize_topology()"
+            )
+        if self._model is None or state.topology_version != self._version:
+            raise TopologyError(
+                f"this State belongs to topology version {state.topology_version} but the "
+                f"System is now at version {self._version} (it was changed after "
+                "realize_topology()); call system.realize_topology() again and use the new "
+                "default State"
+            )
+        return self._model
+
+    # ------------------------------------------------------------------ realization
+    def realize(self, state: State, stage: Stage = Stage.ACCELERATION) -> State:
+        """Return ``state`` realized to ``stage`` (pure; jit/vmap/grad friendly).
+
+        Stages already realized are reused; the cache gains every entry up to ``stage``.
+        """
+        return self.model_for(state).realize(state, Stage(stage))
+
+    def realize_model(self, state: State) -> State:
+        """``realize(state, Stage.MODEL)``."""
+        return self.realize(state, Stage.MODEL)
+
+    def realize_position(self, state: State) -> State:
+        """``realize(state, Stage.POSITION)``."""
+        return self.realize(state, Stage.POSITION)
+
+    def realize_velocity(self, state: State) -> State:
+        """``realize(state, Stage.VELOCITY)``."""
+        return self.realize(state, Stage.VELOCITY)
+
+    def realize_dynamics(self, state: State) -> State:
+        """``realize(state, Stage.DYNAMICS)``."""
+        return self.realize(state, Stage.DYNAMICS)
+
+    def realize_acceleration(self, state: State) -> State:
+        """``realize(state, Stage.ACCELERATION)``."""
+        return self.realize(state, Stage.ACCELERATION)
+
+    # ------------------------------------------------------------------ reports
+    def calc_kinetic_energy(self, state: State) -> jax.Array:
+        """Kinetic energy ``1/2 u^T M u`` (needs Velocity)."""
+        return self.get_matter_subsystem().calc_kinetic_energy(state)
+
+    def calc_potential_energy(self, state: State) -> jax.Array:
+        """Potential energy of every force element and force subsystem (needs Position)."""
+        return self.model_for(state).calc_potential_energy(state)
+
+    def calc_energy(self, state: State) -> jax.Array:
+        """Kinetic plus potential energy (needs Velocity)."""
+        return self.calc_kinetic_energy(state) + self.calc_potential_energy(state)
+
+    def get_system_stage(self, state: State) -> Stage:
+        """Stage the State is realized to."""
+        return state.stage
+
+    def context(self, state: State, subsystem: str | None = None) -> Context:
+        """A read-only ``Context`` view of a State (what user callables receive)."""
+        return Context(self.model_for(state), state, subsystem)
+
+
+class Subsystem:
+    """Base for user subsystems (Simbody's ``Subsystem::Guts``), functional style.
+
+    Override ``realize_topology`` to allocate discrete variables, cache entries and z
+    with the ``allocate_*`` methods, and any ``realize_<stage>(ctx)`` hook to compute
+    cache entries of that stage (return a dict of values). A hook may only read what is
+    realized at its stage.
+    """
+
+    def __init__(self, system: MultibodySystem, name: str | None = None):
+        self.name = name or type(self).__name__
+        self._system = system
+        self._declared_discrete: dict[str, tuple[Stage, np.ndarray]] = {}
+        self._declared_cache: dict[str, tuple[Stage, Stage, Callable[[Context], Any]]] = {}
+        self._declared_z: np.ndarray | None = None
+        system._adopt(self)
+
+    def get_system(self) -> MultibodySystem:
+        """The owning System."""
+        return self._system
+
+    # allocation (call from realize_topology) -------------------------------------------
+    def realize_topology(self) -> None:
+        """Allocate this subsystem's variables and cache entries (override)."""
+
+    def allocate_discrete_variable(self, name: str, stage: Stage, default: Any) -> None:
+        """A discrete variable; changing it drops the State below ``stage``."""
+        stage = Stage(stage)
+        if stage <= Stage.TOPOLOGY or stage > Stage.REPORT:
+            raise ValueError(
+                f"{self.name}: a discrete variable's stage must be Model..Report, got {stage.name}"
+            )
+        self._declared_discrete[name] = (stage, np.asarray(default, dtype=float))
+
+    def allocate_cache_entry(
+        self, name: str, earliest: Stage, latest: Stage, fn: Callable[[Context], Any]
+    ) -> None:
+        """A cache entry computed by ``fn(ctx)``, valid from ``earliest``; computed during
+        ``realize(latest)``, or on demand if ``latest`` is ``Stage.INFINITY`` (lazy)."""
+        earliest, latest = Stage(earliest), Stage(latest)
+        if latest < earliest:
+            raise ValueError(f"{self.name}.{name}: latest stage is before earliest")
+        self._declared_cache[name] = (earliest, latest, fn)
+
+    def allocate_z(self, default: Any) -> None:
+        """This subsystem's block of auxiliary continuous variables z (give ``calc_zdot``)."""
+        self._declared_z = np.atleast_1d(np.asarray(default, dtype=float))
+
+    def calc_zdot(self, ctx: Context) -> Any:
+        """Time derivative of this subsystem's z block (override when you allocate z)."""
+        return jnp.zeros_like(ctx.get_z())
+
+    def calc_potential_energy(self, ctx: Context) -> Any:
+        """Potential-energy contribution (override in force subsystems)."""
+        return 0.0
+
+    # realize hooks -------------------------------------------------------------------
+    def realize_model(self, ctx: Context) -> dict[str, Any] | None:
+        """Model-stage hook."""
+
+    def realize_instance(self, ctx: Context) -> dict[str, Any] | None:
+        """Instance-stage hook."""
+
+    def realize_time(self, ctx: Context) -> dict[str, Any] | None:
+        """Time-stage hook."""
+
+    def realize_position(self, ctx: Context) -> dict[str, Any] | None:
+        """Position-stage hook."""
+
+    def realize_velocity(self, ctx: Context) -> dict[str, Any] | None:
+        """Velocity-stage hook."""
+
+    def realize_dynamics(self, ctx: Context) -> dict[str, Any] | None:
+        """Dynamics-stage hook."""
+
+    def realize_acceleration(self, ctx: Context) -> dict[str, Any] | None:
+        """Acceleration-stage hook."""
+
+    def realize_report(self, ctx: Context) -> dict[str, Any] | None:
+        """Report-stage hook."""
+
+    def _realize_stage(self, ctx: Context, st: Stage) -> dict[str, Any]:
+        hook = getattr(self, f"realize_{st.name.lower()}", None)
+        out = dict(hook(ctx) or {}) if hook is not None else {}
+        for name, (_e, latest, fn) in self._declared_cache.items():
+            if latest == st:
+                out[name] = fn(ctx)
+        return out
+
+    # state access ----------------------------------------------------------------------
+    def get_discrete_variable(self, state: State, name: str) -> Any:
+        """Value of one of this subsystem's discrete variables."""
+        return state.discrete[self.name][name]
+
+    def set_discrete_variable(self, state: State, name: str, value: Any) -> State:
+        """New State with a discrete variable changed (the stage falls back)."""
+        return state.with_discrete(self.name, name, value)
+
+    def get_z(self, state: State) -> jax.Array:
+        """This subsystem's z block."""
+        return state.z[self._system.model_for(state).z_slices[self.name]]
+
+    def set_z(self, state: State, z: Any) -> State:
+        """New State with this subsystem's z block replaced."""
+        sl = self._system.model_for(state).z_slices[self.name]
+        return state.with_z(state.z.at[sl].set(jnp.asarray(z, state.z.dtype)))
+
+    def get_cache_entry(self, state: State, name: str) -> Any:
+        """A cache entry: stored if realized to its latest stage, else computed (lazy)."""
+        if name not in self._declared_cache:
+            raise KeyError(f"{self.name} has no cache entry {name!r}")
+        earliest, latest, fn = self._declared_cache[name]
+        if state.stage < earliest:
+            raise StageError(
+                f"cache entry {self.name}.{name} needs Stage.{earliest.name} but the State is "
+                f"at Stage.{state.stage.name}; realize it first"
+            )
+        stored = state.cache.subsystems.get(int(latest), {}).get(self.name, {})
+        if state.stage >= latest and name in stored:
+            return stored[name]
+        model = self._system.model_for(state)
+        return fn(Context(model, state, self.name))
+
+    def is_cache_value_current(self, state: State, name: str) -> bool:
+        """Whether the entry is stored in the State (realized to its latest stage)."""
+        _e, latest, _ = self._declared_cache[name]
+        return state.stage >= latest and name in state.cache.subsystems.get(int(latest), {}).get(
+            self.name, {}
+        )
+
+    def invalidate_subsystem_topology_cache(self) -> None:
+        """Call after changing a topological property (e.g. a default value)."""
+        self._system.invalidate_topology()
+
+
+class ForceSubsystem(Subsystem):
+    """Base for user force subsystems: override ``calc_force`` and
+    ``calc_potential_energy`` (both receive a read-only ``Context`` at Velocity stage or
+    Position stage respectively)."""
+
+    def calc_force(self, ctx: Context) -> tuple[Any, Any] | None:
+        """Return ``(body_forces (nb, 6), mobility_forces (nu,))``; either may be None.
+
+        Body forces are ``[torque about the body origin; force]`` in Ground."""
+        return None
+
+
+class GeneralForceSubsystem(Subsystem):
+    """Holds force elements (``sj.Force.*``); each type is evaluated vectorised."""
+
+    def __init__(self, system: MultibodySystem, name: str | None = None):
+        self._elements: list[Any] = []
+        if name is None:
+            n = sum(isinstance(s, GeneralForceSubsystem) for s in system._subsystems)
+            name = "forces" if n == 0 else f"forces{n}"
+        super().__init__(system, name)
+
+    def _add(self, element: Any) -> None:
+        self._elements.append(element)
+        self._system.invalidate_topology()
+
+    def _compile(self, instance: dict[str, np.ndarray]) -> list[ForceGroup]:
+        by_cls: dict[Any, list[Any]] = {}
+        for e in self._elements:
+            by_cls.setdefault(e._group_key(), []).append(e)
+        groups = []
+        for key, els in by_cls.items():
+            cls = type(els[0])
+            for i, e in enumerate(els):
+                e._slot = (self.name, key, i)
+            params = [e._instance_params() for e in els]
+            for pname in params[0]:
+                instance[f"{cls._key_name(key)}.{pname}"] = np.stack([p[pname] for p in params])
+            grp = ForceGroup(cls=cls, elements=els, subsystem=self.name,
+                             statics=tuple(e._static() for e in els))
+            groups.append(grp)
+        return groups
+
+    def get_num_forces(self) -> int:
+        """Number of force elements."""
+        return len(self._elements)

@@ -1,0 +1,162 @@
+"""Static, hashable topology of a multibody tree, built with NumPy once per System/Model.
+
+Body 0 is Ground. Everything here is plain Python/NumPy; in traced code its arrays are
+constants (static gathers and scatters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ._mobilizers import AbstractMobilizer
+
+
+@dataclass(frozen=True, eq=False)
+class KindGroup:
+    """All bodies sharing one mobilizer kind (same static configuration).
+
+    Attributes:
+        mobilizer: The shared mobilizer kind.
+        bodies: Body indices, shape (g,).
+        q_idx: Indices into q, shape (g, nq).
+        u_idx: Indices into u, shape (g, nu).
+    """
+
+    mobilizer: AbstractMobilizer
+    bodies: np.ndarray
+    q_idx: np.ndarray
+    u_idx: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """Parent array, coordinate slots, kind groups, levels and ancestor masks.
+
+    Attributes:
+        parent: Parent of each body; ``parent[0] == -1`` (Ground).
+        mobilizers: Mobilizer of each body (``None`` for Ground).
+        names: Body names.
+    """
+
+    parent: tuple[int, ...]
+    mobilizers: tuple[AbstractMobilizer | None, ...]
+    names: tuple[str, ...]
+
+    @property
+    def nb(self) -> int:
+        """Number of bodies, Ground included."""
+        return len(self.parent)
+
+    @cached_property
+    def nq_body(self) -> np.ndarray:
+        """Number of q of each body's mobilizer."""
+        return np.array([0] + [m.nq for m in self.mobilizers[1:]], dtype=int)  # type: ignore[union-attr]
+
+    @cached_property
+    def nu_body(self) -> np.ndarray:
+        """Number of u of each body's mobilizer."""
+        return np.array([0] + [m.nu for m in self.mobilizers[1:]], dtype=int)  # type: ignore[union-attr]
+
+    @cached_property
+    def q_start(self) -> np.ndarray:
+        """First q index of each body."""
+        return np.concatenate([[0], np.cumsum(self.nq_body)[:-1]]).astype(int)
+
+    @cached_property
+    def u_start(self) -> np.ndarray:
+        """First u index of each body."""
+        return np.concatenate([[0], np.cumsum(self.nu_body)[:-1]]).astype(int)
+
+    @property
+    def nq(self) -> int:
+        """Total number of generalized coordinates."""
+        return int(self.nq_body.sum())
+
+    @property
+    def nu(self) -> int:
+        """Total number of generalized speeds."""
+        return int(self.nu_body.sum())
+
+    @cached_property
+    def dof_body(self) -> np.ndarray:
+        """Body owning each generalized speed, shape (nu,)."""
+        return np.repeat(np.arange(self.nb), self.nu_body).astype(int)
+
+    @cached_property
+    def qslot_body(self) -> np.ndarray:
+        """Body owning each generalized coordinate, shape (nq,)."""
+        return np.repeat(np.arange(self.nb), self.nq_body).astype(int)
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        """Depth of each body (Ground 0)."""
+        d = np.zeros(self.nb, dtype=int)
+        for b in range(1, self.nb):
+            d[b] = d[self.parent[b]] + 1
+        return d
+
+    @cached_property
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bodies per depth level, padded with the sink row ``nb``: (body, parent), (D, W)."""
+        D = int(self.depth.max()) if self.nb > 1 else 0
+        rows = [np.nonzero(self.depth == d)[0] for d in range(1, D + 1)]
+        W = max((len(r) for r in rows), default=0)
+        body = np.full((D, W), self.nb, dtype=int)
+        par = np.zeros((D, W), dtype=int)
+        for i, r in enumerate(rows):
+            body[i, : len(r)] = r
+            par[i, : len(r)] = [self.parent[b] for b in r]
+        return body, par
+
+    @cached_property
+    def ancestor(self) -> np.ndarray:
+        """``A[b, a] = 1`` if a is b or an ancestor of b (Ground excluded), (nb, nb)."""
+        A = np.zeros((self.nb, self.nb))
+        for b in range(1, self.nb):
+            a = b
+            while a > 0:
+                A[b, a] = 1.0
+                a = self.parent[a]
+        return A
+
+    @cached_property
+    def mass_matrix_mask(self) -> np.ndarray:
+        """Lower mask for the composite-rigid-body formula: dof j's body is a strict
+        ancestor of dof i's body, or the same body with ``j <= i``. (nu, nu) bool."""
+        db = self.dof_body
+        A = self.ancestor
+        strict = (A[db][:, db] > 0) & (db[:, None] != db[None, :])
+        same = (db[:, None] == db[None, :]) & (np.arange(self.nu)[None, :] <= np.arange(self.nu)[:, None])
+        return strict | same
+
+    @cached_property
+    def dof_ancestor(self) -> np.ndarray:
+        """``D[b, d] = 1`` if dof d moves body b (d's body is b or an ancestor), (nb, nu)."""
+        return self.ancestor[:, self.dof_body] if self.nu else np.zeros((self.nb, 0))
+
+    @cached_property
+    def groups(self) -> tuple[KindGroup, ...]:
+        """Bodies grouped by mobilizer kind and static configuration (in first-seen order)."""
+        order: dict[AbstractMobilizer, list[int]] = {}
+        for b in range(1, self.nb):
+            order.setdefault(self.mobilizers[b], []).append(b)  # type: ignore[arg-type]
+        out = []
+        for mob, bodies in order.items():
+            bs = np.asarray(bodies, dtype=int)
+            q_idx = self.q_start[bs][:, None] + np.arange(mob.nq)[None, :]
+            u_idx = self.u_start[bs][:, None] + np.arange(mob.nu)[None, :]
+            out.append(KindGroup(mob, bs, q_idx.astype(int), u_idx.astype(int)))
+        return tuple(out)
+
+    @cached_property
+    def quaternion_slots(self) -> np.ndarray:
+        """q indices of every quaternion, shape (n_quat, 4)."""
+        rows = []
+        for b in range(1, self.nb):
+            m = self.mobilizers[b]
+            if m is not None and m.uses_quaternion:
+                rows.append(self.q_start[b] + np.arange(4))
+        return np.asarray(rows, dtype=int).reshape(-1, 4)

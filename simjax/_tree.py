@@ -1,0 +1,104 @@
+"""Tree passes. The ONLY module that knows how the tree is traversed.
+
+Kinematics are expressed in Ground axes about Ground's origin, so every pass except the
+composition of transforms is a plain sum over ancestors (outward) or descendants
+(inward). Small trees do those sums as one dense matmul with a static 0/1 ancestor
+matrix; large trees use ``lax.scan`` over depth levels padded to a common width, where
+padding writes to a scratch "sink" row ``nb``. Either way compile time does not grow with
+depth (no Python loop over bodies or levels in traced code).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._topology import Topology
+
+# Above this many bodies the O(nb^2) dense ancestor sums give way to level scans.
+DENSE_MAX_BODIES = 160
+
+
+def _pad(x: jax.Array, row: jax.Array) -> jax.Array:
+    return jnp.concatenate([x, row[None]], axis=0)
+
+
+def compose_outward(
+    topo: Topology, R_PB: jax.Array, p_PB: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Ground poses ``X_GB = X_GP X_PB`` root to leaves. Inputs/outputs (nb, 3, 3), (nb, 3).
+
+    Row 0 of the inputs (Ground) is ignored; Ground's pose is the identity.
+    """
+    nb = topo.nb
+    dt = p_PB.dtype
+    eye = jnp.eye(3, dtype=dt)
+    R = jnp.broadcast_to(eye, (nb + 1, 3, 3))
+    p = jnp.zeros((nb + 1, 3), dt)
+    if nb == 1:
+        return R[:1], p[:1]
+    # Sink row: identity (valid values: padded lanes are differentiated too).
+    R_loc = _pad(R_PB, eye)
+    p_loc = _pad(p_PB, jnp.zeros(3, dt))
+    body, par = topo.levels
+
+    def step(carry, slots):
+        R, p = carry
+        b, pa = slots
+        Rp, pp = R[pa], p[pa]
+        Rn = jnp.einsum("wij,wjk->wik", Rp, R_loc[b])
+        pn = pp + jnp.einsum("wij,wj->wi", Rp, p_loc[b])
+        return (R.at[b].set(Rn), p.at[b].set(pn)), None
+
+    (R, p), _ = jax.lax.scan(step, (R, p), (np.asarray(body), np.asarray(par)))
+    return R[:nb], p[:nb]
+
+
+def outward_sum(topo: Topology, x: jax.Array) -> jax.Array:
+    """``out[b] = sum of x[a]`` over a = b and its ancestors (Ground excluded). x: (nb, ...)."""
+    nb = topo.nb
+    if nb <= DENSE_MAX_BODIES:
+        A = jnp.asarray(topo.ancestor, dtype=x.dtype)
+        return jnp.tensordot(A, x, axes=1)
+    body, par = topo.levels
+    xp = _pad(x, jnp.zeros_like(x[0]))
+    out = jnp.zeros_like(xp)
+
+    def step(out, slots):
+        b, pa = slots
+        return out.at[b].set(out[pa] + xp[b]), None
+
+    out, _ = jax.lax.scan(step, out, (np.asarray(body), np.asarray(par)))
+    return out[:nb].at[0].set(0)
+
+
+def inward_sum(topo: Topology, x: jax.Array) -> jax.Array:
+    """``out[b] = sum of x[c]`` over c = b and its descendants. x: (nb, ...).
+
+    ``out[0]`` (Ground) is the sum over every body.
+    """
+    nb = topo.nb
+    if nb <= DENSE_MAX_BODIES:
+        A = np.asarray(topo.ancestor).copy()
+        A[:, 0] = 1.0  # Ground is every body's ancestor for inward sums.
+        return jnp.tensordot(jnp.asarray(A.T, dtype=x.dtype), x, axes=1)
+    body, par = topo.levels
+    out = _pad(x, jnp.zeros_like(x[0]))
+
+    def step(out, slots):
+        b, pa = slots
+        return out.at[pa].add(out[b] * (b < nb).reshape((-1,) + (1,) * (x.ndim - 1))), None
+
+    out, _ = jax.lax.scan(step, out, (np.asarray(body)[::-1], np.asarray(par)[::-1]))
+    return out[:nb]
+
+
+def gather_dofs(topo: Topology, x: jax.Array) -> jax.Array:
+    """Per-body array (nb, ...) -> per-dof array (nu, ...) of each dof's body."""
+    return x[np.asarray(topo.dof_body)]
+
+
+def sum_dofs(topo: Topology, x: jax.Array) -> jax.Array:
+    """Per-dof array (nu, ...) -> per-body sums (nb, ...)."""
+    return jax.ops.segment_sum(x, np.asarray(topo.dof_body), num_segments=topo.nb)
