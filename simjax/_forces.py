@@ -183,7 +183,8 @@ class Force:
 class UniformGravity(Force):
     """Uniform gravity ``g`` (a vector in Ground) on every mobilized body.
 
-    Potential energy ``-m (g . p_com) - m |g| zero_height``, summed over bodies."""
+    Potential energy ``-sum m (g . p_com + zero_height)`` (Simbody's formula: the zero
+    height is not scaled by ``|g|``)."""
 
     def __init__(self, forces: GeneralForceSubsystem, matter: Any, g: Any, zero_height: float = 0.0):
         self._g = np.asarray(g, dtype=float).reshape(3)
@@ -216,7 +217,8 @@ class UniformGravity(Force):
 
     @classmethod
     def _potential(cls, ctx, P, S):
-        return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None))(P["g"], P["zero_height"])
+        return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None, scale_zero=False))(
+            P["g"], P["zero_height"])
 
 
 def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -230,13 +232,15 @@ def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.A
     return jnp.concatenate([jnp.cross(r, f), f], axis=1)
 
 
-def _gravity_pe(ctx: Context, g: jax.Array, h0: jax.Array, mask: jax.Array | None) -> jax.Array:
+def _gravity_pe(ctx: Context, g: jax.Array, h0: jax.Array, mask: jax.Array | None,
+                scale_zero: bool = True) -> jax.Array:
     pc = ctx.state.position_cache
     m = ctx.state.instance["matter"]["mass"]
     if mask is not None:
         m = m * mask
     m = m.at[0].set(0.0)
-    return -jnp.sum(m * (pc.com_G @ g)) - jnp.sum(m) * sp.safe_norm(g) * h0
+    h = sp.safe_norm(g) * h0 if scale_zero else h0
+    return -jnp.sum(m * (pc.com_G @ g)) - jnp.sum(m) * h
 
 
 class Gravity(Force):
@@ -418,7 +422,7 @@ class TwoPointLinearDamper(_TwoPoint):
 
 class TwoPointConstantForce(_TwoPoint):
     """Constant-magnitude force along the line between two stations; positive pushes them
-    apart. Energy ``-f d``."""
+    apart. Like Simbody it reports no potential energy (``calc_power`` gives its power)."""
 
     def __init__(self, forces, body1, station1, body2, station2, force: float):
         self._f = float(force)
@@ -435,11 +439,6 @@ class TwoPointConstantForce(_TwoPoint):
     def _calc(cls, ctx, P, S, w):
         b, r1, r2, d, L, e = cls._geometry(ctx, P, S)
         return cls._apply(ctx, b, r1, r2, (w * P["force"])[:, None] * e), None
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        _, _, _, _, L, _ = cls._geometry(ctx, P, S)
-        return -P["force"] * L
 
 
 # ------------------------------------------------------------------------------ body-fixed

@@ -401,8 +401,9 @@ class Bushing(AbstractMobilizer):
 
 @dataclass(frozen=True)
 class Ellipsoid(AbstractMobilizer):
-    """Orientation like a Ball; M's origin slides on an ellipsoid with semi-axes
-    ``params = [a, b, c]`` fixed in F, at the point whose outward normal is M's z axis.
+    """Orientation like a Ball; M's origin lies on an ellipsoid with semi-axes
+    ``params = [a, b, c]`` fixed in F, at ``p_FM = diag(a, b, c) n`` with ``n`` M's z axis
+    in F (Simbody's formula: the surface normal there equals ``n`` only for a sphere).
     ``u = w_FM`` in F."""
 
     nu: ClassVar[int] = 3
@@ -430,11 +431,7 @@ class Ellipsoid(AbstractMobilizer):
 
     def X_FM(self, q, params):
         R = sp.body_fixed(q, "xyz") if self.euler else sp.quat_to_rot(q)
-        n = R[:, 2]
-        # Point of the ellipsoid x^2/a^2 + ... = 1 whose outward normal is n.
-        a2n = params**2 * n
-        p = a2n / sp.safe_norm(params * n)
-        return R, p
+        return R, params * R[:, 2]
 
     def N(self, q, params):
         return _ang_N_euler(q) if self.euler else sp.quat_N_parent(q)

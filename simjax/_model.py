@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -203,10 +204,18 @@ class Model:
 
     # ------------------------------------------------------------------ realize
     def realize(self, state: State, stage: Stage) -> State:
-        """Realize ``state`` to ``stage`` (pure; see ``MultibodySystem.realize``)."""
+        """Realize ``state`` to ``stage`` (pure; see ``MultibodySystem.realize``).
+
+        Compiled once per (Model, State structure, stage); inside a user's ``jit`` it
+        inlines."""
         stage = Stage(stage)
         if stage > Stage.REPORT:
             raise ValueError("realize: the highest stage is Stage.REPORT")
+        if stage <= state.stage:
+            return state
+        return _realize_jit(self, state, stage)
+
+    def _realize_eager(self, state: State, stage: Stage) -> State:
         cur = state
         if cur.stage < Stage.MODEL:
             cur = _with_stage(cur, Stage.MODEL, cur.cache)
@@ -245,6 +254,11 @@ class Model:
             subs[int(st)] = entries
             out = _with_stage(out, st, _replace(out.cache, subsystems=subs))
         return out
+
+
+@eqx.filter_jit
+def _realize_jit(model: Model, state: State, stage: Stage) -> State:
+    return model._realize_eager(state, stage)
 
 
 def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.Array:

@@ -1,0 +1,107 @@
+"""Shared test helpers: a model zoo with random, physically valid parameters."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import simjax as sj
+
+MB = sj.MobilizedBody
+
+ALL_KINDS = (
+    "Pin", "Slider", "Screw", "Universal", "Cylinder", "BendStretch", "Planar", "Gimbal", "Ball",
+    "Ellipsoid", "Translation", "SphericalCoords", "Bushing", "Free", "LineOrientation", "FreeLine",
+    "Weld",
+)
+
+
+def random_body(rng: np.random.Generator) -> sj.Body:
+    pts = rng.normal(size=(5, 3))
+    Ic = sum(0.3 * (p @ p * np.eye(3) - np.outer(p, p)) for p in pts) + 0.01 * np.eye(3)
+    return sj.Body.Rigid(
+        sj.MassProperties.from_com_inertia(rng.uniform(0.5, 2.0), rng.normal(size=3) * 0.3, Ic)
+    )
+
+
+def random_transform(rng: np.random.Generator, scale: float = 0.5) -> sj.Transform:
+    return sj.Transform(sj.Rotation.from_axis_angle(jnp.asarray(rng.normal(size=3))), rng.normal(size=3) * scale)
+
+
+def make_mobod(kind: str, parent, rng: np.random.Generator, name: str | None = None):
+    X_PF, body, X_BM = random_transform(rng), random_body(rng), random_transform(rng)
+    if kind == "Screw":
+        return MB.Screw(parent, X_PF, body, X_BM, pitch=0.3, name=name)
+    if kind == "Ellipsoid":
+        return MB.Ellipsoid(parent, X_PF, body, X_BM, radii=[0.5, 0.7, 0.9], name=name)
+    return getattr(MB, kind)(parent, X_PF, body, X_BM, name=name)
+
+
+def random_tree(seed: int = 0, kinds=ALL_KINDS, gravity=(0.3, -9.81, 0.1)):
+    """A tree with one mobilized body of each kind, random parents, frames and masses."""
+    rng = np.random.default_rng(seed)
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    if gravity is not None:
+        sj.Force.UniformGravity(forces, matter, list(gravity))
+    mobods = [matter.Ground()]
+    for k in kinds:
+        parent = mobods[int(rng.integers(len(mobods)))]
+        mobods.append(make_mobod(k, parent, rng))
+    return system, matter, forces, mobods
+
+
+def pendulum(n: int = 2, seed: int = 0, kind: str = "Pin"):
+    """An n-link chain of one kind with gravity along -y."""
+    rng = np.random.default_rng(seed)
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    sj.Force.UniformGravity(forces, matter, [0, -9.81, 0])
+    parent = matter.Ground()
+    mobods = [parent]
+    for _ in range(n):
+        parent = getattr(MB, kind)(parent, sj.Transform(p=[0, -0.5, 0]), random_body(rng), sj.Transform(p=[0, 0.5, 0]))
+        mobods.append(parent)
+    return system, matter, forces, mobods
+
+
+def random_state(system, seed: int = 1, scale: float = 0.4):
+    rng = np.random.default_rng(seed)
+    s0 = system.realize_topology()
+    q = s0.q + jnp.asarray(rng.normal(size=s0.nq)) * scale
+    u = jnp.asarray(rng.normal(size=s0.nu))
+    return s0.with_q(q).with_u(u)
+
+
+def rk4_rollout(system, state, h: float, n: int):
+    """Fixed-step RK4 on (q, u) written out here, independent of the library's integrators."""
+    nq = state.nq
+
+    def f(y):
+        s = system.realize(state.with_q(y[:nq]).with_u(y[nq:]), sj.Stage.ACCELERATION)
+        return jnp.concatenate([s.qdot, s.udot])
+
+    def step(y, _):
+        k1 = f(y)
+        k2 = f(y + h / 2 * k1)
+        k3 = f(y + h / 2 * k2)
+        k4 = f(y + h * k3)
+        return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+
+    y0 = jnp.concatenate([state.q, state.u])
+    y, _ = jax.lax.scan(step, y0, None, length=n)
+    return state.with_q(y[:nq]).with_u(y[nq:])
+
+
+def fd_jacobian(f, x, eps: float = 1e-6):
+    """Central finite-difference Jacobian of f at x (1-D)."""
+    x = np.asarray(x, dtype=float)
+    cols = []
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = eps
+        cols.append((np.asarray(f(jnp.asarray(x + e))) - np.asarray(f(jnp.asarray(x - e)))) / (2 * eps))
+    return np.stack(cols, axis=-1)
