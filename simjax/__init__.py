@@ -16,8 +16,8 @@ from ._spatial import MassProperties as MassProperties
 from ._spatial import Rotation as Rotation
 from ._spatial import Transform as Transform
 from ._stage import Stage as Stage
-from ._state import State as State
 from ._state import StageError as StageError
+from ._state import State as State
 from ._system import ForceSubsystem as ForceSubsystem
 from ._system import GeneralForceSubsystem as GeneralForceSubsystem
 from ._system import MultibodySystem as MultibodySystem

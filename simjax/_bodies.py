@@ -56,8 +56,14 @@ class MobilizedBody:
 
     _mobilizer: mz.AbstractMobilizer
 
-    def __init__(self, parent: MobilizedBody, *args: Any, name: str | None = None,
-                 mobilizer: mz.AbstractMobilizer | None = None, params: Any = None):
+    def __init__(
+        self,
+        parent: MobilizedBody,
+        *args: Any,
+        name: str | None = None,
+        mobilizer: mz.AbstractMobilizer | None = None,
+        params: Any = None,
+    ):
         kind = type(self).__name__
         if len(args) == 1:
             X_PF, body, X_BM = None, args[0], None
@@ -89,8 +95,9 @@ class MobilizedBody:
         self._X_BM = _as_transform(X_BM, f"MobilizedBody.{kind} X_BM")
         self._mass_props = body.mass_properties
         self._mobilizer = mobilizer if mobilizer is not None else self._make_mobilizer()
-        self._params = (np.asarray(params, dtype=float) if params is not None
-                        else self._mobilizer.default_params())
+        self._params = (
+            np.asarray(params, dtype=float) if params is not None else self._mobilizer.default_params()
+        )
         self._default_q: np.ndarray | None = None
         self._default_u: np.ndarray | None = None
         self.index = len(matter._mobods)
@@ -411,21 +418,22 @@ Cartesian = Translation
 class Screw(MobilizedBody):
     """Rotation about z coupled with translation ``pitch * q`` along z."""
 
-    def __init__(self, parent: MobilizedBody, *args: Any, pitch: float | None = None,
-                 name: str | None = None):
+    def __init__(
+        self, parent: MobilizedBody, *args: Any, pitch: float | None = None, name: str | None = None
+    ):
         if pitch is None and len(args) in (2, 4):
             *args, pitch = args
         if pitch is None:
             raise TypeError("MobilizedBody.Screw needs a pitch: Screw(parent, X_PF, body, X_BM, pitch)")
-        super().__init__(parent, *args, name=name, mobilizer=mz.Screw(pitch=float(pitch)),
-                         params=[float(pitch)])
+        super().__init__(
+            parent, *args, name=name, mobilizer=mz.Screw(pitch=float(pitch)), params=[float(pitch)]
+        )
 
 
 class Ellipsoid(MobilizedBody):
     """Orientation like a Ball while M's origin slides on an ellipsoid fixed in F."""
 
-    def __init__(self, parent: MobilizedBody, *args: Any, radii: Any = None,
-                 name: str | None = None):
+    def __init__(self, parent: MobilizedBody, *args: Any, radii: Any = None, name: str | None = None):
         if radii is None and len(args) in (2, 4):
             *args, radii = args
         r = tuple(float(x) for x in (radii if radii is not None else (1.0, 1.0, 1.0)))
@@ -447,10 +455,16 @@ class FunctionBased(MobilizedBody):
         axes: Six axes; default x, y, z, x, y, z.
     """
 
-    def __init__(self, parent: MobilizedBody, *args: Any, n_mobilities: int | None = None,
-                 functions: Sequence[Callable[..., Any]] | None = None,
-                 coordinate_indices: Sequence[Sequence[int]] | None = None,
-                 axes: Sequence[Any] | None = None, name: str | None = None):
+    def __init__(
+        self,
+        parent: MobilizedBody,
+        *args: Any,
+        n_mobilities: int | None = None,
+        functions: Sequence[Callable[..., Any]] | None = None,
+        coordinate_indices: Sequence[Sequence[int]] | None = None,
+        axes: Sequence[Any] | None = None,
+        name: str | None = None,
+    ):
         if n_mobilities is None and functions is None:
             # Simbody order: (parent, X_PF, body, X_BM, n, functions, coordIndices[, axes])
             args, rest = args[:3] if len(args) >= 6 else args[:1], args[3:] if len(args) >= 6 else args[1:]
@@ -466,13 +480,17 @@ class FunctionBased(MobilizedBody):
                 if not 0 <= int(i) < n:
                     raise ValueError(f"FunctionBased: function {k} uses coordinate {i}, outside 0..{n - 1}")
             _check_arity(functions[k], len(idx), k)
-        ax = tuple(tuple(float(x) for x in np.asarray(a, dtype=float)) for a in
-                   (axes if axes is not None else np.vstack([np.eye(3), np.eye(3)])))
+        ax = tuple(
+            tuple(float(x) for x in np.asarray(a, dtype=float))
+            for a in (axes if axes is not None else np.vstack([np.eye(3), np.eye(3)]))
+        )
         n_ang = len({i for k in range(3) for i in coordinate_indices[k]})
         mob = mz.FunctionBased(
-            n=n, functions=tuple(functions),
+            n=n,
+            functions=tuple(functions),
             coordinate_indices=tuple(tuple(int(i) for i in idx) for idx in coordinate_indices),
-            axes=ax, n_angles_=n_ang,  # type: ignore[arg-type]
+            axes=ax,
+            n_angles_=n_ang,  # type: ignore[arg-type]
         )
         super().__init__(parent, *args, name=name, mobilizer=mob)
 
@@ -497,22 +515,55 @@ class Custom(MobilizedBody):
         default_q: Default coordinates (zeros if omitted).
     """
 
-    def __init__(self, parent: MobilizedBody, *args: Any, nq: int, nu: int | None = None,
-                 X_FM: Callable[[jax.Array], Any], N: Callable[[jax.Array], Any] | None = None,
-                 n_angles: int = 0, default_q: Any = None, q_fit: Callable[..., Any] | None = None,
-                 name: str | None = None):
+    def __init__(
+        self,
+        parent: MobilizedBody,
+        *args: Any,
+        nq: int,
+        nu: int | None = None,
+        X_FM: Callable[[jax.Array], Any],
+        N: Callable[[jax.Array], Any] | None = None,
+        n_angles: int = 0,
+        default_q: Any = None,
+        q_fit: Callable[..., Any] | None = None,
+        name: str | None = None,
+    ):
         nu = nq if nu is None else nu
         if N is None and nq != nu:
             raise ValueError(f"MobilizedBody.Custom: nq={nq} != nu={nu}, so give N(q) with qdot = N u")
-        mob = mz.Custom(nq_=int(nq), nu_=int(nu), n_angles_=int(n_angles), x_fm=X_FM, n_matrix=N,
-                        default_q_=None if default_q is None else tuple(np.asarray(default_q, float)),
-                        q_fit=q_fit)
+        mob = mz.Custom(
+            nq_=int(nq),
+            nu_=int(nu),
+            n_angles_=int(n_angles),
+            x_fm=X_FM,
+            n_matrix=N,
+            default_q_=None if default_q is None else tuple(np.asarray(default_q, float)),
+            q_fit=q_fit,
+        )
         super().__init__(parent, *args, name=name, mobilizer=mob)
 
 
-for _k in (Pin, Slider, Screw, Universal, Cylinder, BendStretch, Planar, Gimbal, Ball, Ellipsoid,
-           Translation, SphericalCoords, Bushing, Free, LineOrientation, FreeLine, Weld,
-           FunctionBased, Custom):
+for _k in (
+    Pin,
+    Slider,
+    Screw,
+    Universal,
+    Cylinder,
+    BendStretch,
+    Planar,
+    Gimbal,
+    Ball,
+    Ellipsoid,
+    Translation,
+    SphericalCoords,
+    Bushing,
+    Free,
+    LineOrientation,
+    FreeLine,
+    Weld,
+    FunctionBased,
+    Custom,
+):
     setattr(MobilizedBody, _k.__name__, _k)
 MobilizedBody.Cartesian = Translation  # type: ignore[attr-defined]
 MobilizedBody.Ground = Ground  # type: ignore[attr-defined]

@@ -75,7 +75,7 @@ class Force:
     def _P(cls, ctx: Context, grp: Any) -> dict[str, jax.Array]:
         inst = ctx.state.instance[grp.subsystem]
         pre = cls._key_name(cls._grp_key(grp)) + "."
-        return {k[len(pre):]: v for k, v in inst.items() if k.startswith(pre)}
+        return {k[len(pre) :]: v for k, v in inst.items() if k.startswith(pre)}
 
     @classmethod
     def _grp_key(cls, grp: Any) -> Any:
@@ -137,8 +137,9 @@ class Force:
         self._model_grp(state)
         key = self._param_name(name)
         arr = state.instance[self._subsystem.name][key]
-        return state.with_instance(self._subsystem.name, key,
-                                   arr.at[self._slot[2]].set(jnp.asarray(value, arr.dtype)))  # type: ignore[index]
+        return state.with_instance(
+            self._subsystem.name, key, arr.at[self._slot[2]].set(jnp.asarray(value, arr.dtype))
+        )  # type: ignore[index]
 
     def calc_potential_energy(self, state: State) -> jax.Array:
         """This element's potential energy (needs Position)."""
@@ -217,8 +218,7 @@ class UniformGravity(Force):
 
     @classmethod
     def _potential(cls, ctx, P, S):
-        return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None, scale_zero=False))(
-            P["g"], P["zero_height"])
+        return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None, scale_zero=False))(P["g"], P["zero_height"])
 
 
 def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -232,8 +232,9 @@ def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.A
     return jnp.concatenate([jnp.cross(r, f), f], axis=1)
 
 
-def _gravity_pe(ctx: Context, g: jax.Array, h0: jax.Array, mask: jax.Array | None,
-                scale_zero: bool = True) -> jax.Array:
+def _gravity_pe(
+    ctx: Context, g: jax.Array, h0: jax.Array, mask: jax.Array | None, scale_zero: bool = True
+) -> jax.Array:
     pc = ctx.state.position_cache
     m = ctx.state.instance["matter"]["mass"]
     if mask is not None:
@@ -251,8 +252,14 @@ class Gravity(Force):
     ``set_body_is_excluded`` (Instance stage) or by default with
     ``set_default_body_is_excluded``."""
 
-    def __init__(self, forces: GeneralForceSubsystem, matter: Any, direction: Any,
-                 magnitude: float | None = None, zero_height: float = 0.0):
+    def __init__(
+        self,
+        forces: GeneralForceSubsystem,
+        matter: Any,
+        direction: Any,
+        magnitude: float | None = None,
+        zero_height: float = 0.0,
+    ):
         d = np.asarray(direction, dtype=float).reshape(3)
         if magnitude is None:
             magnitude = float(np.linalg.norm(d))
@@ -280,8 +287,7 @@ class Gravity(Force):
         mask[0] = 0.0
         for b in self._excluded:
             mask[b] = 0.0
-        return {"direction": self._dir, "magnitude": self._mag, "zero_height": self._z0,
-                "included": mask}
+        return {"direction": self._dir, "magnitude": self._mag, "zero_height": self._z0, "included": mask}
 
     def set_default_body_is_excluded(self, body: Any, excluded: bool) -> None:
         """Topology-stage default: exclude (or include) one body."""
@@ -639,15 +645,20 @@ class MobilityLinearStop(_Mobility):
     generalized force ``-k x (1 + d xdot)`` pushing back (never pulling);
     energy ``k x^2 / 2``. Simbody's ``MobilityLinearStop``."""
 
-    def __init__(self, forces, body, which: int, stiffness: float, dissipation: float,
-                 q_low: float, q_high: float):
+    def __init__(
+        self, forces, body, which: int, stiffness: float, dissipation: float, q_low: float, q_high: float
+    ):
         _check_q_is_u(body, which, "MobilityLinearStop")
         if q_low > q_high:
             raise ValueError(f"Force.MobilityLinearStop: q_low={q_low} > q_high={q_high}")
         if stiffness < 0 or dissipation < 0:
             raise ValueError("Force.MobilityLinearStop: stiffness and dissipation must be >= 0")
-        self._v = {"stiffness": float(stiffness), "dissipation": float(dissipation),
-                   "q_low": float(q_low), "q_high": float(q_high)}
+        self._v = {
+            "stiffness": float(stiffness),
+            "dissipation": float(dissipation),
+            "q_low": float(q_low),
+            "q_high": float(q_high),
+        }
         super().__init__(forces, body, which)
 
     def _values(self):
@@ -703,9 +714,14 @@ class LinearBushing(Force):
         super().__init__(forces)
 
     def _values(self):
-        return {"XF_R": np.asarray(self._XF.R), "XF_p": np.asarray(self._XF.p),
-                "XM_R": np.asarray(self._XM.R), "XM_p": np.asarray(self._XM.p),
-                "stiffness": self._k, "damping": self._c}
+        return {
+            "XF_R": np.asarray(self._XF.R),
+            "XF_p": np.asarray(self._XF.p),
+            "XM_R": np.asarray(self._XM.R),
+            "XM_p": np.asarray(self._XM.p),
+            "stiffness": self._k,
+            "damping": self._c,
+        }
 
     def _static(self):
         return self._b
@@ -883,9 +899,23 @@ class Custom(Force):
         return wgt * pe
 
 
-for _k in (UniformGravity, Gravity, TwoPointLinearSpring, TwoPointLinearDamper, TwoPointConstantForce,
-           ConstantForce, ConstantTorque, GlobalDamper, MobilityLinearSpring, MobilityLinearDamper,
-           MobilityConstantForce, MobilityLinearStop, LinearBushing, DiscreteForces, Custom):
+for _k in (
+    UniformGravity,
+    Gravity,
+    TwoPointLinearSpring,
+    TwoPointLinearDamper,
+    TwoPointConstantForce,
+    ConstantForce,
+    ConstantTorque,
+    GlobalDamper,
+    MobilityLinearSpring,
+    MobilityLinearDamper,
+    MobilityConstantForce,
+    MobilityLinearStop,
+    LinearBushing,
+    DiscreteForces,
+    Custom,
+):
     setattr(Force, _k.__name__, _k)
 
 

@@ -38,7 +38,7 @@ class Function:
         """Partial derivative with respect to the listed argument indices (any order)."""
         f = self.calc_value
         for c in reversed(list(components)):
-            f = (lambda g, c: (lambda xx: jax.grad(g)(xx)[c]))(f, c)
+            f = (lambda g, c: lambda xx: jax.grad(g)(xx)[c])(f, c)
         return f(jnp.asarray(x, dtype=jnp.result_type(float)))
 
     @staticmethod
@@ -177,8 +177,12 @@ class Spline(Function):
         xs = jnp.asarray(self.x, dt)
         i = jnp.clip(jnp.searchsorted(xs, t, side="right") - 1, 0, len(self.x) - 2)
         dx = t - xs[i]
-        inner = (jnp.asarray(self.y[:-1], dt)[i] + jnp.asarray(self.b, dt)[i] * dx
-                 + jnp.asarray(self.c, dt)[i] * dx**2 + jnp.asarray(self.d, dt)[i] * dx**3)
+        inner = (
+            jnp.asarray(self.y[:-1], dt)[i]
+            + jnp.asarray(self.b, dt)[i] * dx
+            + jnp.asarray(self.c, dt)[i] * dx**2
+            + jnp.asarray(self.d, dt)[i] * dx**3
+        )
         left = self.y[0] + self.b[0] * (t - self.x[0])
         right = self.y[-1] + self.b_end * (t - self.x[-1])
         return jnp.where(t < self.x[0], left, jnp.where(t > self.x[-1], right, inner))

@@ -85,7 +85,7 @@ class SimbodyMatterSubsystem(Subsystem):
         parts = []
         for b in range(1, old.nb):
             mo, mn = old.mobilizers[b], new.mobilizers[b]
-            qb = state.q[int(old.q_start[b]): int(old.q_start[b]) + int(old.nq_body[b])]
+            qb = state.q[int(old.q_start[b]) : int(old.q_start[b]) + int(old.nq_body[b])]
             if mo is mn or type(mo) is not type(mn) or mo.nq == mn.nq:  # type: ignore[union-attr]
                 parts.append(qb)
             else:
@@ -130,11 +130,32 @@ class SimbodyMatterSubsystem(Subsystem):
         dt = state.q.dtype
         tau = jnp.zeros(topo.nu, dt) if mobility_forces is None else jnp.asarray(mobility_forces, dt)
         F = jnp.zeros((topo.nb, 6), dt) if body_forces is None else jnp.asarray(body_forces, dt)
-        return rz.generalized_bias(model, state, state.position_cache, state.velocity_cache,
-                                   F, tau, a_extra)
+        return rz.generalized_bias(
+            model,
+            state,
+            state.position_cache,
+            state.velocity_cache,
+            self._velocity_bias(state),
+            F,
+            tau,
+            a_extra,
+        )
 
-    def calc_residual_force(self, state: State, applied_mobility_forces: Any = None,
-                            applied_body_forces: Any = None, known_udot: Any = None) -> jax.Array:
+    def _velocity_bias(self, state: State) -> jax.Array:
+        """Velocity-product body accelerations: from the Dynamics cache when realized, else
+        computed now (a lazy cache entry, as Simbody computes it at Velocity on demand)."""
+        state.require(Stage.VELOCITY, "velocity-dependent bias terms")
+        if state.stage >= Stage.DYNAMICS:
+            return state.dynamics_cache.a_bias
+        return rz.velocity_bias(self._model(state), state, state.position_cache, state.velocity_cache)
+
+    def calc_residual_force(
+        self,
+        state: State,
+        applied_mobility_forces: Any = None,
+        applied_body_forces: Any = None,
+        known_udot: Any = None,
+    ) -> jax.Array:
         """Inverse dynamics ignoring constraints: ``M udot + C(q,u) - applied`` (needs
         Velocity). Simbody ``calcResidualForceIgnoringConstraints``; the applied forces are
         only those passed in."""
@@ -147,8 +168,9 @@ class SimbodyMatterSubsystem(Subsystem):
 
     calc_residual_force_ignoring_constraints = calc_residual_force
 
-    def calc_acceleration(self, state: State, applied_mobility_forces: Any = None,
-                          applied_body_forces: Any = None) -> jax.Array:
+    def calc_acceleration(
+        self, state: State, applied_mobility_forces: Any = None, applied_body_forces: Any = None
+    ) -> jax.Array:
         """Forward dynamics with only the given applied forces (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_acceleration")
         bias = self._applied_bias(state, applied_mobility_forces, applied_body_forces)
@@ -188,7 +210,9 @@ class SimbodyMatterSubsystem(Subsystem):
 
     calc_tree_equivalent_mobility_forces = multiply_by_system_jacobian_transpose
 
-    def calc_frame_jacobian(self, state: State, body: MobilizedBody | int, frame_origin: Any = None) -> jax.Array:
+    def calc_frame_jacobian(
+        self, state: State, body: MobilizedBody | int, frame_origin: Any = None
+    ) -> jax.Array:
         """``J_F`` (6, nu): ``[w_B; v of the frame origin]`` in Ground = ``J_F u``.
 
         ``frame_origin`` is given in the body frame (default: the body origin)."""
@@ -207,17 +231,21 @@ class SimbodyMatterSubsystem(Subsystem):
         """``J_S`` (3, nu): Ground velocity of a body station = ``J_S u`` (Position)."""
         return self.calc_frame_jacobian(state, body, station)[3:]
 
-    def calc_bias_for_frame_jacobian(self, state: State, body: MobilizedBody | int, frame_origin: Any = None) -> jax.Array:
+    def calc_bias_for_frame_jacobian(
+        self, state: State, body: MobilizedBody | int, frame_origin: Any = None
+    ) -> jax.Array:
         """``Jdot u`` (6,) for the frame Jacobian: the frame's acceleration at ``udot = 0``."""
         state.require(Stage.VELOCITY, "calc_bias_for_frame_jacobian")
         b = _idx(body)
         pc, vc = state.position_cache, state.velocity_cache
         st = jnp.zeros(3, pc.p_GB.dtype) if frame_origin is None else jnp.asarray(frame_origin, pc.p_GB.dtype)
         r = pc.p_GB[b] + pc.R_GB[b] @ st
-        A = classical_acceleration(vc.a_bias[b][None], vc.V_O[b][None], r[None])[0]
+        A = classical_acceleration(self._velocity_bias(state)[b][None], vc.V_O[b][None], r[None])[0]
         return A
 
-    def calc_bias_for_station_jacobian(self, state: State, body: MobilizedBody | int, station: Any) -> jax.Array:
+    def calc_bias_for_station_jacobian(
+        self, state: State, body: MobilizedBody | int, station: Any
+    ) -> jax.Array:
         """``Jdot_S u`` (3,): the station's acceleration at ``udot = 0``."""
         return self.calc_bias_for_frame_jacobian(state, body, station)[3:]
 
@@ -225,14 +253,14 @@ class SimbodyMatterSubsystem(Subsystem):
         """``Jdot u`` (nb*6,): body accelerations at ``udot = 0``, stacked (Velocity)."""
         state.require(Stage.VELOCITY, "calc_bias_for_system_jacobian")
         pc, vc = state.position_cache, state.velocity_cache
-        return classical_acceleration(vc.a_bias, vc.V_O, pc.p_GB).reshape(-1)
+        return classical_acceleration(self._velocity_bias(state), vc.V_O, pc.p_GB).reshape(-1)
 
     # ------------------------------------------------------------------ kinematic maps
     def calc_qdot(self, state: State, u: Any = None) -> jax.Array:
         """``qdot = N(q) u`` (needs Position); default ``u`` is the State's."""
         state.require(Stage.POSITION, "calc_qdot")
         s = state if u is None else state.with_u(u)
-        return rz._velocity_parts(self._model(s), s, s.position_cache if s.stage >= Stage.POSITION else state.position_cache)[0]
+        return rz.calc_qdot(self._model(s), s)
 
     multiply_by_n = calc_qdot
 

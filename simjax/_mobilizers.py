@@ -13,7 +13,6 @@ Every method works on ONE mobilizer; the tree code vmaps each kind group.
 from __future__ import annotations
 
 import abc
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -621,8 +620,9 @@ class FunctionBased(AbstractMobilizer):
         R = jnp.eye(3, dtype=q.dtype)
         for k in range(3):
             R = R @ sp.rot_axis(self._f(k, q), jnp.asarray(self.axes[k], q.dtype))
-        p = sum(self._f(3 + k, q) * sp.safe_normalize(jnp.asarray(self.axes[3 + k], q.dtype))
-                for k in range(3))
+        p = sum(
+            self._f(3 + k, q) * sp.safe_normalize(jnp.asarray(self.axes[3 + k], q.dtype)) for k in range(3)
+        )
         return R, jnp.asarray(p, dtype=q.dtype)
 
 

@@ -60,8 +60,9 @@ class Model:
     def topology(self, euler: bool) -> Topology:
         """Topology for the given Model-stage option."""
         if euler not in self._topos:
-            mobs = tuple(None if m is None else (m.with_euler_angles() if euler else m)
-                         for m in self.mobilizers)
+            mobs = tuple(
+                None if m is None else (m.with_euler_angles() if euler else m) for m in self.mobilizers
+            )
             self._topos[euler] = Topology(self.parent, mobs, self.names)
         return self._topos[euler]
 
@@ -113,8 +114,9 @@ class Model:
     def default_state(self, euler: bool = False) -> State:
         """The default State, realized through Model stage."""
         dt = jnp.result_type(float)
-        inst = {k: {n: jnp.asarray(v, dtype=dt) for n, v in d.items()}
-                for k, d in self.instance_defaults.items()}
+        inst = {
+            k: {n: jnp.asarray(v, dtype=dt) for n, v in d.items()} for k, d in self.instance_defaults.items()
+        }
         disc: dict[str, dict[str, Any]] = {}
         for sub, name, _st, val in self.discrete_decl:
             disc.setdefault(sub, {})[name] = jnp.asarray(val, dtype=dt)
@@ -176,7 +178,7 @@ class Model:
             if isinstance(sub, ForceSubsystem):
                 ctx = Context(self, state, sub.name)
                 out = sub.calc_force(ctx)
-                f, t = (out if out is not None else (None, None))
+                f, t = out if out is not None else (None, None)
                 if f is not None:
                     F = F + jnp.asarray(f, dt).reshape(topo.nb, 6)
                 if t is not None:

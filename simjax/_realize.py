@@ -79,9 +79,7 @@ def realize_position(model: Model, state: State) -> PositionCache:
         R_PB = R_PB.at[b].set(R.astype(dt))
         p_PB = p_PB.at[b].set(p.astype(dt))
         if g.mobilizer.nu:
-            S_B = S_B.at[g.u_idx.reshape(-1)].set(
-                jnp.swapaxes(S, 1, 2).reshape(-1, 6).astype(dt)
-            )
+            S_B = S_B.at[g.u_idx.reshape(-1)].set(jnp.swapaxes(S, 1, 2).reshape(-1, 6).astype(dt))
     R_GB, p_GB = _tree.compose_outward(topo, R_PB, p_PB)
     db = np.asarray(topo.dof_body)
     cdof = jax.vmap(_phi)(R_GB[db], p_GB[db], S_B) if nu else S_B
@@ -97,58 +95,87 @@ def realize_position(model: Model, state: State) -> PositionCache:
     qs = np.asarray(topo.quaternion_slots)
     qerr = (jnp.sum(q[qs] ** 2, axis=-1) - 1.0) if len(qs) else jnp.zeros(0, dt)
     return PositionCache(
-        R_GB=R_GB, p_GB=p_GB, R_PB=R_PB, p_PB=p_PB, S_B=S_B, cdof=cdof, I_O=I_O,
-        com_G=com_G, qerr=qerr,
+        R_GB=R_GB,
+        p_GB=p_GB,
+        R_PB=R_PB,
+        p_PB=p_PB,
+        S_B=S_B,
+        cdof=cdof,
+        I_O=I_O,
+        com_G=com_G,
+        qerr=qerr,
     )
 
 
-def _joint_rates(mob, q, u, params, XPF_R, XPF_p, XBM_R, XBM_p):
-    """qdot = N u, and the apparent joint bias Sdot_B u (6,) in B."""
+def _joint_qdot(mob, q, u, params):
+    """``qdot = N(q) u`` for one mobilizer."""
     Nq = mob.N(q, params)
-    qdot = u if Nq is None else Nq @ u
+    return u if Nq is None else Nq @ u
+
+
+def _joint_bias(mob, q, u, params, XPF_R, XPF_p, XBM_R, XBM_p):
+    """Apparent joint bias ``Sdot_B u`` (6,) in B, by a jvp of S_B along ``qdot``."""
+    qdot = _joint_qdot(mob, q, u, params)
 
     def S_of(qq):
         return _joint_local(mob, qq, params, XPF_R, XPF_p, XBM_R, XBM_p)[2]
 
     _, dS = jax.jvp(S_of, (q,), (qdot.astype(q.dtype),))
-    return qdot, dS @ u
+    return dS @ u
 
 
-def _velocity_parts(model: Model, state: State, pos: PositionCache):
+def calc_qdot(model: Model, state: State) -> jax.Array:
+    """``qdot = N(q) u`` for the whole system."""
     topo = model.topology(state.use_euler_angles)
-    inst = state.instance["matter"]
-    q, u = state.q, state.u
-    nb = topo.nb
-    dt = pos.p_GB.dtype
-    qdot = jnp.zeros(topo.nq, dt)
-    cB = jnp.zeros((nb, 6), dt)
-    mparams = inst["mobilizer_params"]
+    qdot = jnp.zeros(topo.nq, state.q.dtype)
     for g in topo.groups:
-        b = g.bodies
         mob = g.mobilizer
         if mob.nq == 0:
             continue
         npar = mob.n_params
-        qd, c = jax.vmap(lambda *a, m=mob: _joint_rates(m, *a))(
-            q[g.q_idx], u[g.u_idx], mparams[b][:, :npar],
-            inst["X_PF_R"][b], inst["X_PF_p"][b], inst["X_BM_R"][b], inst["X_BM_p"][b],
+        qd = jax.vmap(lambda *a, m=mob: _joint_qdot(m, *a))(
+            state.q[g.q_idx],
+            state.u[g.u_idx],
+            state.instance["matter"]["mobilizer_params"][g.bodies][:, :npar],
         )
-        qdot = qdot.at[g.q_idx.reshape(-1)].set(qd.reshape(-1).astype(dt))
+        qdot = qdot.at[g.q_idx.reshape(-1)].set(qd.reshape(-1).astype(qdot.dtype))
+    return qdot
+
+
+def velocity_bias(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> jax.Array:
+    """Body spatial accelerations at ``udot = 0`` (velocity products), (nb, 6) about Ground's
+    origin. Computed on demand (Dynamics stage caches it); Position/Velocity don't pay for it."""
+    topo = model.topology(state.use_euler_angles)
+    inst = state.instance["matter"]
+    dt = pos.p_GB.dtype
+    cB = jnp.zeros((topo.nb, 6), dt)
+    mparams = inst["mobilizer_params"]
+    for g in topo.groups:
+        mob = g.mobilizer
+        if mob.nq == 0:
+            continue
+        b = g.bodies
+        c = jax.vmap(lambda *a, m=mob: _joint_bias(m, *a))(
+            state.q[g.q_idx],
+            state.u[g.u_idx],
+            mparams[b][:, : mob.n_params],
+            inst["X_PF_R"][b],
+            inst["X_PF_p"][b],
+            inst["X_BM_R"][b],
+            inst["X_BM_p"][b],
+        )
         cB = cB.at[b].set(c.astype(dt))
-    return qdot, cB
+    # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u.
+    aJ = jax.vmap(_phi)(pos.R_GB, pos.p_GB, cB) + jax.vmap(sp.cross_motion)(vel.V_O, vel.vJ)
+    return _tree.outward_sum(topo, aJ)
 
 
 def realize_velocity(model: Model, state: State, pos: PositionCache) -> VelocityCache:
     """Velocities: qdot, body spatial velocities and velocity-product accelerations."""
     topo = model.topology(state.use_euler_angles)
-    qdot, cB = _velocity_parts(model, state, pos)
-    u = state.u
-    vJ = _tree.sum_dofs(topo, pos.cdof * u[:, None])  # (nb, 6)
+    vJ = _tree.sum_dofs(topo, pos.cdof * state.u[:, None])  # (nb, 6)
     V = _tree.outward_sum(topo, vJ)
-    # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u.
-    aJ = jax.vmap(_phi)(pos.R_GB, pos.p_GB, cB) + jax.vmap(sp.cross_motion)(V, vJ)
-    a_bias = _tree.outward_sum(topo, aJ)
-    return VelocityCache(qdot=qdot, V_O=V, vJ=vJ, a_bias=a_bias)
+    return VelocityCache(qdot=calc_qdot(model, state).astype(V.dtype), V_O=V, vJ=vJ)
 
 
 def body_forces_to_origin(F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
@@ -161,16 +188,18 @@ def generalized_bias(
     state: State,
     pos: PositionCache,
     vel: VelocityCache,
+    a_bias: jax.Array,
     body_forces: jax.Array,
     mobility_forces: jax.Array,
     a_extra: jax.Array | None = None,
 ) -> jax.Array:
     """``C(q,u) - applied``: residual of ``M udot + C = tau`` at ``udot = 0`` (RNEA).
 
-    ``a_extra`` (nb, 6) adds known body accelerations (for inverse dynamics).
+    ``a_bias`` are the velocity-product accelerations (``velocity_bias``); ``a_extra``
+    (nb, 6) adds known body accelerations (for inverse dynamics).
     """
     topo = model.topology(state.use_euler_angles)
-    a = vel.a_bias if a_extra is None else vel.a_bias + a_extra
+    a = a_bias if a_extra is None else a_bias + a_extra
     h = jnp.einsum("bij,bj->bi", pos.I_O, vel.V_O)
     f = jnp.einsum("bij,bj->bi", pos.I_O, a) + jax.vmap(sp.cross_force)(vel.V_O, h)
     f = f - body_forces_to_origin(body_forces, pos.p_GB)
@@ -179,13 +208,12 @@ def generalized_bias(
     return C - mobility_forces
 
 
-def realize_dynamics(
-    model: Model, state: State, pos: PositionCache, vel: VelocityCache
-) -> DynamicsCache:
+def realize_dynamics(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> DynamicsCache:
     """Forces from every force subsystem, and the generalized bias forces."""
     body_forces, mobility_forces = model.calc_forces(state, pos, vel)
-    bias = generalized_bias(model, state, pos, vel, body_forces, mobility_forces)
-    return DynamicsCache(body_forces=body_forces, mobility_forces=mobility_forces, bias=bias)
+    a_bias = velocity_bias(model, state, pos, vel)
+    bias = generalized_bias(model, state, pos, vel, a_bias, body_forces, mobility_forces)
+    return DynamicsCache(body_forces=body_forces, mobility_forces=mobility_forces, bias=bias, a_bias=a_bias)
 
 
 def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:
@@ -209,12 +237,12 @@ def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:
 
 
 def accelerations_from_udot(
-    model: Model, state: State, pos: PositionCache, vel: VelocityCache, udot: jax.Array
+    model: Model, state: State, pos: PositionCache, a_bias: jax.Array, udot: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
     """Body spatial accelerations (about Ground's origin) and qdotdot for a given udot."""
     topo = model.topology(state.use_euler_angles)
     aJ = _tree.sum_dofs(topo, pos.cdof * udot[:, None])
-    A = vel.a_bias + _tree.outward_sum(topo, aJ)
+    A = a_bias + _tree.outward_sum(topo, aJ)
     qdd = qdotdot(model, state, udot)
     return A, qdd
 
@@ -251,5 +279,5 @@ def realize_acceleration(
     """Forward dynamics: ``udot = -M^-1 bias``, body accelerations and qdotdot."""
     M = mass_matrix(model, state, pos)
     udot = solve_mass_matrix(M, -dyn.bias)
-    A, qdd = accelerations_from_udot(model, state, pos, vel, udot)
+    A, qdd = accelerations_from_udot(model, state, pos, dyn.a_bias, udot)
     return AccelerationCache(udot=udot, qdotdot=qdd, A_O=A, zdot=jnp.zeros_like(state.z))

@@ -56,14 +56,14 @@ class VelocityCache(eqx.Module):
         qdot: ``N(q) u`` (nq,).
         V_O: Body spatial velocities in Ground about Ground's origin (nb, 6).
         vJ: Velocity across each body's mobilizer, same frame (nb, 6).
-        a_bias: Spatial accelerations at ``udot = 0`` (velocity products), (nb, 6).
-        cdof_dot: Time derivative of ``cdof`` times nothing: ``d/dt cdof`` (nu, 6).
+
+    The velocity-product accelerations are not computed here (so kinematics, energy and
+    assembly don't pay for them); Dynamics caches them as ``DynamicsCache.a_bias``.
     """
 
     qdot: Float[Array, " nq"]
     V_O: Float[Array, "nb 6"]
     vJ: Float[Array, "nb 6"]
-    a_bias: Float[Array, "nb 6"]
 
 
 class DynamicsCache(eqx.Module):
@@ -74,11 +74,14 @@ class DynamicsCache(eqx.Module):
             (nb, 6), Simbody's convention.
         mobility_forces: Applied mobility forces (nu,).
         bias: ``C(q, u) - (applied forces mapped to u)``; ``M udot = -bias`` (nu,).
+        a_bias: Body spatial accelerations at ``udot = 0`` (velocity products) in Ground
+            about Ground's origin (nb, 6).
     """
 
     body_forces: Float[Array, "nb 6"]
     mobility_forces: Float[Array, " nu"]
     bias: Float[Array, " nu"]
+    a_bias: Float[Array, "nb 6"]
 
 
 class AccelerationCache(eqx.Module):

@@ -16,11 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _realize as rz
 from ._context import Context
 from ._model import ForceGroup, Model, stack_transforms
 from ._stage import Stage
-from ._state import State, StageError
+from ._state import StageError, State
 
 _uids = itertools.count(1)
 
@@ -43,8 +42,7 @@ class MultibodySystem:
     def _adopt(self, sub: Subsystem) -> None:
         if any(s.name == sub.name for s in self._subsystems):
             raise ValueError(
-                f"a subsystem named {sub.name!r} is already in this System; "
-                "give the new one another name"
+                f"a subsystem named {sub.name!r} is already in this System; give the new one another name"
             )
         self._subsystems.append(sub)
         self.invalidate_topology()
@@ -98,8 +96,14 @@ class MultibodySystem:
             mparams[m.index, : m._mobilizer.n_params] = m._params
         instance: dict[str, dict[str, np.ndarray]] = {
             "matter": dict(
-                mass=mass, com=com, inertia=inertia, X_PF_R=XPF_R, X_PF_p=XPF_p,
-                X_BM_R=XBM_R, X_BM_p=XBM_p, mobilizer_params=mparams,
+                mass=mass,
+                com=com,
+                inertia=inertia,
+                X_PF_R=XPF_R,
+                X_PF_p=XPF_p,
+                X_BM_R=XBM_R,
+                X_BM_p=XBM_p,
+                mobilizer_params=mparams,
             )
         }
         groups: list[ForceGroup] = []
@@ -312,7 +316,15 @@ class Subsystem:
     def get_cache_entry(self, state: State, name: str) -> Any:
         """A cache entry: stored if realized to its latest stage, else computed (lazy)."""
         if name not in self._declared_cache:
-            raise KeyError(f"{self.name} has no cache entry {name!r}")
+            # a value returned by a realize_<stage> hook
+            for st, per_sub in sorted(state.cache.subsystems.items()):
+                if name in per_sub.get(self.name, {}) and state.stage >= st:
+                    return per_sub[self.name][name]
+            raise KeyError(
+                f"{self.name} has no cache entry {name!r} in this State (declare it with "
+                "allocate_cache_entry, or return it from a realize_<stage> hook and realize "
+                "that stage first)"
+            )
         earliest, latest, fn = self._declared_cache[name]
         if state.stage < earliest:
             raise StageError(
@@ -375,8 +387,9 @@ class GeneralForceSubsystem(Subsystem):
             params = [e._instance_params() for e in els]
             for pname in params[0]:
                 instance[f"{cls._key_name(key)}.{pname}"] = np.stack([p[pname] for p in params])
-            grp = ForceGroup(cls=cls, elements=els, subsystem=self.name,
-                             statics=tuple(e._static() for e in els))
+            grp = ForceGroup(
+                cls=cls, elements=els, subsystem=self.name, statics=tuple(e._static() for e in els)
+            )
             groups.append(grp)
         return groups
 

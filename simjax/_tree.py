@@ -24,9 +24,7 @@ def _pad(x: jax.Array, row: jax.Array) -> jax.Array:
     return jnp.concatenate([x, row[None]], axis=0)
 
 
-def compose_outward(
-    topo: Topology, R_PB: jax.Array, p_PB: jax.Array
-) -> tuple[jax.Array, jax.Array]:
+def compose_outward(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Ground poses ``X_GB = X_GP X_PB`` root to leaves. Inputs/outputs (nb, 3, 3), (nb, 3).
 
     Row 0 of the inputs (Ground) is ignored; Ground's pose is the identity.

@@ -11,8 +11,22 @@ import simjax as sj
 MB = sj.MobilizedBody
 
 ALL_KINDS = (
-    "Pin", "Slider", "Screw", "Universal", "Cylinder", "BendStretch", "Planar", "Gimbal", "Ball",
-    "Ellipsoid", "Translation", "SphericalCoords", "Bushing", "Free", "LineOrientation", "FreeLine",
+    "Pin",
+    "Slider",
+    "Screw",
+    "Universal",
+    "Cylinder",
+    "BendStretch",
+    "Planar",
+    "Gimbal",
+    "Ball",
+    "Ellipsoid",
+    "Translation",
+    "SphericalCoords",
+    "Bushing",
+    "Free",
+    "LineOrientation",
+    "FreeLine",
     "Weld",
 )
 
@@ -26,7 +40,9 @@ def random_body(rng: np.random.Generator) -> sj.Body:
 
 
 def random_transform(rng: np.random.Generator, scale: float = 0.5) -> sj.Transform:
-    return sj.Transform(sj.Rotation.from_axis_angle(jnp.asarray(rng.normal(size=3))), rng.normal(size=3) * scale)
+    return sj.Transform(
+        sj.Rotation.from_axis_angle(jnp.asarray(rng.normal(size=3))), rng.normal(size=3) * scale
+    )
 
 
 def make_mobod(kind: str, parent, rng: np.random.Generator, name: str | None = None):
@@ -63,7 +79,9 @@ def pendulum(n: int = 2, seed: int = 0, kind: str = "Pin"):
     parent = matter.Ground()
     mobods = [parent]
     for _ in range(n):
-        parent = getattr(MB, kind)(parent, sj.Transform(p=[0, -0.5, 0]), random_body(rng), sj.Transform(p=[0, 0.5, 0]))
+        parent = getattr(MB, kind)(
+            parent, sj.Transform(p=[0, -0.5, 0]), random_body(rng), sj.Transform(p=[0, 0.5, 0])
+        )
         mobods.append(parent)
     return system, matter, forces, mobods
 

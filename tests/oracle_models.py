@@ -56,11 +56,13 @@ def body_xyz(a) -> np.ndarray:
 
 def xyz_from_rot(R: np.ndarray) -> np.ndarray:
     """Body-fixed X-Y-Z angles of ``R`` (middle angle in ``[-pi/2, pi/2]``)."""
-    return np.array([
-        np.arctan2(-R[1, 2], R[2, 2]),
-        np.arcsin(np.clip(R[0, 2], -1.0, 1.0)),
-        np.arctan2(-R[0, 1], R[0, 0]),
-    ])
+    return np.array(
+        [
+            np.arctan2(-R[1, 2], R[2, 2]),
+            np.arcsin(np.clip(R[0, 2], -1.0, 1.0)),
+            np.arctan2(-R[0, 1], R[0, 0]),
+        ]
+    )
 
 
 def quat_from_rot(R: np.ndarray) -> np.ndarray:
@@ -68,8 +70,9 @@ def quat_from_rot(R: np.ndarray) -> np.ndarray:
     t = np.trace(R)
     if t > max(R[0, 0], R[1, 1], R[2, 2]):
         w = 0.5 * np.sqrt(1.0 + t)
-        q = np.array([w, (R[2, 1] - R[1, 2]) / (4 * w), (R[0, 2] - R[2, 0]) / (4 * w),
-                      (R[1, 0] - R[0, 1]) / (4 * w)])
+        q = np.array(
+            [w, (R[2, 1] - R[1, 2]) / (4 * w), (R[0, 2] - R[2, 0]) / (4 * w), (R[1, 0] - R[0, 1]) / (4 * w)]
+        )
     else:
         i = int(np.argmax(np.diag(R)))
         j, k = (i + 1) % 3, (i + 2) % 3
@@ -85,11 +88,13 @@ def quat_from_rot(R: np.ndarray) -> np.ndarray:
 
 def rot_from_quat(q) -> np.ndarray:
     w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 def random_rotation(rng: np.random.Generator, scale: float = np.pi) -> np.ndarray:
@@ -189,10 +194,24 @@ class ModelSpec:
         return out
 
 
-def _body(rng, name, parent, joint, *, p_PF=None, p_BM=None, rot_scale=0.6, com=None,
-          mass=None, R_PF=None, R_BM=None) -> BodySpec:
+def _body(
+    rng,
+    name,
+    parent,
+    joint,
+    *,
+    p_PF=None,
+    p_BM=None,
+    rot_scale=0.6,
+    com=None,
+    mass=None,
+    R_PF=None,
+    R_BM=None,
+) -> BodySpec:
     return BodySpec(
-        name=name, parent=parent, joint=joint,
+        name=name,
+        parent=parent,
+        joint=joint,
         R_PF=random_rotation(rng, rot_scale) if R_PF is None else np.asarray(R_PF, float),
         p_PF=(rng.normal(0, 0.05, 3) + [0.02, -0.4, 0.03]) if p_PF is None else np.asarray(p_PF, float),
         R_BM=random_rotation(rng, rot_scale) if R_BM is None else np.asarray(R_BM, float),
@@ -227,16 +246,23 @@ def humanoid(seed: int = 2) -> ModelSpec:
     B: list[BodySpec] = []
 
     def add(name, parent, joint, p_PF, com, mass, R_PF=None):
-        B.append(_body(rng, name, parent, joint, p_PF=p_PF, com=com, mass=mass, R_PF=R_PF,
-                       rot_scale=0.3))
+        B.append(_body(rng, name, parent, joint, p_PF=p_PF, com=com, mass=mass, R_PF=R_PF, rot_scale=0.3))
         return len(B) - 1
 
-    pelvis = add("pelvis", -1, "free", [0.1, 0.95, -0.05], [0, 0.05, 0], 11.0,
-                 R_PF=body_xyz([0.1, 0.2, -0.05]))
+    pelvis = add(
+        "pelvis", -1, "free", [0.1, 0.95, -0.05], [0, 0.05, 0], 11.0, R_PF=body_xyz([0.1, 0.2, -0.05])
+    )
     for side, s in (("r", 1.0), ("l", -1.0)):
         hf = add(f"hip_flex_{side}", pelvis, "pin", [-0.05, -0.07, 0.08 * s], [0, -0.02, 0], 0.5)
-        ha = add(f"femur_{side}", hf, "pin", [0, -0.02, 0], [0, -0.17, 0], 8.0,
-                 R_PF=rot_y(np.pi / 2) @ rot_x(0.1 * s))
+        ha = add(
+            f"femur_{side}",
+            hf,
+            "pin",
+            [0, -0.02, 0],
+            [0, -0.17, 0],
+            8.0,
+            R_PF=rot_y(np.pi / 2) @ rot_x(0.1 * s),
+        )
         kn = add(f"tibia_{side}", ha, "pin", [0, -0.4, 0], [0, -0.18, 0], 3.5)
         add(f"foot_{side}", kn, "pin", [0, -0.43, 0], [0.1, -0.03, 0], 1.2)
     lum = add("lumbar", pelvis, "pin", [-0.1, 0.08, 0], [0, 0.1, 0], 6.0)
@@ -245,8 +271,15 @@ def humanoid(seed: int = 2) -> ModelSpec:
     add("head", nk, "pin", [0, 0.1, 0], [0.02, 0.1, 0], 4.5, R_PF=rot_y(-np.pi / 2))
     for side, s in (("r", 1.0), ("l", -1.0)):
         sf = add(f"shoulder_{side}", tor, "pin", [0.0, 0.36, 0.17 * s], [0, -0.02, 0], 0.4)
-        hu = add(f"humerus_{side}", sf, "pin", [0, -0.02, 0], [0, -0.15, 0], 2.0,
-                 R_PF=rot_x(np.pi / 2) @ rot_y(0.2 * s))
+        hu = add(
+            f"humerus_{side}",
+            sf,
+            "pin",
+            [0, -0.02, 0],
+            [0, -0.15, 0],
+            2.0,
+            R_PF=rot_x(np.pi / 2) @ rot_y(0.2 * s),
+        )
         el = add(f"ulna_{side}", hu, "pin", [0, -0.3, 0], [0, -0.12, 0], 1.2)
         add(f"hand_{side}", el, "pin", [0, -0.26, 0], [0, -0.07, 0], 0.5, R_PF=rot_y(np.pi / 2))
     return ModelSpec("humanoid", B)
@@ -257,9 +290,28 @@ def mixed_tree(seed: int = 3) -> ModelSpec:
     Ball, Free, Weld), welds with children, a weld on Ground and two free bodies;
     creation order is not depth-first."""
     rng = np.random.default_rng(seed)
-    kinds = ["free", "pin", "slider", "universal", "gimbal", "ball", "weld", "planar",
-             "pin", "ball", "weld", "gimbal", "universal", "slider", "free", "weld", "pin",
-             "planar", "ball", "pin"]
+    kinds = [
+        "free",
+        "pin",
+        "slider",
+        "universal",
+        "gimbal",
+        "ball",
+        "weld",
+        "planar",
+        "pin",
+        "ball",
+        "weld",
+        "gimbal",
+        "universal",
+        "slider",
+        "free",
+        "weld",
+        "pin",
+        "planar",
+        "ball",
+        "pin",
+    ]
     B: list[BodySpec] = []
     for i, k in enumerate(kinds):
         if k == "free":
@@ -345,16 +397,29 @@ def to_simjax(spec: ModelSpec):
     matter = sj.SimbodyMatterSubsystem(system)
     forces = sj.GeneralForceSubsystem(system)
     sj.Force.UniformGravity(forces, matter, list(spec.gravity))
-    kinds = {"pin": sj.MobilizedBody.Pin, "slider": sj.MobilizedBody.Slider,
-             "universal": sj.MobilizedBody.Universal, "gimbal": sj.MobilizedBody.Gimbal,
-             "planar": sj.MobilizedBody.Planar, "ball": sj.MobilizedBody.Ball,
-             "free": sj.MobilizedBody.Free, "weld": sj.MobilizedBody.Weld}
+    kinds = {
+        "pin": sj.MobilizedBody.Pin,
+        "slider": sj.MobilizedBody.Slider,
+        "universal": sj.MobilizedBody.Universal,
+        "gimbal": sj.MobilizedBody.Gimbal,
+        "planar": sj.MobilizedBody.Planar,
+        "ball": sj.MobilizedBody.Ball,
+        "free": sj.MobilizedBody.Free,
+        "weld": sj.MobilizedBody.Weld,
+    }
     bodies = []
     for b in spec.bodies:
         parent = matter.Ground() if b.parent < 0 else bodies[b.parent]
         mp = sj.MassProperties.from_com_inertia(b.mass, b.com, sj.Inertia(b.inertia_com))
-        bodies.append(kinds[b.joint](parent, sj.Transform(R=b.R_PF, p=b.p_PF), sj.Body.Rigid(mp),
-                                     sj.Transform(R=b.R_BM, p=b.p_BM), name=b.name))
+        bodies.append(
+            kinds[b.joint](
+                parent,
+                sj.Transform(R=b.R_PF, p=b.p_PF),
+                sj.Body.Rigid(mp),
+                sj.Transform(R=b.R_BM, p=b.p_BM),
+                name=b.name,
+            )
+        )
     return system, matter, bodies
 
 
@@ -412,8 +477,12 @@ class OpenSimModel:
         for b in self.bodies:
             X = b.getTransformInGround(s)
             R = X.R()
-            out.append((np.array([[R.get(i, j) for j in range(3)] for i in range(3)]),
-                        np.array([X.p().get(i) for i in range(3)])))
+            out.append(
+                (
+                    np.array([[R.get(i, j) for j in range(3)] for i in range(3)]),
+                    np.array([X.p().get(i) for i in range(3)]),
+                )
+            )
         return out
 
 
@@ -424,19 +493,36 @@ def to_opensim(spec: ModelSpec) -> OpenSimModel:
     model = osim.Model()
     model.setName(spec.name)
     model.setGravity(osim.Vec3(*spec.gravity))
-    joint_cls = {"pin": osim.PinJoint, "slider": osim.SliderJoint, "universal": osim.UniversalJoint,
-                 "gimbal": osim.GimbalJoint, "planar": osim.PlanarJoint, "ball": osim.BallJoint,
-                 "free": osim.FreeJoint, "weld": osim.WeldJoint}
+    joint_cls = {
+        "pin": osim.PinJoint,
+        "slider": osim.SliderJoint,
+        "universal": osim.UniversalJoint,
+        "gimbal": osim.GimbalJoint,
+        "planar": osim.PlanarJoint,
+        "ball": osim.BallJoint,
+        "free": osim.FreeJoint,
+        "weld": osim.WeldJoint,
+    }
     bodies, joints = [], []
     for b in spec.bodies:
         I = b.inertia_com
-        body = osim.Body(b.name, b.mass, osim.Vec3(*b.com),
-                         osim.Inertia(I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]))
+        body = osim.Body(
+            b.name,
+            b.mass,
+            osim.Vec3(*b.com),
+            osim.Inertia(I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]),
+        )
         model.addBody(body)
         parent = model.getGround() if b.parent < 0 else bodies[b.parent]
-        J = joint_cls[b.joint](f"{b.name}_joint", parent, osim.Vec3(*b.p_PF),
-                               osim.Vec3(*xyz_from_rot(b.R_PF)), body, osim.Vec3(*b.p_BM),
-                               osim.Vec3(*xyz_from_rot(b.R_BM)))
+        J = joint_cls[b.joint](
+            f"{b.name}_joint",
+            parent,
+            osim.Vec3(*b.p_PF),
+            osim.Vec3(*xyz_from_rot(b.R_PF)),
+            body,
+            osim.Vec3(*b.p_BM),
+            osim.Vec3(*xyz_from_rot(b.R_BM)),
+        )
         model.addJoint(J)
         bodies.append(body)
         joints.append(J)
@@ -501,7 +587,8 @@ class PeerMap:
         c = np.zeros(self.nv)
         blocks = _velocity_blocks(spec, poses, self.peer)
         for b, sl_u, (R, p, coords), Tb, qa, va in zip(
-                spec.bodies, spec.u_blocks(), poses, blocks, self.q_adr, self.v_adr):
+            spec.bodies, spec.u_blocks(), poses, blocks, self.q_adr, self.v_adr
+        ):
             k = b.joint
             if k == "weld":
                 continue
@@ -513,17 +600,17 @@ class PeerMap:
                 if self.peer == "pinocchio":
                     qb = np.r_[p, quat[[1, 2, 3, 0]]]
                     w, vF = u[sl_u][:3], u[sl_u][3:]
-                    c[va: va + 3] = -R.T @ np.cross(w, vF)
+                    c[va : va + 3] = -R.T @ np.cross(w, vF)
                 else:
                     qb = np.r_[b.p_PF + b.R_PF @ p, quat_from_rot(b.R_PF @ R)]
             elif k == "planar":
                 qb = coords[[1, 2, 0]]
             else:
                 qb = coords
-            qp[qa: qa + len(qb)] = qb
+            qp[qa : qa + len(qb)] = qb
             n = Tb.shape[0]
-            T[va: va + n, sl_u] = Tb
-            vp[va: va + n] = Tb @ u[sl_u]
+            T[va : va + n, sl_u] = Tb
+            vp[va : va + n] = Tb @ u[sl_u]
         return qp, vp, T, c
 
     def mass_matrix_to_simjax(self, M_peer, T):
@@ -582,9 +669,11 @@ def to_pinocchio(spec: ModelSpec) -> PinocchioModel:
             return pin.JointModelSpherical()
         if kind == "free":
             return pin.JointModelFreeFlyer()
-        parts = {"universal": [pin.JointModelRX(), pin.JointModelRY()],
-                 "gimbal": [pin.JointModelRX(), pin.JointModelRY(), pin.JointModelRZ()],
-                 "planar": [pin.JointModelPX(), pin.JointModelPY(), pin.JointModelRZ()]}[kind]
+        parts = {
+            "universal": [pin.JointModelRX(), pin.JointModelRY()],
+            "gimbal": [pin.JointModelRX(), pin.JointModelRY(), pin.JointModelRZ()],
+            "planar": [pin.JointModelPX(), pin.JointModelPY(), pin.JointModelRZ()],
+        }[kind]
         jc = pin.JointModelComposite(len(parts))
         for p in parts:
             jc.addJoint(p)
@@ -645,11 +734,16 @@ def to_mujoco_xml(spec: ModelSpec) -> str:
         ' limited="false"/></default>',
         "  <worldbody>",
     ]
-    joints = {"pin": [("hinge", "0 0 1")], "slider": [("slide", "1 0 0")],
-              "universal": [("hinge", "1 0 0"), ("hinge", "0 1 0")],
-              "gimbal": [("hinge", "1 0 0"), ("hinge", "0 1 0"), ("hinge", "0 0 1")],
-              "planar": [("slide", "1 0 0"), ("slide", "0 1 0"), ("hinge", "0 0 1")],
-              "ball": [("ball", None)], "free": [("free", None)], "weld": []}
+    joints = {
+        "pin": [("hinge", "0 0 1")],
+        "slider": [("slide", "1 0 0")],
+        "universal": [("hinge", "1 0 0"), ("hinge", "0 1 0")],
+        "gimbal": [("hinge", "1 0 0"), ("hinge", "0 1 0"), ("hinge", "0 0 1")],
+        "planar": [("slide", "1 0 0"), ("slide", "0 1 0"), ("hinge", "0 0 1")],
+        "ball": [("ball", None)],
+        "free": [("free", None)],
+        "weld": [],
+    }
 
     def emit(i, depth):
         b = spec.bodies[i]
@@ -664,8 +758,10 @@ def to_mujoco_xml(spec: ModelSpec) -> str:
         R_MB, p_MB = _inv((b.R_BM, b.p_BM))
         c = p_MB + R_MB @ b.com
         Ic = R_MB @ b.inertia_com @ R_MB.T
-        lines.append(f'{ind}  <inertial pos="{_fmt(c)}" mass="{b.mass!r}" fullinertia="'
-                     f'{_fmt([Ic[0, 0], Ic[1, 1], Ic[2, 2], Ic[0, 1], Ic[0, 2], Ic[1, 2]])}"/>')
+        lines.append(
+            f'{ind}  <inertial pos="{_fmt(c)}" mass="{b.mass!r}" fullinertia="'
+            f'{_fmt([Ic[0, 0], Ic[1, 1], Ic[2, 2], Ic[0, 1], Ic[0, 2], Ic[1, 2]])}"/>'
+        )
         for k, (jt, ax) in enumerate(joints[b.joint]):
             axs = f' axis="{ax}"' if ax else ""
             lines.append(f'{ind}  <joint name="{b.name}_j{k}" type="{jt}"{axs}/>')

@@ -32,8 +32,15 @@ pytestmark = pytest.mark.oracle
 
 RTOL = 1e-9
 #: model name -> number of random states compared
-N_STATES = {"pin_chain_2": 3, "pin_chain_7": 3, "pin_chain_20": 2, "pin_chain_50": 2,
-            "ball_chain_10": 3, "humanoid": 3, "mixed_tree": 3}
+N_STATES = {
+    "pin_chain_2": 3,
+    "pin_chain_7": 3,
+    "pin_chain_20": 2,
+    "pin_chain_50": 2,
+    "ball_chain_10": 3,
+    "humanoid": 3,
+    "mixed_tree": 3,
+}
 MODELS = list(N_STATES)
 EULER_MODELS = ["ball_chain_10", "humanoid", "mixed_tree"]
 PEERS = {"opensim": "opensim", "pinocchio": "pinocchio", "mujoco": "mujoco"}
@@ -104,8 +111,13 @@ def peer_results(name: str, peer: str, euler: bool = False):
     for qe, qq, u in case.states:
         q = qe if euler else qq
         if peer == "opensim":
-            out.append((pm.mass_matrix(spec, q, u, euler), pm.udot(spec, q, u, euler),
-                        pm.body_transforms(spec, q, u, euler)))
+            out.append(
+                (
+                    pm.mass_matrix(spec, q, u, euler),
+                    pm.udot(spec, q, u, euler),
+                    pm.body_transforms(spec, q, u, euler),
+                )
+            )
             continue
         qp, vp, T, c = pm.map.qv(spec, q, u, euler)
         if peer == "pinocchio":

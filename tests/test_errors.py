@@ -1,0 +1,115 @@
+"""Every user error gets a clear message that names the part and the fix."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import pendulum
+
+import simjax as sj
+
+MB = sj.MobilizedBody
+
+
+def _body():
+    return sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.1)))
+
+
+def test_unknown_parent_is_refused():
+    system_a, matter_a, _, mobods_a = pendulum(2)
+    system_b = sj.MultibodySystem()
+    matter_b = sj.SimbodyMatterSubsystem(system_b)
+    with pytest.raises(TypeError, match="unknown parent"):
+        MB.Pin("ground", sj.Transform(), _body(), sj.Transform())
+    # a parent from another System's matter subsystem is adopted there, not here
+    child = MB.Pin(mobods_a[1], sj.Transform(), _body(), sj.Transform())
+    assert child._matter is matter_a and len(matter_b._mobods) == 1
+    # a parent that is no longer part of its subsystem
+    ghost = MB.Pin(matter_b.Ground(), _body())
+    matter_b._mobods.pop()
+    with pytest.raises(ValueError, match="unknown parent"):
+        MB.Pin(ghost, _body())
+
+
+def test_body_added_twice_under_one_name_is_refused():
+    system, matter, _, _ = pendulum(1)
+    MB.Pin(matter.Ground(), _body(), name="thigh")
+    with pytest.raises(ValueError, match="'thigh' was already added"):
+        MB.Slider(matter.Ground(), _body(), name="thigh")
+
+
+def test_mobilized_body_passed_as_body_is_refused():
+    system, matter, _, mobods = pendulum(1)
+    with pytest.raises(TypeError, match=r"body must be a sj.Body"):
+        MB.Pin(matter.Ground(), sj.Transform(), mobods[1], sj.Transform())
+
+
+def test_wrong_q_and_u_lengths():
+    system, matter, _, mobods = pendulum(3)
+    s = system.realize_topology()
+    with pytest.raises(ValueError, match=r"q has shape \(2,\) but this State needs \(3,\)"):
+        s.with_q(jnp.zeros(2))
+    with pytest.raises(ValueError, match=r"u has shape"):
+        s.with_u(jnp.zeros(4))
+    with pytest.raises(ValueError, match="body1: q must have length 1"):
+        mobods[1].set_q(s, [0.1, 0.2])
+    with pytest.raises(ValueError, match="must have shape"):
+        s.with_instance("matter", "mass", jnp.ones(7))
+    with pytest.raises(KeyError, match="no Instance variable 'masses'"):
+        s.with_instance("matter", "masses", jnp.ones(4))
+
+
+def test_old_state_after_topology_change_is_refused():
+    system, matter, _, mobods = pendulum(2)
+    old = system.realize_topology()
+    system.realize(old, sj.Stage.POSITION)
+    MB.Pin(mobods[-1], _body())  # the System changes after realize_topology()
+    with pytest.raises(sj.TopologyError, match="call system.realize_topology\\(\\) again"):
+        system.realize(old, sj.Stage.POSITION)
+    new = system.realize_topology()
+    assert new.nq == 3
+    system.realize(new, sj.Stage.POSITION)
+    # a State of another System is refused too
+    other = pendulum(2)[0]
+    with pytest.raises(sj.TopologyError, match="different System"):
+        other.realize(new, sj.Stage.POSITION)
+
+
+def test_reading_acceleration_results_at_position_stage():
+    system, matter, _, mobods = pendulum(2)
+    s = system.realize(system.realize_topology(), sj.Stage.POSITION)
+    with pytest.raises(sj.StageError, match="Stage.ACCELERATION.*only at Stage.POSITION"):
+        s.udot
+    with pytest.raises(sj.StageError, match="Stage.ACCELERATION"):
+        mobods[1].get_body_acceleration(s)
+    with pytest.raises(sj.StageError, match="Stage.VELOCITY"):
+        matter.calc_kinetic_energy(s)
+    # setting u drops a State realized to Acceleration back to Position
+    a = system.realize(s, sj.Stage.ACCELERATION)
+    assert a.with_u(a.u + 1).stage == sj.Stage.POSITION
+    with pytest.raises(sj.StageError):
+        a.with_u(a.u + 1).udot
+
+
+def test_non_positive_definite_inertia():
+    with pytest.raises(ValueError, match="triangle inequality"):
+        sj.Inertia(1.0, 1.0, 3.0)
+    with pytest.raises(ValueError, match="Inertia"):
+        sj.Inertia(-1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        sj.Inertia(np.nan, 1.0, 1.0)
+    with pytest.raises(ValueError, match="mass must be finite"):
+        sj.MassProperties(-2.0, [0, 0, 0], sj.Inertia(0.1))
+
+
+def test_bad_constructor_arguments():
+    system, matter, _, _ = pendulum(1)
+    with pytest.raises(TypeError, match="needs a pitch"):
+        MB.Screw(matter.Ground(), sj.Transform(), _body(), sj.Transform())
+    with pytest.raises(ValueError, match="radii must be 3 positive"):
+        MB.Ellipsoid(matter.Ground(), sj.Transform(), _body(), sj.Transform(), radii=[1, -1, 1])
+    with pytest.raises(ValueError, match="nq=4 != nu=3, so give N"):
+        MB.Custom(matter.Ground(), _body(), nq=4, nu=3, n_angles=3, X_FM=lambda q: (jnp.eye(3), jnp.zeros(3)))
+    with pytest.raises(ValueError, match="R must have shape"):
+        sj.Transform(jnp.eye(2))
+    with pytest.raises(ValueError, match="highest stage"):
+        system.realize(system.realize_topology(), sj.Stage.INFINITY)
