@@ -90,6 +90,19 @@ class AbstractMobilizer(abc.ABC):
         Rq, pq = self.X_FM(q, params)
         return jnp.concatenate([sp.vee(Rq @ R.T - R @ Rq.T) * 0.5, pq - p])
 
+    def _best_of(self, candidates: Sequence[jax.Array], R: jax.Array, p: jax.Array, params: jax.Array):
+        """The candidate q whose ``X_FM`` is closest to ``(R, p)`` (rotation error counts
+        fully, so a rotated frame with a negative stretch is fitted exactly)."""
+
+        def err(q):
+            Rq, pq = self.X_FM(q, params)
+            return jnp.sum((Rq - R) ** 2) + jnp.sum((pq - p) ** 2)
+
+        best = candidates[0]
+        for c in candidates[1:]:
+            best = jnp.where(err(c) < err(best), c, best)
+        return best
+
     def u_to_fit_velocity(self, q: jax.Array, V_FM: jax.Array, params: jax.Array) -> jax.Array:
         """Least-squares speeds whose ``H u`` best fits ``V_FM`` (in F, at M's origin)."""
         H = self.H_FM(q, params)
@@ -227,8 +240,12 @@ class BendStretch(AbstractMobilizer):
         return R, R[:, 0] * q[1]
 
     def q_to_fit_transform(self, R, p, params):
-        ang = jnp.arctan2(p[1], p[0])
-        return jnp.stack([ang, jnp.sqrt(p[0] ** 2 + p[1] ** 2)])
+        # Simbody fits the translation (angle toward p, positive stretch); a rotation that
+        # says otherwise (negative stretch) is fitted from R instead, whichever is closer.
+        from_p = jnp.stack([jnp.arctan2(p[1], p[0]), jnp.sqrt(p[0] ** 2 + p[1] ** 2)])
+        ang = jnp.arctan2(R[1, 0], R[0, 0])
+        from_R = jnp.stack([ang, p[0] * jnp.cos(ang) + p[1] * jnp.sin(ang)])
+        return self._best_of([from_p, from_R], R, p, params)
 
 
 # ----------------------------------------------------------------------------- 3-dof
@@ -459,10 +476,13 @@ class SphericalCoords(AbstractMobilizer):
         return R, R[:, 2] * q[2]
 
     def q_to_fit_transform(self, R, p, params):
-        r = sp.safe_norm(p)
-        az = jnp.arctan2(p[1], p[0])
-        ze = jnp.arctan2(jnp.sqrt(p[0] ** 2 + p[1] ** 2), p[2])
-        return jnp.stack([az, ze, r])
+        # from the translation (Simbody's choice, radius >= 0) or from the rotation
+        # R = Rz(az) Ry(ze) with the radius projected on M's z: whichever fits better.
+        from_p = jnp.stack(
+            [jnp.arctan2(p[1], p[0]), jnp.arctan2(jnp.sqrt(p[0] ** 2 + p[1] ** 2), p[2]), sp.safe_norm(p)]
+        )
+        from_R = jnp.stack([jnp.arctan2(-R[0, 1], R[1, 1]), jnp.arctan2(-R[2, 0], R[2, 2]), p @ R[:, 2]])
+        return self._best_of([from_p, from_R], R, p, params)
 
 
 @dataclass(frozen=True)

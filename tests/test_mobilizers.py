@@ -1,0 +1,223 @@
+"""User-defined mobilizers against the built-ins they imitate; fitting q and u per kind."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import ALL_KINDS, make_mobod, random_body, random_transform
+
+import simjax as sj
+
+MB = sj.MobilizedBody
+F = sj.Function
+
+
+def sandwich(make_middle, seed=0):
+    """Ground -Pin-> A -middle-> B -Pin-> C, with random frames and masses (same for every
+    ``make_middle`` at one seed), so a mobilizer is tested with a parent and a child."""
+    rng = np.random.default_rng(seed)
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    sj.Force.UniformGravity(forces, matter, [0.2, -9.81, 0.4])
+    a = MB.Pin(matter.Ground(), random_transform(rng), random_body(rng), random_transform(rng))
+    X_PF, body, X_BM = random_transform(rng), random_body(rng), random_transform(rng)
+    b = make_middle(a, X_PF, body, X_BM)
+    MB.Pin(b, random_transform(rng), random_body(rng), random_transform(rng))
+    return system, matter, b
+
+
+def realize_all(system, q, u):
+    s = system.realize_topology().with_q(q).with_u(u)
+    return system.realize(s, sj.Stage.ACCELERATION)
+
+
+def assert_same_dynamics(sys_a, sys_b, q_a, u, q_b=None):
+    a = realize_all(sys_a, q_a, u)
+    b = realize_all(sys_b, q_a if q_b is None else q_b, u)
+    np.testing.assert_allclose(sys_a.matter.calc_mass_matrix(a), sys_b.matter.calc_mass_matrix(b), atol=1e-12)
+    np.testing.assert_allclose(a.udot, b.udot, atol=1e-10)
+    np.testing.assert_allclose(a.position_cache.R_GB, b.position_cache.R_GB, atol=1e-13)
+    np.testing.assert_allclose(a.position_cache.p_GB, b.position_cache.p_GB, atol=1e-13)
+    np.testing.assert_allclose(sys_a.calc_energy(a), sys_b.calc_energy(b), rtol=1e-13)
+    return a, b
+
+
+def test_custom_translation_matches_translation():
+    """The seed's CustomTranslation (section 3.5): X_FM = (I, q); H and Hdot by autodiff."""
+
+    def custom(p, X_PF, body, X_BM):
+        return MB.Custom(p, X_PF, body, X_BM, nq=3, nu=3, n_angles=0, X_FM=lambda q: sj.Transform(p=q))
+
+    sys_c, _, mc = sandwich(custom)
+    sys_t, _, mt = sandwich(lambda p, *a: MB.Translation(p, *a))
+    rng = np.random.default_rng(1)
+    q, u = jnp.asarray(rng.normal(size=5)), jnp.asarray(rng.normal(size=5))
+    a, _ = assert_same_dynamics(sys_c, sys_t, q, u)
+    # set_q_to_fit_transform / set_u_to_fit_velocity work for a Custom mobilizer too
+    X = sj.Transform(sj.Rotation.about_z(0.3), jnp.array([0.1, -0.2, 0.7]))
+    s = mc.set_q_to_fit_transform(a, X)
+    np.testing.assert_allclose(mc.get_q(s), X.p, atol=1e-12)
+    s = mc.set_u_to_fit_velocity(s, jnp.array([0.5, 0.0, 0.0, 1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(mc.get_u(s), [1.0, 2.0, 3.0], atol=1e-12)
+
+
+def quat_N(q):
+    """qdot = N(q) w for w expressed in F (Simbody's Ball): qdot = 1/2 [0, w] (x) q."""
+    w, x, y, z = q
+    return 0.5 * jnp.array([[-x, -y, -z], [w, z, -y], [-z, w, x], [y, -x, w]])
+
+
+def test_quaternion_custom_ball_matches_ball():
+    def custom(p, X_PF, body, X_BM):
+        return MB.Custom(
+            p,
+            X_PF,
+            body,
+            X_BM,
+            nq=4,
+            nu=3,
+            n_angles=4,
+            X_FM=lambda q: sj.Transform(sj.Rotation.from_quaternion(q)),
+            N=quat_N,
+            default_q=[1.0, 0, 0, 0],
+        )
+
+    sys_c, _, _ = sandwich(custom)
+    sys_b, _, _ = sandwich(lambda p, *a: MB.Ball(p, *a))
+    rng = np.random.default_rng(2)
+    quat = rng.normal(size=4)
+    quat /= np.linalg.norm(quat)
+    q = jnp.concatenate([jnp.array([0.3]), jnp.asarray(quat), jnp.array([-0.4])])
+    u = jnp.asarray(rng.normal(size=5))
+    a, b = assert_same_dynamics(sys_c, sys_b, q, u)
+    np.testing.assert_allclose(a.qdot, b.qdot, atol=1e-13)
+    np.testing.assert_allclose(a.qdotdot, b.qdotdot, atol=1e-10)
+
+
+def test_function_based_seed_example_matches_custom():
+    """Seed section 3.4: q0 a rotation about Y, q1 a translation along X."""
+    lin = F.Linear([1.0, 0.0])
+    functions = [F.Constant(0, 0), lin, F.Constant(0, 0), lin, F.Constant(0, 0), F.Constant(0, 0)]
+    coords = [[], [0], [], [1], [], []]
+
+    def fb(p, X_PF, body, X_BM):
+        return MB.FunctionBased(
+            p, X_PF, body, X_BM, n_mobilities=2, functions=functions, coordinate_indices=coords
+        )
+
+    def custom(p, X_PF, body, X_BM):
+        return MB.Custom(
+            p,
+            X_PF,
+            body,
+            X_BM,
+            nq=2,
+            n_angles=1,
+            X_FM=lambda q: sj.Transform(sj.Rotation.about_y(q[0]), jnp.stack([q[1], 0.0 * q[1], 0.0 * q[1]])),
+        )
+
+    sys_f, _, _ = sandwich(fb)
+    sys_c, _, _ = sandwich(custom)
+    rng = np.random.default_rng(3)
+    q, u = jnp.asarray(rng.normal(size=4)), jnp.asarray(rng.normal(size=4))
+    assert_same_dynamics(sys_f, sys_c, q, u)
+
+
+def test_function_based_pin_matches_pin():
+    functions = [F.Constant(0, 0), F.Constant(0, 0), F.Linear([1.0, 0.0])] + [F.Constant(0, 0)] * 3
+    coords = [[], [], [0], [], [], []]
+    sys_f, _, _ = sandwich(
+        lambda p, *a: MB.FunctionBased(p, *a, n_mobilities=1, functions=functions, coordinate_indices=coords)
+    )
+    sys_p, _, _ = sandwich(lambda p, *a: MB.Pin(p, *a))
+    rng = np.random.default_rng(4)
+    assert_same_dynamics(sys_f, sys_p, jnp.asarray(rng.normal(size=3)), jnp.asarray(rng.normal(size=3)))
+
+
+def test_function_based_knee_with_splines_matches_custom():
+    """A one-dof 'knee': flexion about an oblique axis with a spline-coupled translation,
+    plain JAX callables mixed with sj.Function objects."""
+    xs = np.linspace(-2.0, 0.5, 7)
+    tx = F.Spline(xs, 0.02 * np.sin(2 * xs))
+    ty = F.Spline(xs, -0.4 + 0.01 * xs**2)
+    axis = np.array([0.2, 0.1, 1.0]) / np.linalg.norm([0.2, 0.1, 1.0])
+    rot_fn = lambda x: 0.9 * x[0]
+    functions = [rot_fn, F.Constant(0, 0), F.Constant(0, 0), tx, ty, F.Constant(0, 0)]
+    coords = [[0], [], [], [0], [0], []]
+    axes = [axis, [0, 1, 0], [1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]
+
+    def fb(p, *a):
+        return MB.FunctionBased(
+            p, *a, n_mobilities=1, functions=functions, coordinate_indices=coords, axes=axes
+        )
+
+    def custom(p, *a):
+        def X_FM(q):
+            R = sj.Rotation.about_axis(0.9 * q[0], jnp.asarray(axis))
+            return sj.Transform(R, jnp.stack([tx(q[:1]), ty(q[:1]), 0.0 * q[0]]))
+
+        return MB.Custom(p, *a, nq=1, n_angles=1, X_FM=X_FM)
+
+    sys_f, _, _ = sandwich(fb)
+    sys_c, _, _ = sandwich(custom)
+    rng = np.random.default_rng(5)
+    q = jnp.array([0.2, -0.7, 0.4])
+    assert_same_dynamics(sys_f, sys_c, q, jnp.asarray(rng.normal(size=3)))
+
+
+def test_function_derivatives_by_autodiff():
+    xs = np.linspace(0, 1, 6)
+    spl = F.Spline(xs, xs**3)
+    for f, x in [
+        (F.Polynomial([2.0, -1.0, 0.5]), 0.7),
+        (F.Sinusoid(1.5, 2.0, 0.3), 0.4),
+        (F.Step(0.0, 2.0, 0.1, 0.9), 0.35),
+        (spl, 0.55),
+    ]:
+        eps = 1e-6
+        fd = (f(jnp.array([x + eps])) - f(jnp.array([x - eps]))) / (2 * eps)
+        np.testing.assert_allclose(f.calc_derivative([0], jnp.array([x])), fd, rtol=1e-7, atol=1e-9)
+    # natural spline: interpolates and has zero curvature at the ends
+    np.testing.assert_allclose(jax.vmap(lambda x: spl(x[None]))(jnp.asarray(xs)), xs**3, atol=1e-14)
+    np.testing.assert_allclose(spl.calc_derivative([0, 0], jnp.array([0.0])), 0.0, atol=1e-10)
+    np.testing.assert_allclose(F.Step(0.0, 2.0, 0.1, 0.9)(jnp.array([0.0])), 0.0)
+    np.testing.assert_allclose(F.Step(0.0, 2.0, 0.1, 0.9)(jnp.array([1.0])), 2.0)
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "Weld"])
+def test_fit_transform_and_velocity_round_trip(kind):
+    rng = np.random.default_rng(abs(hash(kind)) % 2**32)
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    mob = make_mobod(kind, matter.Ground(), rng)
+    s0 = system.realize_topology()
+    q = s0.q + jnp.asarray(rng.normal(size=s0.nq)) * 0.4
+    s = system.realize(s0.with_q(q), sj.Stage.POSITION)
+    X = mob.get_mobilizer_transform(s)
+    fit = system.realize(mob.set_q_to_fit_transform(s0, X), sj.Stage.POSITION)
+    X2 = mob.get_mobilizer_transform(fit)
+    np.testing.assert_allclose(X2.R, X.R, atol=1e-9)
+    np.testing.assert_allclose(X2.p, X.p, atol=1e-9)
+    # velocity: V_FM = H u is reproduced by the fitted u
+    u = jnp.asarray(rng.normal(size=s0.nu))
+    v = system.realize(s.with_u(u), sj.Stage.VELOCITY)
+    V = mob.get_mobilizer_velocity(v)
+    vfit = system.realize(mob.set_u_to_fit_velocity(s, V), sj.Stage.VELOCITY)
+    np.testing.assert_allclose(mob.get_mobilizer_velocity(vfit), V, atol=1e-9)
+    np.testing.assert_allclose(mob.get_u(vfit), u, atol=1e-9)
+
+
+def test_default_q_and_u():
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    rng = np.random.default_rng(0)
+    pin = MB.Pin(matter.Ground(), random_body(rng)).set_default_q(0.3).set_default_u(-1.0)
+    ball = MB.Ball(pin, random_body(rng))
+    free = MB.Free(ball, random_body(rng))
+    s = system.realize_topology()
+    np.testing.assert_allclose(pin.get_q(s), [0.3])
+    np.testing.assert_allclose(pin.get_u(s), [-1.0])
+    np.testing.assert_allclose(ball.get_q(s), [1, 0, 0, 0])
+    np.testing.assert_allclose(free.get_q(s), [1, 0, 0, 0, 0, 0, 0])
+    assert s.nq == 12 and s.nu == 10
