@@ -196,7 +196,8 @@ class MobilizedBody:
         return self._inst(state, "mass")
 
     def set_mass(self, state: State, mass: Any) -> State:
-        """New State with this body's mass changed (falls back to Model)."""
+        """New State with this body's mass changed (falls back to Model); the unit inertia
+        is kept, so the inertia scales with the mass (Simbody's semantics)."""
         _check_concrete_positive(mass, f"{self.name}: mass")
         return self._set_inst(state, "mass", mass)
 
@@ -205,8 +206,12 @@ class MobilizedBody:
         return self._inst(state, "com")
 
     def get_inertia_about_body_origin(self, state: State) -> jax.Array:
-        """Inertia about the body origin, in the body frame (3, 3)."""
-        return self._inst(state, "inertia")
+        """Inertia about the body origin, in the body frame (3, 3): mass x unit inertia."""
+        return self._inst(state, "mass") * self._inst(state, "unit_inertia")
+
+    def get_unit_inertia_about_body_origin(self, state: State) -> jax.Array:
+        """Gyration matrix about the body origin (Instance variable ``unit_inertia``)."""
+        return self._inst(state, "unit_inertia")
 
     def set_mass_properties(self, state: State, mp: sp.MassProperties) -> State:
         """New State with this body's mass properties (checked) changed."""
@@ -214,7 +219,7 @@ class MobilizedBody:
             raise TypeError("set_mass_properties needs a sj.MassProperties")
         s = self._set_inst(state, "mass", mp.mass)
         s = self._set_inst(s, "com", mp.com)
-        return self._set_inst(s, "inertia", mp.inertia)
+        return self._set_inst(s, "unit_inertia", mp.unit_inertia())
 
     def get_inboard_frame(self, state: State) -> sp.Transform:
         """``X_PF`` (Instance variable)."""

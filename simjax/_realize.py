@@ -84,14 +84,14 @@ def realize_position(model: Model, state: State) -> PositionCache:
     db = np.asarray(topo.dof_body)
     cdof = jax.vmap(_phi)(R_GB[db], p_GB[db], S_B) if nu else S_B
     # Spatial inertias about Ground's origin.
-    mass, com, I_Bo = inst["mass"], inst["com"], inst["inertia"]
+    mass, com, G_Bo = inst["mass"], inst["com"], inst["unit_inertia"]
 
-    def body_inertia(R, p, m, c, I):
-        Ic_B = I + m * (sp.skew(c) @ sp.skew(c))  # inertia about com, in B
+    def body_inertia(R, p, m, c, G):
+        Ic_B = m * (G + sp.skew(c) @ sp.skew(c))  # inertia about com, in B
         c_G = p + R @ c
         return sp.spatial_inertia_at_origin(m, c_G, R @ Ic_B @ R.T), c_G
 
-    I_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, I_Bo)
+    I_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)
     qs = np.asarray(topo.quaternion_slots)
     qerr = (jnp.sum(q[qs] ** 2, axis=-1) - 1.0) if len(qs) else jnp.zeros(0, dt)
     return PositionCache(

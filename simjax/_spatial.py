@@ -391,6 +391,10 @@ class MassProperties:
         com: Center of mass location in the body frame B.
         inertia: Inertia about the **body origin** (as in Simbody), in B. An
             ``Inertia`` or a 3x3 matrix.
+
+    As in Simbody, a State stores the mass and the *unit* inertia (gyration, ``I / mass``),
+    so changing a body's mass in a State scales its inertia with it and the body stays
+    physically valid.
     """
 
     def __init__(self, mass: float, com: Any = (0.0, 0.0, 0.0), inertia: Any = None):
@@ -402,9 +406,19 @@ class MassProperties:
             inertia = Inertia(0.0)
         M = inertia.matrix if isinstance(inertia, Inertia) else np.asarray(inertia, dtype=float)
         check_inertia(M, "MassProperties")
+        if self.mass == 0 and np.abs(M).max() > 0:
+            raise ValueError(
+                "MassProperties: a massless body cannot have inertia (Simbody stores inertia as "
+                "mass x unit inertia); give mass > 0 or Inertia(0)"
+            )
         self.inertia = M
         # The inertia about the com must itself be valid.
         check_inertia(self.inertia_about_com(), "MassProperties (inertia shifted to the com)")
+
+    def unit_inertia(self) -> np.ndarray:
+        """Gyration matrix ``G = I / mass`` about the body origin (Simbody's ``UnitInertia``);
+        zero for a massless body."""
+        return self.inertia / self.mass if self.mass > 0 else np.zeros((3, 3))
 
     def inertia_about_com(self) -> np.ndarray:
         """Inertia about the center of mass, in B."""

@@ -88,7 +88,7 @@ class MultibodySystem:
         nb = len(mob)
         mass = np.array([m._mass_props.mass for m in mob])
         com = np.stack([m._mass_props.com for m in mob])
-        inertia = np.stack([m._mass_props.inertia for m in mob])
+        unit_inertia = np.stack([m._mass_props.unit_inertia() for m in mob])
         XPF_R, XPF_p = stack_transforms([m._X_PF for m in mob])
         XBM_R, XBM_p = stack_transforms([m._X_BM for m in mob])
         mparams = np.zeros((nb, mp_len))
@@ -98,7 +98,7 @@ class MultibodySystem:
             "matter": dict(
                 mass=mass,
                 com=com,
-                inertia=inertia,
+                unit_inertia=unit_inertia,
                 X_PF_R=XPF_R,
                 X_PF_p=XPF_p,
                 X_BM_R=XBM_R,

@@ -326,6 +326,19 @@ def mixed_tree(seed: int = 3) -> ModelSpec:
     return ModelSpec("mixed_tree", B)
 
 
+def small_tree(seed: int = 4) -> ModelSpec:
+    """Four bodies: a free base, a pin arm and a ball head on it, a slider tip on the head;
+    gravity tilted off the axes (the force-element tests use it)."""
+    rng = np.random.default_rng(seed)
+    bodies = [
+        _body(rng, "base", -1, "free", p_PF=[0.1, 0.8, -0.1]),
+        _body(rng, "arm", 0, "pin"),
+        _body(rng, "head", 0, "ball"),
+        _body(rng, "tip", 2, "slider"),
+    ]
+    return ModelSpec("small_tree", bodies, gravity=np.array([0.4, -9.81, 0.3]))
+
+
 # ----------------------------------------------------------------------------- states
 
 
@@ -389,14 +402,16 @@ def joint_poses(spec: ModelSpec, q: np.ndarray, euler: bool):
 # ----------------------------------------------------------------------------- simjax
 
 
-def to_simjax(spec: ModelSpec):
-    """``(system, matter, bodies)``; ``bodies[i]`` is spec body ``i``."""
+def to_simjax(spec: ModelSpec, return_forces: bool = False):
+    """``(system, matter, bodies)``; ``bodies[i]`` is spec body ``i``. With
+    ``return_forces``: ``(system, matter, bodies, forces, gravity)``, the
+    ``GeneralForceSubsystem`` and its ``UniformGravity`` element, to add more forces to."""
     import simjax as sj
 
     system = sj.MultibodySystem()
     matter = sj.SimbodyMatterSubsystem(system)
     forces = sj.GeneralForceSubsystem(system)
-    sj.Force.UniformGravity(forces, matter, list(spec.gravity))
+    gravity = sj.Force.UniformGravity(forces, matter, list(spec.gravity))
     kinds = {
         "pin": sj.MobilizedBody.Pin,
         "slider": sj.MobilizedBody.Slider,
@@ -420,6 +435,8 @@ def to_simjax(spec: ModelSpec):
                 name=b.name,
             )
         )
+    if return_forces:
+        return system, matter, bodies, forces, gravity
     return system, matter, bodies
 
 
@@ -486,8 +503,11 @@ class OpenSimModel:
         return out
 
 
-def to_opensim(spec: ModelSpec) -> OpenSimModel:
-    """OpenSim Model (joint parent frame = F, child frame = M) with probed Q/U slots."""
+def to_opensim(spec: ModelSpec, add_forces=None) -> OpenSimModel:
+    """OpenSim Model (joint parent frame = F, child frame = M) with probed Q/U slots.
+
+    ``add_forces(model, bodies, joints)``, if given, is called before ``initSystem()``
+    (``bodies[i]``/``joints[i]`` are spec body ``i``'s ``osim.Body`` and joint)."""
     import opensim as osim
 
     model = osim.Model()
@@ -526,6 +546,8 @@ def to_opensim(spec: ModelSpec) -> OpenSimModel:
         model.addJoint(J)
         bodies.append(body)
         joints.append(J)
+    if add_forces is not None:
+        add_forces(model, bodies, joints)
     state = model.initSystem()
     nQ, nU = state.getNQ(), state.getNU()
     q_slots, u_slots = [], []

@@ -113,3 +113,18 @@ def test_bad_constructor_arguments():
         sj.Transform(jnp.eye(2))
     with pytest.raises(ValueError, match="highest stage"):
         system.realize(system.realize_topology(), sj.Stage.INFINITY)
+
+
+def test_changing_mass_in_a_state_scales_inertia_like_simbody():
+    """A State stores mass and unit inertia (Simbody's convention), so a new mass can never
+    leave a body with a negative inertia about its mass center (a silent wrong answer)."""
+    system, matter, _, mobods = pendulum(1)
+    s = system.realize_topology()
+    b = mobods[1]
+    I0 = b.get_inertia_about_body_origin(s)
+    s3 = b.set_mass(s, 3.0 * b.get_mass(s))
+    np.testing.assert_allclose(b.get_inertia_about_body_origin(s3), 3.0 * I0, rtol=1e-15)
+    ke = lambda st: matter.calc_kinetic_energy(system.realize(st.with_u(jnp.ones(1)), sj.Stage.VELOCITY))
+    np.testing.assert_allclose(ke(s3), 3.0 * ke(s), rtol=1e-14)
+    with pytest.raises(ValueError, match="massless body cannot have inertia"):
+        sj.MassProperties(0.0, [0, 0, 0], sj.Inertia(0.1))

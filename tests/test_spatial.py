@@ -73,9 +73,7 @@ def test_mass_properties_shift_and_reexpress():
     c = np.array([0.1, -0.2, 0.3])
     mp = sj.MassProperties.from_com_inertia(2.0, c, Ic)
     # parallel axis theorem: about the origin = about com + m (|c|^2 1 - c c^T)
-    np.testing.assert_allclose(
-        mp.inertia, Ic + 2.0 * (c @ c * np.eye(3) - np.outer(c, c)), atol=1e-15
-    )
+    np.testing.assert_allclose(mp.inertia, Ic + 2.0 * (c @ c * np.eye(3) - np.outer(c, c)), atol=1e-15)
     np.testing.assert_allclose(mp.inertia_about_com(), Ic, atol=1e-15)
     com = mp.shift_to_com()
     np.testing.assert_allclose(com.com, 0.0)
@@ -83,9 +81,7 @@ def test_mass_properties_shift_and_reexpress():
     R = np.asarray(sp.rot_axis(0.7, jnp.array([1.0, 2.0, 3.0])))
     re = mp.reexpress(R)  # same body, quantities expressed in frame C with R_BC = R
     np.testing.assert_allclose(re.com, R.T @ c, atol=1e-15)
-    np.testing.assert_allclose(
-        re.inertia, R.T @ mp.inertia @ R, atol=1e-15
-    )
+    np.testing.assert_allclose(re.inertia, R.T @ mp.inertia @ R, atol=1e-15)
     # the 6x6 spatial inertia about Ground's origin reproduces kinetic energy of a rigid body
     w, v = np.array([0.3, -0.1, 0.2]), np.array([1.0, 0.5, -0.2])  # v: velocity of the origin
     I6 = sp.spatial_inertia_at_origin(2.0, jnp.asarray(c), jnp.asarray(Ic))
