@@ -766,10 +766,8 @@ class LinearBushing(Force):
         tq = jnp.einsum("nij,nj->ni", R_GF, FM[:, :3])
         fo = jnp.einsum("nij,nj->ni", R_GF, FM[:, 3:])
         nb = ctx.num_bodies
-        z = jnp.zeros_like(fo)
         F2 = jnp.concatenate([tq + jnp.cross(p_GM - ctx.p_GB[b[:, 1]], fo), fo], axis=1)
         F1 = jnp.concatenate([-tq - jnp.cross(p_GM - ctx.p_GB[b[:, 0]], fo), -fo], axis=1)
-        del z
         F = jnp.zeros((nb, 6), fo.dtype).at[b[:, 1]].add(F2).at[b[:, 0]].add(F1)
         return F, None
 
