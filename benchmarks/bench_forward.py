@@ -1,0 +1,460 @@
+"""Forward-dynamics throughput: simjax ``jit(vmap(realize))`` vs Pinocchio ``aba`` and MuJoCo.
+
+For each model and batch size B, times (side by side, in one process):
+
+* simjax: ``jax.jit(jax.vmap(lambda s: system.realize(s, Stage.ACCELERATION).udot))`` over a
+  batch of B States (every leaf stacked, instance parameters included). Compile time is
+  measured separately: trace + lower (``f.lower(batch)``) and XLA compile (``.compile()``),
+  each from cold JAX caches (``jax.clear_caches()``).
+* Pinocchio: ``pin.aba(model, data, q, v, tau)`` in a Python loop over the B states.
+* MuJoCo: ``d.qpos[:] = q; d.qvel[:] = v; mujoco.mj_forward(m, d)`` in a Python loop.
+
+Run times are the median over ``--repeats`` repeats; a repeat makes enough calls to last at
+least ``--min-time`` seconds, and the implementations take turns within each repeat so that
+a change of machine load hits them alike. The same random states are used by all three
+(mapped between layouts by ``tests/oracle_models.py``), and simjax's ``udot`` is checked
+against Pinocchio's. ``--chunk N`` also times ``jit(lax.map(f, batch, batch_size=N))``
+(vmap over chunks of N states in a loop).
+
+``--compile-scan`` instead measures compile time of the batched call for pin chains of
+``--depths`` links (default 5 10 20 50 100) at batch ``--scan-batch`` (default 1024).
+
+Examples::
+
+    python benchmarks/bench_forward.py
+    python benchmarks/bench_forward.py --models chain7 humanoid --batches 1 1024 --json out.json
+    python benchmarks/bench_forward.py --compile-scan
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+MODELS = {
+    "chain7": "pin_chain_7",
+    "chain20": "pin_chain_20",
+    "chain50": "pin_chain_50",
+    "humanoid": "humanoid",
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--repeats", type=int, default=7, help="timed repeats (median reported)")
+    p.add_argument("--min-time", type=float, default=0.05, help="seconds per repeat, at least")
+    p.add_argument("--float32", action="store_true", help="simjax in float32 (peers stay float64)")
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument("--no-peers", action="store_true", help="time simjax only")
+    p.add_argument("--compile-scan", action="store_true", help="compile time vs chain depth only")
+    p.add_argument("--depths", type=int, nargs="+", default=[5, 10, 20, 50, 100])
+    p.add_argument("--scan-batch", type=int, default=1024)
+    p.add_argument("--compile-repeats", type=int, default=1, help="compiles per case (median reported)")
+    p.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="also time jit(lambda b: lax.map(f, b, batch_size=CHUNK)) (vmap over chunks of the batch)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(dtype: str) -> dict:
+    import jax
+    import jaxlib
+
+    import simjax
+
+    info = {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "jax_devices": [str(d) for d in jax.devices()],
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "simjax": simjax.__version__,
+        "dtype": dtype,
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        "loadavg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+    for mod, key in (("pinocchio", "pinocchio"), ("mujoco", "mujoco")):
+        try:
+            info[key] = __import__(mod).__version__
+        except ImportError:
+            info[key] = None
+    return info
+
+
+def _calls_per_repeat(fn, min_time: float) -> int:
+    fn()  # warm-up
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    return max(1, int(np.ceil(min_time / once)))
+
+
+def time_call(fn, repeats: int, min_time: float) -> float:
+    """Median seconds per ``fn()`` call; each repeat loops until ``min_time`` has passed."""
+    return time_interleaved({"f": fn}, repeats, min_time)["f"]
+
+
+def time_interleaved(fns: dict, repeats: int, min_time: float) -> dict:
+    """Median seconds per call of each function. The functions take turns within every repeat
+    (round robin), so a change of machine load hits them all alike."""
+    inner = {k: _calls_per_repeat(f, min_time) for k, f in fns.items()}
+    samples: dict = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner[k]):
+                f()
+            samples[k].append((time.perf_counter() - t0) / inner[k])
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+# ----------------------------------------------------------------------------- simjax
+
+
+def simjax_forward(system, chunk: int | None = None):
+    """A fresh ``jit(vmap(...))`` (fresh so that its compile time is measured from cold).
+
+    With ``chunk``: ``jit(lax.map(..., batch_size=chunk))``, i.e. vmap over chunks of the batch
+    in a loop (intermediates of one chunk stay in cache)."""
+    import jax
+
+    import simjax as sj
+
+    def one(s):
+        return system.realize(s, sj.Stage.ACCELERATION).udot
+
+    if chunk is None:
+        return jax.jit(jax.vmap(one))
+    return jax.jit(lambda b: jax.lax.map(one, b, batch_size=chunk))
+
+
+def batch_states(s0, Q, U):
+    """Batch of States (every leaf stacked) from arrays Q (B, nq), U (B, nu)."""
+    import jax
+    import jax.numpy as jnp
+
+    dt = s0.q.dtype
+    return jax.jit(jax.vmap(lambda q, u: s0.with_q(q).with_u(u)))(jnp.asarray(Q, dt), jnp.asarray(U, dt))
+
+
+def compile_simjax(system, batch, repeats: int = 1, chunk: int | None = None) -> tuple[object, float, float]:
+    """``(compiled, trace+lower seconds, compile seconds)`` from cold caches (medians)."""
+    import jax
+
+    lower_s, compile_s = [], []
+    for _ in range(repeats):
+        jax.clear_caches()
+        f = simjax_forward(system, chunk)
+        t0 = time.perf_counter()
+        lowered = f.lower(batch)
+        t1 = time.perf_counter()
+        compiled = lowered.compile()
+        t2 = time.perf_counter()
+        lower_s.append(t1 - t0)
+        compile_s.append(t2 - t1)
+    return compiled, statistics.median(lower_s), statistics.median(compile_s)
+
+
+def warm_up() -> None:
+    """Compile a 2-link chain once so one-time JAX start-up costs don't land on the first case."""
+    import jax
+    import oracle_models as om
+
+    spec = om.pin_chain(2)
+    system, _, _ = om.to_simjax(spec)
+    s0 = system.realize_topology()
+    q, u = np.zeros((2, 2)), np.zeros((2, 2))
+    jax.block_until_ready(simjax_forward(system)(batch_states(s0, q, u)))
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+
+def pinocchio_loop(pm, Q, V):
+    import pinocchio as pin
+
+    model, data = pm.model, pm.data
+    tau = np.zeros(model.nv)
+    qs, vs = list(Q), list(V)
+
+    def run():
+        for q, v in zip(qs, vs):
+            pin.aba(model, data, q, v, tau)
+
+    return run
+
+
+def mujoco_loop(mm, Q, V):
+    import mujoco
+
+    m, d = mm.model, mm.data
+    qs, vs = list(Q), list(V)
+
+    def run():
+        for q, v in zip(qs, vs):
+            d.qpos[:] = q
+            d.qvel[:] = v
+            mujoco.mj_forward(m, d)
+
+    return run
+
+
+def build_peers(spec, no_peers: bool) -> dict:
+    import oracle_models as om
+
+    peers = {}
+    if not no_peers:
+        for name, build in (("pinocchio", om.to_pinocchio), ("mujoco", om.to_mujoco)):
+            try:
+                peers[name] = build(spec)
+            except ImportError:
+                print(f"  ({name} not installed: skipped)", file=sys.stderr)
+    return peers
+
+
+def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
+    import jax
+    import oracle_models as om
+
+    spec = om.ALL_MODELS[MODELS[key]]()
+    system, _, _ = om.to_simjax(spec)
+    s0 = system.realize_topology()
+    states = [om.random_state(spec, rng) for _ in range(max(batches))]
+    Q = np.stack([qq for _, qq, _ in states])
+    U = np.stack([u for _, _, u in states])
+    peers = build_peers(spec, args.no_peers)
+    # Peer layouts of the same states: (q, v, (q, v, T, c) per state).
+    peer_qv = {}
+    for name, pm in peers.items():
+        maps = [pm.map.qv(spec, q, u) for q, u in zip(Q, U)]
+        peer_qv[name] = (np.stack([r[0] for r in maps]), np.stack([r[1] for r in maps]), maps)
+
+    rows_out = []
+    for B in batches:
+        batch = batch_states(s0, Q[:B], U[:B])
+        jax.block_until_ready(batch)
+        compiled, t_lower, t_compile = compile_simjax(system, batch, args.compile_repeats)
+        udot = np.asarray(jax.block_until_ready(compiled(batch)))
+        fns = {"simjax": lambda c=compiled, b=batch: jax.block_until_ready(c(b))}
+        if args.chunk is not None and args.chunk < B:
+            chunked, _, _ = compile_simjax(system, batch, 1, args.chunk)
+            np.testing.assert_allclose(np.asarray(chunked(batch)), udot, rtol=1e-6, atol=1e-6)
+            fns["chunked"] = lambda c=chunked, b=batch: jax.block_until_ready(c(b))
+        if "pinocchio" in peers:
+            fns["pinocchio"] = pinocchio_loop(
+                peers["pinocchio"], peer_qv["pinocchio"][0][:B], peer_qv["pinocchio"][1][:B]
+            )
+        if "mujoco" in peers:
+            fns["mujoco"] = mujoco_loop(peers["mujoco"], peer_qv["mujoco"][0][:B], peer_qv["mujoco"][1][:B])
+        t = time_interleaved(fns, args.repeats, args.min_time)
+
+        row = {
+            "model": key,
+            "nb": len(spec.bodies),
+            "nu": spec.nu,
+            "batch": B,
+            "simjax_lower_s": t_lower,
+            "simjax_compile_s": t_compile,
+        }
+        for name, sec in t.items():
+            row[f"{name}_us_per_state"] = 1e6 * sec / B
+            row[f"{name}_states_per_s"] = B / sec
+            if name in peers:
+                row[f"ratio_vs_{name}"] = sec / t["simjax"]
+        if "chunked" in t:
+            row["chunk"] = args.chunk
+        if "pinocchio" in peers:
+            # Accuracy check of simjax against Pinocchio at up to 8 of the states.
+            pm = peers["pinocchio"]
+            Qp, Vp, maps = peer_qv["pinocchio"]
+            err = 0.0
+            for i in range(min(B, 8)):
+                _, _, T, c = maps[i]
+                ref = pm.map.udot_to_simjax(om.pinocchio_aba(pm, Qp[i], Vp[i]), T, c)
+                err = max(err, float(np.max(np.abs(udot[i] - ref)) / max(1.0, np.max(np.abs(ref)))))
+            row["max_rel_err_vs_pinocchio"] = err
+        rows_out.append(row)
+        print(f"  done {key} B={B}", file=sys.stderr, flush=True)
+    return rows_out
+
+
+def compile_scan(args) -> list[dict]:
+    import jax
+    import oracle_models as om
+
+    rng = np.random.default_rng(args.seed)
+    out = []
+    for n in args.depths:
+        spec = om.pin_chain(n, seed=n)
+        system, _, _ = om.to_simjax(spec)
+        s0 = system.realize_topology()
+        st = [om.random_state(spec, rng) for _ in range(args.scan_batch)]
+        batch = batch_states(s0, np.stack([s[1] for s in st]), np.stack([s[2] for s in st]))
+        jax.block_until_ready(batch)
+        compiled, t_lower, t_compile = compile_simjax(system, batch, args.compile_repeats)
+        t_run = time_call(lambda: jax.block_until_ready(compiled(batch)), args.repeats, args.min_time)
+        out.append(
+            {
+                "links": n,
+                "batch": args.scan_batch,
+                "simjax_lower_s": t_lower,
+                "simjax_compile_s": t_compile,
+                "simjax_total_s": t_lower + t_compile,
+                "simjax_us_per_state": 1e6 * t_run / args.scan_batch,
+            }
+        )
+        print(f"  done chain{n}", file=sys.stderr, flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt_rate(x: float) -> str:
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
+
+
+def throughput_table(rows: list[dict]) -> str:
+    head = (
+        "| model | nu | B | simjax µs/state | simjax states/s | pin µs/state | pin states/s "
+        "| mujoco µs/state | mujoco states/s | simjax/pin | simjax/mujoco | max rel err vs pin |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        cells = [
+            r["model"],
+            str(r["nu"]),
+            str(r["batch"]),
+            f"{r['simjax_us_per_state']:.2f}",
+            fmt_rate(r["simjax_states_per_s"]),
+        ]
+        for peer in ("pinocchio", "mujoco"):
+            if f"{peer}_us_per_state" in r:
+                cells += [f"{r[f'{peer}_us_per_state']:.2f}", fmt_rate(r[f"{peer}_states_per_s"])]
+            else:
+                cells += ["–", "–"]
+        for key in ("ratio_vs_pinocchio", "ratio_vs_mujoco"):
+            cells.append(f"{r[key]:.2f}x" if key in r else "–")
+        err = r.get("max_rel_err_vs_pinocchio")
+        cells.append(f"{err:.1e}" if err is not None else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compile_table(rows: list[dict]) -> str:
+    scan = "links" in rows[0]
+    lines = [
+        "| model | B | trace+lower s | XLA compile s | total s |" + (" run µs/state |" if scan else ""),
+        "|---|---|---|---|---|" + ("---|" if scan else ""),
+    ]
+    for r in rows:
+        name = r.get("model", f"chain{r.get('links')}")
+        t = r["simjax_lower_s"] + r["simjax_compile_s"]
+        line = (
+            f"| {name} | {r['batch']} | {r['simjax_lower_s']:.2f} | {r['simjax_compile_s']:.2f} | {t:.2f} |"
+        )
+        if scan:
+            line += f" {r['simjax_us_per_state']:.2f} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def chunk_table(rows: list[dict]) -> str:
+    lines = [
+        "| model | B | vmap µs/state | lax.map chunks µs/state | chunk | chunked/vmap throughput |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "chunked_us_per_state" in r:
+            lines.append(
+                f"| {r['model']} | {r['batch']} | {r['simjax_us_per_state']:.2f} "
+                f"| {r['chunked_us_per_state']:.2f} | {r['chunk']} "
+                f"| {r['simjax_us_per_state'] / r['chunked_us_per_state']:.2f}x |"
+            )
+    return "\n".join(lines)
+
+
+def info_block(info: dict) -> str:
+    load = info.get("loadavg_at_start")
+    return "\n".join(
+        [
+            f"- date: {info['date']}",
+            f"- CPU: {info['cpu']} ({info['cores']} cores visible); JAX devices: {info['jax_devices']}",
+            f"- load average at start: {', '.join(f'{x:.2f}' for x in load) if load else 'n/a'}",
+            f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
+            f"simjax {info['simjax']}, pinocchio {info['pinocchio']}, mujoco {info['mujoco']}",
+            f"- simjax dtype: {info['dtype']} (Pinocchio and MuJoCo: float64)",
+            f"- XLA_FLAGS: {info['XLA_FLAGS'] or '(unset)'}",
+            f"- command: python benchmarks/{info.get('script', 'bench_forward.py')} {' '.join(info['argv'])}",
+        ]
+    )
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", not args.float32)
+    dtype = "float32" if args.float32 else "float64"
+    info = machine_info(dtype)
+    info["argv"] = sys.argv[1:] if argv is None else list(argv)
+    print(info_block(info), flush=True)
+    warm_up()
+    result: dict = {"info": info}
+    if args.compile_scan:
+        rows = compile_scan(args)
+        result["compile_scan"] = rows
+        print(f"\nsimjax compile time vs chain depth (batch {args.scan_batch}, cold caches):\n")
+        print(compile_table(rows))
+    else:
+        rng = np.random.default_rng(args.seed)
+        rows = []
+        for key in args.models:
+            rows += bench_model(key, args.batches, args, rng)
+        result["throughput"] = rows
+        print("\nForward dynamics throughput (ratios: simjax states/s over the peer's):\n")
+        print(throughput_table(rows))
+        print("\nsimjax compile time of jit(vmap(realize)) (cold caches):\n")
+        print(compile_table(rows))
+        if any("chunked_us_per_state" in r for r in rows):
+            print("\nsimjax vmap over the whole batch vs lax.map over chunks:\n")
+            print(chunk_table(rows))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
