@@ -6,6 +6,8 @@ Enable float64 for Simbody-level accuracy: ``jax.config.update("jax_enable_x64",
 from . import _forces as _forces_module  # noqa: F401  (registers Force kinds)
 from ._bodies import Body as Body
 from ._bodies import MobilizedBody as MobilizedBody
+from ._constraints import Constraint as Constraint
+from ._constraints import ConstraintContext as ConstraintContext
 from ._context import Context as Context
 from ._forces import Force as Force
 from ._functions import Function as Function

@@ -29,6 +29,7 @@ class SimbodyMatterSubsystem(Subsystem):
         if system._matter is not None:
             raise ValueError("this System already has a SimbodyMatterSubsystem")
         self._mobods: list[MobilizedBody] = []
+        self._constraints: list[Any] = []
         super().__init__(system, name)
         system._matter = self
         Ground(self)
@@ -68,6 +69,65 @@ class SimbodyMatterSubsystem(Subsystem):
     def get_nu(self, state: State) -> int:
         """Number of generalized speeds."""
         return state.nu
+
+    # ------------------------------------------------------------------ constraints
+    def get_num_constraints(self) -> int:
+        """Number of constraints (enabled or not)."""
+        return len(self._constraints)
+
+    def get_constraint(self, index: int) -> Any:
+        """A constraint by index."""
+        return self._constraints[index]
+
+    def get_num_constraint_equations(self, state: State) -> tuple[int, int, int]:
+        """``(mp, mv, ma)`` rows of ``G`` (disabled constraints keep zero rows)."""
+        return self._model(state).constraint_counts(state.use_euler_angles)
+
+    def calc_g_and_b(self, state: State) -> tuple[jax.Array, jax.Array]:
+        """``G = [P; V; A]`` (m, nu) and ``b`` (m,) with ``G udot = b`` (needs Velocity)."""
+        from . import _constraints as cn
+
+        state.require(Stage.VELOCITY, "calc_g_and_b")
+        model = self._model(state)
+        pc, vc = state.position_cache, state.velocity_cache
+        A0 = classical_acceleration(self._velocity_bias(state), vc.V_O, pc.p_GB)
+        return cn.g_and_b(model, state, A0)
+
+    def calc_g(self, state: State) -> jax.Array:
+        """The constraint matrix ``G = [P; V; A]`` (m, nu) (needs Velocity)."""
+        return self.calc_g_and_b(state)[0]
+
+    def calc_bias_for_acceleration_constraints(self, state: State) -> jax.Array:
+        """``b`` of ``G udot = b``: minus the acceleration errors at ``udot = 0``."""
+        return self.calc_g_and_b(state)[1]
+
+    def multiply_by_g(self, state: State, ulike: Any) -> jax.Array:
+        """``G v`` (needs Velocity)."""
+        return self.calc_g(state) @ jnp.asarray(ulike)
+
+    def multiply_by_g_transpose(self, state: State, lam: Any) -> jax.Array:
+        """``G^T lambda`` (needs Velocity)."""
+        return self.calc_g(state).T @ jnp.asarray(lam)
+
+    def calc_constraint_forces_from_multipliers(self, state: State, multipliers: Any):
+        """Body forces (nb, 6) and mobility forces (nu,) equivalent to ``G^T lambda`` for the
+        complete multiplier vector (the constraints apply their negatives)."""
+        from . import _constraints as cn
+
+        state.require(Stage.POSITION, "calc_constraint_forces_from_multipliers")
+        model = self._model(state)
+        topo = model.topology(state.use_euler_angles)
+        mp, mv, _ = model.constraint_counts(state.use_euler_angles)
+        lam = jnp.asarray(multipliers, state.q.dtype)
+        F = jnp.zeros((topo.nb, 6), lam.dtype)
+        tau = jnp.zeros(topo.nu, lam.dtype)
+        en = state.instance["matter"]["constraint_enabled"]
+        for c in model.constraints(state.use_euler_angles):
+            rows = np.concatenate([c.rows[0], mp + c.rows[1], mp + mv + c.rows[2]])
+            coef = cn.constraint_coefficients(model, state, c)
+            f, t = cn.coefficient_forces(model, state, c, coef, lam[rows] * en[c.index])
+            F, tau = F + f, tau + t
+        return F, tau
 
     # ------------------------------------------------------------------ model options
     def set_use_euler_angles(self, state: State, use: bool) -> State:

@@ -50,7 +50,28 @@ class Model:
     z_decl: tuple[tuple[str, np.ndarray], ...]
     version: int
     uid: int
+    constraint_objects: tuple[Any, ...] = ()
     _topos: dict[bool, Topology] = field(default_factory=dict)
+    _cons: dict[bool, tuple[Any, ...]] = field(default_factory=dict)
+
+    def constraints(self, euler: bool) -> tuple[Any, ...]:
+        """Compiled constraints (static bodies, q/u indices, row blocks) for a Model option."""
+        if euler not in self._cons:
+            topo = self.topology(euler)
+            out, rows = [], [0, 0, 0]
+            for c in self.constraint_objects:
+                cc = c._compile(self.parent, topo, tuple(rows))
+                if not euler:
+                    c._compiled = cc
+                rows = [rows[0] + cc.mp, rows[1] + cc.mv, rows[2] + cc.ma]
+                out.append(cc)
+            self._cons[euler] = tuple(out)
+        return self._cons[euler]
+
+    def constraint_counts(self, euler: bool) -> tuple[int, int, int]:
+        """``(mp, mv, ma)``: numbers of holonomic, nonholonomic, acceleration-only rows."""
+        cs = self.constraints(euler)
+        return sum(c.mp for c in cs), sum(c.mv for c in cs), sum(c.ma for c in cs)
 
     @property
     def nb(self) -> int:
@@ -215,7 +236,10 @@ class Model:
             raise ValueError("realize: the highest stage is Stage.REPORT")
         if stage <= state.stage:
             return state
-        return _realize_jit(self, state, stage)
+        out = _realize_jit(self, state, stage)
+        if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and self.constraint_objects:
+            _check_consistent(out)
+        return out
 
     def _realize_eager(self, state: State, stage: Stage) -> State:
         cur = state
@@ -228,9 +252,21 @@ class Model:
     def _realize_one(self, state: State, st: Stage) -> State:
         cache = state.cache
         if st == Stage.POSITION:
-            cache = _replace(cache, position=rz.realize_position(self, state))
+            pos = rz.realize_position(self, state)
+            if self.constraint_objects:
+                from ._constraints import position_errors
+
+                perr = position_errors(self, _with_stage(state, st, _replace(cache, position=pos)))
+                pos = _replace(pos, qerr=jnp.concatenate([perr, pos.qerr]))
+            cache = _replace(cache, position=pos)
         elif st == Stage.VELOCITY:
-            cache = _replace(cache, velocity=rz.realize_velocity(self, state, state.position_cache))
+            vel = rz.realize_velocity(self, state, state.position_cache)
+            if self.constraint_objects:
+                from ._constraints import velocity_errors
+
+                uerr = velocity_errors(self, _with_stage(state, st, _replace(cache, velocity=vel)))
+                vel = _replace(vel, uerr=uerr)
+            cache = _replace(cache, velocity=vel)
         elif st == Stage.DYNAMICS:
             cache = _replace(
                 cache,
@@ -261,6 +297,25 @@ class Model:
 @eqx.filter_jit
 def _realize_jit(model: Model, state: State, stage: Stage) -> State:
     return model._realize_eager(state, stage)
+
+
+def _check_consistent(state: State) -> None:
+    """Raise for inconsistent constraints when the result is concrete (outside jit)."""
+    ac = state.acceleration_cache
+    if isinstance(ac.udoterr, jax.core.Tracer) or ac.udoterr.size == 0:
+        return
+    err = np.asarray(ac.udoterr)
+    if err.ndim != 1:
+        return
+    tol = 1e-6 if err.dtype == np.float64 else 1e-2
+    scale = 1.0 + float(np.max(np.abs(np.asarray(ac.udot)), initial=0.0))
+    worst = int(np.argmax(np.abs(err)))
+    if not np.isfinite(err).all() or abs(err[worst]) > tol * scale:
+        raise ValueError(
+            "the constraints are inconsistent: no accelerations satisfy them all (acceleration "
+            f"error {err[worst]:.3g} in row {worst} after the least-squares solve). Two "
+            "constraints demand different motions of the same coordinates; disable or remove one"
+        )
 
 
 def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.Array:

@@ -93,7 +93,7 @@ def realize_position(model: Model, state: State) -> PositionCache:
 
     I_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)
     qs = np.asarray(topo.quaternion_slots)
-    qerr = (jnp.sum(q[qs] ** 2, axis=-1) - 1.0) if len(qs) else jnp.zeros(0, dt)
+    qerr = (sp.safe_norm(q[qs]) - 1.0) if len(qs) else jnp.zeros(0, dt)
     return PositionCache(
         R_GB=R_GB,
         p_GB=p_GB,
@@ -175,7 +175,9 @@ def realize_velocity(model: Model, state: State, pos: PositionCache) -> Velocity
     topo = model.topology(state.use_euler_angles)
     vJ = _tree.sum_dofs(topo, pos.cdof * state.u[:, None])  # (nb, 6)
     V = _tree.outward_sum(topo, vJ)
-    return VelocityCache(qdot=calc_qdot(model, state).astype(V.dtype), V_O=V, vJ=vJ)
+    return VelocityCache(
+        qdot=calc_qdot(model, state).astype(V.dtype), V_O=V, vJ=vJ, uerr=jnp.zeros(0, V.dtype)
+    )
 
 
 def body_forces_to_origin(F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
@@ -276,8 +278,21 @@ def qdotdot(model: Model, state: State, udot: jax.Array) -> jax.Array:
 def realize_acceleration(
     model: Model, state: State, pos: PositionCache, vel: VelocityCache, dyn: DynamicsCache
 ) -> AccelerationCache:
-    """Forward dynamics: ``udot = -M^-1 bias``, body accelerations and qdotdot."""
+    """Forward dynamics: ``M udot + G^T lambda = -bias``, ``G udot = b``; body
+    accelerations and qdotdot."""
+    from . import _constraints as cn
+    from ._model import classical_acceleration
+
     M = mass_matrix(model, state, pos)
-    udot = solve_mass_matrix(M, -dyn.bias)
+    mp, mv, ma = model.constraint_counts(state.use_euler_angles)
+    if mp + mv + ma == 0:
+        udot = solve_mass_matrix(M, -dyn.bias)
+        lam = err = jnp.zeros(0, udot.dtype)
+    else:
+        A0 = classical_acceleration(dyn.a_bias, vel.V_O, pos.p_GB)
+        G, b = cn.g_and_b(model, state, A0)
+        udot, lam, err = cn.solve_constrained(M, -dyn.bias, G, b)
     A, qdd = accelerations_from_udot(model, state, pos, dyn.a_bias, udot)
-    return AccelerationCache(udot=udot, qdotdot=qdd, A_O=A, zdot=jnp.zeros_like(state.z))
+    return AccelerationCache(
+        udot=udot, qdotdot=qdd, A_O=A, zdot=jnp.zeros_like(state.z), udoterr=err, multipliers=lam
+    )

@@ -35,7 +35,8 @@ class PositionCache(eqx.Module):
         cdof: Motion subspace of each dof in Ground, about Ground's origin (nu, 6).
         I_O: Spatial inertia of each body in Ground, about Ground's origin (nb, 6, 6).
         com_G: Mass-center locations in Ground (nb, 3).
-        qerr: Position errors (quaternion norms minus one), (n_quat,).
+        qerr: Position errors: the holonomic constraint errors (mp,) then one per
+            quaternion (its norm minus one, Simbody's), (mp + n_quat,).
     """
 
     R_GB: Float[Array, "nb 3 3"]
@@ -56,6 +57,8 @@ class VelocityCache(eqx.Module):
         qdot: ``N(q) u`` (nq,).
         V_O: Body spatial velocities in Ground about Ground's origin (nb, 6).
         vJ: Velocity across each body's mobilizer, same frame (nb, 6).
+        uerr: Velocity errors: time derivatives of the holonomic errors (mp,) then the
+            nonholonomic errors (mv,).
 
     The velocity-product accelerations are not computed here (so kinematics, energy and
     assembly don't pay for them); Dynamics caches them as ``DynamicsCache.a_bias``.
@@ -64,6 +67,7 @@ class VelocityCache(eqx.Module):
     qdot: Float[Array, " nq"]
     V_O: Float[Array, "nb 6"]
     vJ: Float[Array, "nb 6"]
+    uerr: Float[Array, " nuerr"]
 
 
 class DynamicsCache(eqx.Module):
@@ -92,12 +96,17 @@ class AccelerationCache(eqx.Module):
         qdotdot: ``Ndot u + N udot`` (nq,).
         A_O: Body spatial accelerations in Ground about Ground's origin (nb, 6).
         zdot: Derivatives of the auxiliary variables (nz,).
+        udoterr: Acceleration errors ``G udot - b`` (mp + mv + ma,): zero to round-off
+            after forward dynamics unless the constraints are inconsistent.
+        multipliers: Lagrange multipliers ``lambda`` of ``M udot + G^T lambda = f``.
     """
 
     udot: Float[Array, " nu"]
     qdotdot: Float[Array, " nq"]
     A_O: Float[Array, "nb 6"]
     zdot: Float[Array, " nz"]
+    udoterr: Float[Array, " m"]
+    multipliers: Float[Array, " m"]
 
 
 class Cache(eqx.Module):
@@ -278,6 +287,30 @@ class State(eqx.Module):
         """Time derivative of z (needs Acceleration)."""
         self.require(Stage.ACCELERATION, "state.zdot")
         return self.acceleration_cache.zdot
+
+    @property
+    def qerr(self) -> Float[Array, " nqerr"]:
+        """Position errors: holonomic constraints then quaternion norms (Position)."""
+        self.require(Stage.POSITION, "state.qerr")
+        return self.position_cache.qerr
+
+    @property
+    def uerr(self) -> Float[Array, " nuerr"]:
+        """Velocity errors: holonomic derivatives then nonholonomic (Velocity)."""
+        self.require(Stage.VELOCITY, "state.uerr")
+        return self.velocity_cache.uerr
+
+    @property
+    def udoterr(self) -> Float[Array, " m"]:
+        """Acceleration errors ``G udot - b`` (Acceleration)."""
+        self.require(Stage.ACCELERATION, "state.udoterr")
+        return self.acceleration_cache.udoterr
+
+    @property
+    def multipliers(self) -> Float[Array, " m"]:
+        """Lagrange multipliers of every constraint equation (Acceleration)."""
+        self.require(Stage.ACCELERATION, "state.multipliers")
+        return self.acceleration_cache.multipliers
 
     @property
     def nq(self) -> int:

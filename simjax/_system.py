@@ -73,6 +73,7 @@ class MultibodySystem:
     def realize_topology(self) -> State:
         """Validate and freeze the System; return its default State (realized to Model)."""
         self._model = self._build_model()
+        self._model.constraints(False)  # validate constraints now (clear errors early)
         return self._model.default_state(euler=False)
 
     def get_default_state(self) -> State:
@@ -106,6 +107,13 @@ class MultibodySystem:
                 mobilizer_params=mparams,
             )
         }
+        for c in matter._constraints:
+            c._compiled = None
+            for k, v in c._defaults.items():
+                instance["matter"][c._pkey(k)] = v
+        instance["matter"]["constraint_enabled"] = np.array(
+            [0.0 if c._disabled_by_default else 1.0 for c in matter._constraints]
+        )
         groups: list[ForceGroup] = []
         discrete: list[tuple[str, str, int, np.ndarray]] = []
         zdecl: list[tuple[str, np.ndarray]] = []
@@ -136,6 +144,7 @@ class MultibodySystem:
             z_decl=tuple(zdecl),
             version=self._version,
             uid=self._uid,
+            constraint_objects=tuple(matter._constraints),
         )
 
     def model_for(self, state: State) -> Model:
@@ -184,6 +193,47 @@ class MultibodySystem:
         """``realize(state, Stage.ACCELERATION)``."""
         return self.realize(state, Stage.ACCELERATION)
 
+    # ------------------------------------------------------------------ projection
+    def project_q(self, state: State, tol: float = 1e-4, iterations: int = 6) -> State:
+        """Move q onto the position constraints (Simbody ``projectQ``): the minimum-norm
+        Gauss-Newton correction in u-space, ``iterations`` steps, quaternions normalised.
+
+        Differentiable (a static number of steps). Outside ``jit`` it raises a
+        ``ValueError`` naming the worst constraint if the RMS position error is still
+        above ``tol``. The returned State is realized to Position.
+        """
+        from . import _projection as pj
+
+        model = self.model_for(state)
+        out = model.realize(pj.project_q(model, state, iterations), Stage.POSITION)
+        mp, _, _ = model.constraint_counts(state.use_euler_angles)
+        _check_accuracy(model, out, out.position_cache.qerr[:mp], tol, "position", 0)
+        return out
+
+    def project_u(self, state: State, tol: float = 1e-4) -> State:
+        """Move u onto the velocity constraints (Simbody ``projectU``): the minimum-norm
+        change of u that zeroes ``uerr`` (one exact least-squares step). Realized to
+        Velocity; raises outside ``jit`` if the RMS error stays above ``tol``."""
+        from . import _projection as pj
+
+        model = self.model_for(state)
+        out = model.realize(pj.project_u(model, state), Stage.VELOCITY)
+        _check_accuracy(model, out, out.velocity_cache.uerr, tol, "velocity", 1)
+        return out
+
+    def project(self, state: State, tol: float = 1e-4, iterations: int = 6) -> State:
+        """``project_q`` then ``project_u`` (Simbody ``System::project``)."""
+        return self.project_u(self.project_q(state, tol, iterations), tol)
+
+    def calc_constraint_error_norms(self, state: State) -> tuple[jax.Array, jax.Array]:
+        """RMS of the position errors and of the velocity errors (Simbody's default norm;
+        quaternion rows excluded). Needs Velocity."""
+        from . import _projection as pj
+
+        model = self.model_for(state)
+        mp, _, _ = model.constraint_counts(state.use_euler_angles)
+        return pj.rms(state.qerr[:mp]), pj.rms(state.uerr)
+
     # ------------------------------------------------------------------ reports
     def calc_kinetic_energy(self, state: State) -> jax.Array:
         """Kinetic energy ``1/2 u^T M u`` (needs Velocity)."""
@@ -204,6 +254,27 @@ class MultibodySystem:
     def context(self, state: State, subsystem: str | None = None) -> Context:
         """A read-only ``Context`` view of a State (what user callables receive)."""
         return Context(self.model_for(state), state, subsystem)
+
+
+def _check_accuracy(model: Model, state: State, err: jax.Array, tol: float, what: str, level: int) -> None:
+    if isinstance(err, jax.core.Tracer) or err.ndim != 1 or err.shape[0] == 0:
+        return
+    e = np.asarray(err)
+    norm = float(np.sqrt(np.mean(e**2)))
+    if np.isfinite(norm) and norm <= tol:
+        return
+    mp, mv, _ = model.constraint_counts(state.use_euler_angles)
+    worst = int(np.argmax(np.abs(e)))
+    name = "?"
+    for c in model.constraints(state.use_euler_angles):
+        rows = c.rows[0] if level == 0 else np.concatenate([c.rows[0], mp + c.rows[1]])
+        if worst in rows:
+            name = repr(model.constraint_objects[c.index])
+    raise ValueError(
+        f"projection failed: the RMS {what} constraint error is {norm:.3g} > tolerance {tol:g}; "
+        f"worst is {name} (error {e[worst]:.3g}). The constraints may be unsatisfiable from this "
+        "state; assemble it first (sj.Assembler) or start closer to the constraint manifold"
+    )
 
 
 class Subsystem:

@@ -1,0 +1,1556 @@
+"""Constraints (Simbody ``Constraint::*``) with every time derivative from autodiff.
+
+A constraint is defined by its *lowest-level* error only: position errors ``perr`` for
+holonomic equations, velocity errors ``verr`` for nonholonomic ones, acceleration errors
+``aerr`` for acceleration-only ones. Each is a function of a ``ConstraintContext``: the
+poses, velocities and accelerations of the constrained bodies *relative to their ancestor
+body, expressed in the ancestor frame* (as in Simbody), the q, u and udot of the
+constrained mobilizers, time, and the constraint's Instance-stage parameters.
+
+Everything else is derived exactly:
+
+* ``d/dt`` of an error is a forward-mode JVP along the trajectory's tangent
+  (``Rdot = [w]x R``, ``pdot = v``, ``wdot = alpha``, ``vdot = a``, ``qdot = N(q) u``,
+  ``udot``, ``tdot = 1``), so ``uerr = d/dt perr`` and ``udotErr = d/dt uerr`` hold to
+  round-off for every kind, built-in or custom.
+* The acceleration errors are affine in the body accelerations and udot; their
+  coefficients (a small forward Jacobian) times the body Jacobians give the rows of
+  ``G = [P; V; A]`` and the rhs ``b`` of ``G udot = b``.
+* The constraint forces of multipliers are ``G^T lambda`` split into body forces
+  ``[torque about the body origin; force]`` (Ground) and mobility forces.
+
+Equations of motion (Simbody): ``M udot + G^T lambda = f``, ``G udot = b``. Rows are
+ordered as Simbody orders them: all holonomic rows (constraint order), then all
+nonholonomic, then all acceleration-only. A disabled constraint keeps its rows, zeroed
+(its errors read 0 and its multipliers 0), so enabling and disabling never changes array
+shapes (vmap-friendly); Simbody instead removes the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _spatial as sp
+from ._functions import Function
+from ._stage import Stage
+from ._state import State
+
+if TYPE_CHECKING:
+    from ._bodies import MobilizedBody
+    from ._model import Model
+
+
+# ============================================================================ kinematics
+
+
+class Kin(eqx.Module):
+    """Ground-frame kinematics of one constraint's bodies (index 0 is the ancestor) and
+    the variables of its constrained mobilizers. A pytree: time derivatives are JVPs."""
+
+    R: jax.Array  # (k, 3, 3)
+    p: jax.Array  # (k, 3)
+    w: jax.Array  # (k, 3)
+    v: jax.Array  # (k, 3) velocity of the body origin
+    alpha: jax.Array  # (k, 3)
+    a: jax.Array  # (k, 3) acceleration of the body origin
+    q: tuple[jax.Array, ...]
+    u: tuple[jax.Array, ...]
+    udot: tuple[jax.Array, ...]
+    t: jax.Array
+    params: dict[str, jax.Array]
+    mparams: tuple[jax.Array, ...]
+
+
+def _time_tangent(kin: Kin, mobs: tuple[Any, ...]) -> Kin:
+    """d/dt of every field of ``kin`` along the motion (accelerations are held fixed)."""
+    qdot = tuple(
+        u if m.N(q, mp) is None else m.N(q, mp) @ u
+        for m, q, u, mp in zip(mobs, kin.q, kin.u, kin.mparams, strict=True)
+    )
+    z = jnp.zeros_like
+    return Kin(
+        R=jnp.einsum("kij,kjl->kil", jax.vmap(sp.skew)(kin.w), kin.R) if kin.R.shape[0] else z(kin.R),
+        p=kin.v,
+        w=kin.alpha,
+        v=kin.a,
+        alpha=z(kin.alpha),
+        a=z(kin.a),
+        q=tuple(qd.astype(q.dtype) for qd, q in zip(qdot, kin.q, strict=True)),
+        u=kin.udot,
+        udot=tuple(z(x) for x in kin.udot),
+        t=jnp.ones_like(kin.t),
+        params=jax.tree.map(z, kin.params),
+        mparams=tuple(z(x) for x in kin.mparams),
+    )
+
+
+def _ddt(fn: Callable[[Kin], jax.Array], mobs: tuple[Any, ...]) -> Callable[[Kin], jax.Array]:
+    """The exact time derivative of ``fn`` along the motion, as a function of ``kin``."""
+
+    def d(kin: Kin) -> jax.Array:
+        return jax.jvp(fn, (kin,), (_time_tangent(kin, mobs),))[1]
+
+    return d
+
+
+class ConstraintContext:
+    """What a constraint's error function sees (Simbody ``Constraint::Custom``'s view).
+
+    Bodies are numbered by the order they were given to the constraint (Simbody's
+    ``ConstrainedBodyIndex``); mobilizers likewise. Poses, velocities and accelerations
+    are of each body *relative to the ancestor body and expressed in its frame*; when
+    the ancestor is Ground (the common case) that is just Ground.
+    """
+
+    def __init__(self, kin: Kin, mobs: tuple[Any, ...]):
+        self._kin = kin
+        self._mobs = mobs
+
+    def _bi(self, body: int) -> int:
+        n = self._kin.R.shape[0] - 1
+        if not (isinstance(body, (int, np.integer)) and 0 <= body < n):
+            raise IndexError(
+                f"constrained body {body!r} does not exist: this constraint has bodies 0..{n - 1}"
+            )
+        return int(body)
+
+    def _mi(self, mobilizer: int) -> int:
+        n = len(self._kin.q)
+        if not (isinstance(mobilizer, (int, np.integer)) and 0 <= mobilizer < n):
+            raise IndexError(
+                f"constrained mobilizer {mobilizer!r} does not exist: this constraint has "
+                f"mobilizers 0..{n - 1}"
+            )
+        return int(mobilizer)
+
+    # --------------------------------------------------------------- variables
+    @property
+    def time(self) -> jax.Array:
+        """Time."""
+        return self._kin.t
+
+    def param(self, name: str) -> jax.Array:
+        """An Instance-stage parameter of this constraint."""
+        return self._kin.params[name]
+
+    def q(self, mobilizer: int) -> jax.Array:
+        """q of the constrained mobilizer ``mobilizer``."""
+        return self._kin.q[self._mi(mobilizer)]
+
+    def u(self, mobilizer: int) -> jax.Array:
+        """u of the constrained mobilizer ``mobilizer``."""
+        return self._kin.u[self._mi(mobilizer)]
+
+    def udot(self, mobilizer: int) -> jax.Array:
+        """udot of the constrained mobilizer ``mobilizer`` (acceleration level only)."""
+        return self._kin.udot[self._mi(mobilizer)]
+
+    def one_q(self, mobilizer: int, which: int) -> jax.Array:
+        """One q of a constrained mobilizer."""
+        return self._kin.q[self._mi(mobilizer)][which]
+
+    def one_u(self, mobilizer: int, which: int) -> jax.Array:
+        """One u of a constrained mobilizer."""
+        return self._kin.u[self._mi(mobilizer)][which]
+
+    def one_udot(self, mobilizer: int, which: int) -> jax.Array:
+        """One udot of a constrained mobilizer."""
+        return self._kin.udot[self._mi(mobilizer)][which]
+
+    def qdot(self, mobilizer: int) -> jax.Array:
+        """qdot = N(q) u of a constrained mobilizer."""
+        k = self._kin
+        m = self._mobs[mobilizer]
+        Nq = m.N(k.q[mobilizer], k.mparams[mobilizer])
+        return k.u[mobilizer] if Nq is None else Nq @ k.u[mobilizer]
+
+    # --------------------------------------------------------------- positions (in A)
+    def _rel(self, kin: Kin, i: int) -> tuple[jax.Array, jax.Array]:
+        RA, pA = kin.R[0], kin.p[0]
+        j = self._bi(i) + 1
+        return RA.T @ kin.R[j], RA.T @ (kin.p[j] - pA)
+
+    def body_transform(self, body: int) -> sp.Transform:
+        """``X_AB`` of constrained body ``body``."""
+        R, p = self._rel(self._kin, body)
+        return sp.Transform(R, p)
+
+    def body_rotation(self, body: int) -> jax.Array:
+        """``R_AB``."""
+        return self._rel(self._kin, body)[0]
+
+    def body_origin_location(self, body: int) -> jax.Array:
+        """Location of the body's origin in A."""
+        return self._rel(self._kin, body)[1]
+
+    def station_location(self, body: int, station: Any) -> jax.Array:
+        """Location in A of a station fixed on the body (given in the body frame)."""
+        R, p = self._rel(self._kin, body)
+        return p + R @ jnp.asarray(station, p.dtype)
+
+    def express_in_ancestor(self, body: int, vec: Any) -> jax.Array:
+        """A body-fixed vector re-expressed in A."""
+        return self.body_rotation(body) @ jnp.asarray(vec, self._kin.p.dtype)
+
+    # --------------------------------------------------------------- velocities (in A)
+    def _rel_vel(self, kin: Kin, i: int) -> jax.Array:
+        RA, pA, wA, vA = kin.R[0], kin.p[0], kin.w[0], kin.v[0]
+        j = self._bi(i) + 1
+        w = RA.T @ (kin.w[j] - wA)
+        v = RA.T @ (kin.v[j] - vA - jnp.cross(wA, kin.p[j] - pA))
+        return jnp.concatenate([w, v])
+
+    def body_velocity(self, body: int) -> jax.Array:
+        """``V_AB = [w; v of the origin]`` in A."""
+        return self._rel_vel(self._kin, body)
+
+    def body_angular_velocity(self, body: int) -> jax.Array:
+        """Angular velocity of the body in A."""
+        return self._rel_vel(self._kin, body)[:3]
+
+    def body_origin_velocity(self, body: int) -> jax.Array:
+        """Velocity of the body origin in A."""
+        return self._rel_vel(self._kin, body)[3:]
+
+    def station_velocity(self, body: int, station: Any) -> jax.Array:
+        """Velocity in A of a station fixed on the body."""
+        V = self._rel_vel(self._kin, body)
+        r = self.body_rotation(body) @ jnp.asarray(station, V.dtype)
+        return V[3:] + jnp.cross(V[:3], r)
+
+    # --------------------------------------------------------------- accelerations (in A)
+    def body_acceleration(self, body: int) -> jax.Array:
+        """``A_AB = [alpha; a of the origin]``: the A-frame time derivative of ``V_AB``."""
+        return _ddt(lambda k: self._rel_vel(k, body), self._mobs)(self._kin)
+
+    def station_acceleration(self, body: int, station: Any) -> jax.Array:
+        """Acceleration in A of a station fixed on the body."""
+        sub = ConstraintContext
+
+        def vel(k: Kin) -> jax.Array:
+            return sub(k, self._mobs).station_velocity(body, station)
+
+        return _ddt(vel, self._mobs)(self._kin)
+
+
+# ============================================================================ base class
+
+
+@dataclass(eq=False)
+class _Compiled:
+    """Static per-constraint data fixed at ``realize_topology()``."""
+
+    index: int
+    bodies: np.ndarray  # (k+1,) ancestor first
+    mob_bodies: tuple[int, ...]
+    mobs: tuple[Any, ...]
+    q_idx: tuple[np.ndarray, ...]
+    u_idx: tuple[np.ndarray, ...]
+    mp: int
+    mv: int
+    ma: int
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray]  # global row indices per level
+
+
+class Constraint:
+    """Base of every constraint; construct a kind, e.g. ``Constraint.Ball(b1, p1, b2, p2)``.
+
+    Subclasses declare bodies and mobilizers and implement one or more of
+    ``_perr``/``_verr``/``_aerr`` (functions of a ``ConstraintContext``).
+    """
+
+    _param_names: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        matter: Any,
+        bodies: Sequence[MobilizedBody] = (),
+        mobilizers: Sequence[MobilizedBody] = (),
+        params: dict[str, Any] | None = None,
+    ):
+        from ._matter import SimbodyMatterSubsystem
+
+        kind = type(self).__name__
+        if not isinstance(matter, SimbodyMatterSubsystem):
+            raise TypeError(
+                f"Constraint.{kind}: expected the SimbodyMatterSubsystem, got {type(matter).__name__}"
+            )
+        for b in list(bodies) + list(mobilizers):
+            if getattr(b, "_matter", None) is not matter:
+                raise ValueError(f"Constraint.{kind}: {b!r} is not a mobilized body of this matter subsystem")
+        for m in mobilizers:
+            if m.is_ground():
+                raise ValueError(f"Constraint.{kind}: Ground has no mobilizer to constrain")
+        self._matter = matter
+        self._bodies = tuple(bodies)
+        self._mobilizers = tuple(mobilizers)
+        self._defaults = {k: np.asarray(v, dtype=float) for k, v in (params or {}).items()}
+        self._disabled_by_default = False
+        self._compiled: _Compiled | None = None
+        self.index = len(matter._constraints)
+        try:  # evaluate the error functions once (shapes only) before adopting the constraint
+            self._counts(tuple(m.mobilizer for m in mobilizers))
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001 (re-raised with what the function sees)
+            raise ValueError(
+                f"Constraint.{kind}: evaluating an error function failed ({type(e).__name__}: {e}); it "
+                f"sees {len(self._bodies)} bodies (0..{len(self._bodies) - 1}) and "
+                f"{len(self._mobilizers)} mobilizers"
+            ) from None
+        matter._constraints.append(self)
+        matter._system.invalidate_topology()
+
+    # --------------------------------------------------------------- to override
+    _perr: Callable[[ConstraintContext], Any] | None = None
+    _verr: Callable[[ConstraintContext], Any] | None = None
+    _aerr: Callable[[ConstraintContext], Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Constraint.{type(self).__name__}(index={self.index})"
+
+    # --------------------------------------------------------------- compilation
+    def _compile(self, model_parent: tuple[int, ...], topo: Any, row0: tuple[int, int, int]) -> _Compiled:
+        bodies = [b.index for b in self._bodies]
+        anc = _common_ancestor(model_parent, bodies) if bodies else 0
+        mobs = tuple(topo.mobilizers[m.index] for m in self._mobilizers)
+        q_idx = tuple(int(topo.q_start[m.index]) + np.arange(topo.nq_body[m.index]) for m in self._mobilizers)
+        u_idx = tuple(int(topo.u_start[m.index]) + np.arange(topo.nu_body[m.index]) for m in self._mobilizers)
+        mp, mv, ma = self._counts(mobs)
+        return _Compiled(
+            index=self.index,
+            bodies=np.array([anc] + bodies, dtype=int),
+            mob_bodies=tuple(m.index for m in self._mobilizers),
+            mobs=mobs,
+            q_idx=q_idx,
+            u_idx=u_idx,
+            mp=mp,
+            mv=mv,
+            ma=ma,
+            rows=(
+                row0[0] + np.arange(mp),
+                row0[1] + np.arange(mv),
+                row0[2] + np.arange(ma),
+            ),
+        )
+
+    def _counts(self, mobs: tuple[Any, ...]) -> tuple[int, int, int]:
+        """Numbers of holonomic, nonholonomic and acceleration-only equations (by shape)."""
+        kin = _dummy_kin(len(self._bodies) + 1, mobs, self._defaults)
+        out = []
+        for fn in (self._perr, self._verr, self._aerr):
+            if fn is None:
+                out.append(0)
+                continue
+            shp = jax.eval_shape(
+                lambda k, fn=fn: jnp.atleast_1d(jnp.asarray(fn(ConstraintContext(k, mobs)))), kin
+            )
+            if len(shp.shape) != 1:
+                raise ValueError(
+                    f"{self!r}: an error function must return a scalar or a vector, got shape {shp.shape}"
+                )
+            out.append(int(shp.shape[0]))
+        if sum(out) == 0:
+            raise ValueError(f"{self!r} defines no constraint equations")
+        return out[0], out[1], out[2]
+
+    # --------------------------------------------------------------- level functions
+    def _funcs(self, c: _Compiled):
+        """(position, velocity, acceleration) error functions of ``Kin``."""
+        mobs = c.mobs
+
+        def wrap(fn):
+            if fn is None:
+                return None
+            return lambda k: jnp.atleast_1d(jnp.asarray(fn(ConstraintContext(k, mobs)), k.p.dtype))
+
+        p0, v0, a0 = wrap(self._perr), wrap(self._verr), wrap(self._aerr)
+        z = lambda k: jnp.zeros(0, k.p.dtype)
+        perr = p0 or z
+        pv = _ddt(p0, mobs) if p0 else z
+        pa = _ddt(pv, mobs) if p0 else z
+        vv = v0 or z
+        va = _ddt(v0, mobs) if v0 else z
+        aa = a0 or z
+        verr = lambda k: jnp.concatenate([pv(k), vv(k)])
+        aerr = lambda k: jnp.concatenate([pa(k), va(k), aa(k)])
+        return perr, verr, aerr
+
+    # --------------------------------------------------------------- enabling
+    def set_disabled_by_default(self, disabled: bool) -> Constraint:
+        """Whether the constraint starts disabled (a topological change)."""
+        self._disabled_by_default = bool(disabled)
+        self._matter._system.invalidate_topology()
+        return self
+
+    def is_disabled_by_default(self) -> bool:
+        """Whether the constraint is disabled in the default State."""
+        return self._disabled_by_default
+
+    def disable(self, state: State) -> State:
+        """New State with this constraint disabled (an Instance-stage change)."""
+        return self._set_enabled(state, 0.0)
+
+    def enable(self, state: State) -> State:
+        """New State with this constraint enabled (not necessarily satisfied)."""
+        return self._set_enabled(state, 1.0)
+
+    def _set_enabled(self, state: State, value: float) -> State:
+        self._check(state)
+        en = state.instance["matter"]["constraint_enabled"]
+        return state.with_instance("matter", "constraint_enabled", en.at[self.index].set(value))
+
+    def is_disabled(self, state: State) -> jax.Array:
+        """Whether the constraint is disabled in ``state`` (a boolean array under jit)."""
+        self._check(state)
+        return state.instance["matter"]["constraint_enabled"][self.index] == 0
+
+    # --------------------------------------------------------------- parameters
+    def _pkey(self, name: str) -> str:
+        return f"constraint{self.index}.{name}"
+
+    def get_param(self, state: State, name: str) -> jax.Array:
+        """An Instance-stage parameter of this constraint in ``state``."""
+        self._check(state)
+        return state.instance["matter"][self._pkey(name)]
+
+    def set_param(self, state: State, name: str, value: Any) -> State:
+        """New State with one of this constraint's parameters changed (Instance stage)."""
+        self._check(state)
+        if name not in self._defaults:
+            raise KeyError(f"{self!r} has no parameter {name!r}; it has {sorted(self._defaults)}")
+        return state.with_instance("matter", self._pkey(name), value)
+
+    # --------------------------------------------------------------- structure queries
+    def _check(self, state: State) -> _Compiled:
+        model = self._matter._system.model_for(state)
+        cs = model.constraints(state.use_euler_angles)
+        if self.index >= len(cs) or cs[self.index].index != self.index or self._compiled is None:
+            raise ValueError(f"{self!r} was added after realize_topology(); realize the topology again")
+        return cs[self.index]
+
+    def get_matter_subsystem(self) -> Any:
+        """The matter subsystem holding this constraint."""
+        return self._matter
+
+    def get_constraint_index(self) -> int:
+        """Index of this constraint in its matter subsystem."""
+        return self.index
+
+    def get_num_constrained_bodies(self) -> int:
+        """Number of bodies this constraint acts on directly."""
+        return len(self._bodies)
+
+    def get_mobilized_body_from_constrained_body(self, i: int) -> MobilizedBody:
+        """The mobilized body of constrained body ``i``."""
+        return self._bodies[i]
+
+    def get_ancestor_mobilized_body(self) -> MobilizedBody:
+        """The outmost common ancestor of the constrained bodies (Ground if none)."""
+        parent = tuple(-1 if m._parent is None else m._parent.index for m in self._matter._mobods)
+        anc = _common_ancestor(parent, [b.index for b in self._bodies]) if self._bodies else 0
+        return self._matter._mobods[anc]
+
+    def get_num_constrained_mobilizers(self) -> int:
+        """Number of mobilizers this constraint acts on directly."""
+        return len(self._mobilizers)
+
+    def get_mobilized_body_from_constrained_mobilizer(self, i: int) -> MobilizedBody:
+        """The mobilized body of constrained mobilizer ``i``."""
+        return self._mobilizers[i]
+
+    def get_num_constrained_q(self, state: State) -> int:
+        """Number of q of the constrained mobilizers."""
+        return int(sum(len(i) for i in self._check(state).q_idx))
+
+    def get_num_constrained_u(self, state: State) -> int:
+        """Number of u of the constrained mobilizers."""
+        return int(sum(len(i) for i in self._check(state).u_idx))
+
+    def get_q_index_of_constrained_q(self, state: State, i: int) -> int:
+        """Index in the global q of constrained q ``i``."""
+        return int(np.concatenate((np.zeros(0, int),) + self._check(state).q_idx)[i])
+
+    def get_u_index_of_constrained_u(self, state: State, i: int) -> int:
+        """Index in the global u of constrained u ``i``."""
+        return int(np.concatenate((np.zeros(0, int),) + self._check(state).u_idx)[i])
+
+    def get_num_constraint_equations_in_use(self, state: State) -> tuple[int, int, int]:
+        """``(mp, mv, ma)``; all zero when disabled (needs a concrete State)."""
+        c = self._check(state)
+        if bool(self.is_disabled(state)):
+            return 0, 0, 0
+        return c.mp, c.mv, c.ma
+
+    def get_index_of_multipliers_in_use(self, state: State) -> tuple[int, int, int]:
+        """Start of this constraint's holonomic, nonholonomic and acceleration-only rows in
+        the global multiplier (and udotErr) vector."""
+        c = self._check(state)
+        model = self._matter._system.model_for(state)
+        mp, mv, _ = model.constraint_counts(state.use_euler_angles)
+        return (
+            int(c.rows[0][0]) if c.mp else -1,
+            mp + int(c.rows[1][0]) if c.mv else -1,
+            (mp + mv + int(c.rows[2][0]) if c.ma else -1),
+        )
+
+    # --------------------------------------------------------------- errors, multipliers
+    def _rows(self, state: State, level: int) -> np.ndarray:
+        c = self._check(state)
+        model = self._matter._system.model_for(state)
+        mp, mv, _ = model.constraint_counts(state.use_euler_angles)
+        if level == 0:
+            return c.rows[0]
+        if level == 1:
+            return np.concatenate([c.rows[0], mp + c.rows[1]])
+        return np.concatenate([c.rows[0], mp + c.rows[1], mp + mv + c.rows[2]])
+
+    def get_position_errors_as_vector(self, state: State) -> jax.Array:
+        """This constraint's position errors (needs Position)."""
+        state.require(Stage.POSITION, f"{self!r}.get_position_errors")
+        return state.position_cache.qerr[self._rows(state, 0)]
+
+    def get_velocity_errors_as_vector(self, state: State) -> jax.Array:
+        """This constraint's velocity errors ``[pverr; verr]`` (needs Velocity)."""
+        state.require(Stage.VELOCITY, f"{self!r}.get_velocity_errors")
+        return state.velocity_cache.uerr[self._rows(state, 1)]
+
+    def get_acceleration_errors_as_vector(self, state: State) -> jax.Array:
+        """This constraint's acceleration errors (needs Acceleration)."""
+        state.require(Stage.ACCELERATION, f"{self!r}.get_acceleration_errors")
+        return state.acceleration_cache.udoterr[self._rows(state, 2)]
+
+    def get_multipliers_as_vector(self, state: State) -> jax.Array:
+        """This constraint's Lagrange multipliers (needs Acceleration).
+
+        Reading them from a disabled constraint is an error (they do not exist)."""
+        state.require(Stage.ACCELERATION, f"{self!r}.get_multipliers")
+        self._require_enabled(state, "multipliers")
+        return state.acceleration_cache.multipliers[self._rows(state, 2)]
+
+    get_position_errors = get_position_errors_as_vector
+    get_velocity_errors = get_velocity_errors_as_vector
+    get_acceleration_errors = get_acceleration_errors_as_vector
+    get_multipliers = get_multipliers_as_vector
+
+    def _require_enabled(self, state: State, what: str) -> None:
+        dis = self.is_disabled(state)
+        if not isinstance(dis, jax.core.Tracer) and bool(dis):
+            raise ValueError(
+                f"{self!r} is disabled in this State, so it has no {what}; enable it with "
+                "constraint.enable(state) and realize again"
+            )
+
+    def calc_position_error_from_q(self, state: State, q: Any) -> jax.Array:
+        """Position errors for another q (same State otherwise)."""
+        s = self._matter._system.realize(state.with_q(q), Stage.POSITION)
+        return self.get_position_errors_as_vector(s)
+
+    def calc_velocity_error_from_u(self, state: State, u: Any) -> jax.Array:
+        """Velocity errors for another u (same q)."""
+        s = self._matter._system.realize(state.with_u(u), Stage.VELOCITY)
+        return self.get_velocity_errors_as_vector(s)
+
+    def calc_acceleration_error_from_udot(self, state: State, udot: Any) -> jax.Array:
+        """Acceleration errors ``G udot - b`` of this constraint for a given udot."""
+        state.require(Stage.VELOCITY, f"{self!r}.calc_acceleration_error_from_udot")
+        G, b = self._matter.calc_g_and_b(state)
+        rows = self._rows(state, 2)
+        return G[rows] @ jnp.asarray(udot) - b[rows]
+
+    # --------------------------------------------------------------- matrices
+    def _G_rows(self, state: State, level: int) -> jax.Array:
+        state.require(Stage.POSITION, f"{self!r} constraint matrices")
+        model = self._matter._system.model_for(state)
+        c = self._check(state)
+        coef = constraint_coefficients(model, state, c)
+        G = coefficient_rows_to_G(model, state, c, coef)
+        mp_c, mv_c = c.mp, c.mv
+        sel = {0: slice(0, mp_c), 1: slice(mp_c, mp_c + mv_c), 2: slice(mp_c + mv_c, None)}[level]
+        return G[sel] * state.instance["matter"]["constraint_enabled"][self.index]
+
+    def calc_position_constraint_matrix_p(self, state: State) -> jax.Array:
+        """P (mp, nu): ``d(pverr)/du`` (needs Position)."""
+        return self._G_rows(state, 0)
+
+    def calc_position_constraint_matrix_pt(self, state: State) -> jax.Array:
+        """P transposed."""
+        return self.calc_position_constraint_matrix_p(state).T
+
+    def calc_velocity_constraint_matrix_v(self, state: State) -> jax.Array:
+        """V (mv, nu): ``d(verr)/du`` of the nonholonomic rows (needs Position)."""
+        return self._G_rows(state, 1)
+
+    def calc_velocity_constraint_matrix_vt(self, state: State) -> jax.Array:
+        """V transposed."""
+        return self.calc_velocity_constraint_matrix_v(state).T
+
+    def calc_acceleration_constraint_matrix_a(self, state: State) -> jax.Array:
+        """A (ma, nu): ``d(aerr)/d(udot)`` of the acceleration-only rows (Position)."""
+        return self._G_rows(state, 2)
+
+    def calc_acceleration_constraint_matrix_at(self, state: State) -> jax.Array:
+        """A transposed."""
+        return self.calc_acceleration_constraint_matrix_a(state).T
+
+    def calc_position_constraint_matrix_pn_inv(self, state: State) -> jax.Array:
+        """``P N^-1`` (mp, nq): the position-error Jacobian ``d(perr)/dq``."""
+        s = state
+        model = self._matter._system.model_for(s)
+        c = self._check(s)
+        perr, _, _ = self._funcs(c)
+        s.require(Stage.POSITION, f"{self!r}.calc_position_constraint_matrix_pn_inv")
+
+        def f(q):
+            st = model.realize(s.with_q(q), Stage.POSITION)
+            return perr(gather_kin(model, st, c, level=0))
+
+        return jax.jacfwd(f)(s.q) * s.instance["matter"]["constraint_enabled"][self.index]
+
+    # --------------------------------------------------------------- forces and power
+    def calc_constraint_forces_from_multipliers(
+        self, state: State, multipliers: Any
+    ) -> tuple[jax.Array, jax.Array]:
+        """Body forces (nb, 6) ``[torque about body origin; force]`` in Ground and mobility
+        forces (nu,) that these multipliers (this constraint's, in row order) produce:
+        together they equal ``G_c^T lambda_c``. The forces the constraint *applies* to
+        the system are their negatives (``M udot = f - G^T lambda``)."""
+        state.require(Stage.POSITION, f"{self!r}.calc_constraint_forces_from_multipliers")
+        model = self._matter._system.model_for(state)
+        c = self._check(state)
+        coef = constraint_coefficients(model, state, c)
+        lam = (
+            jnp.asarray(multipliers, state.q.dtype)
+            * state.instance["matter"]["constraint_enabled"][self.index]
+        )
+        return coefficient_forces(model, state, c, coef, lam)
+
+    def get_constraint_forces_as_vectors(self, state: State) -> tuple[jax.Array, jax.Array]:
+        """The forces this constraint applies to the system, ``-(G_c^T lambda_c)`` as body
+        forces (nb, 6) in Ground and mobility forces (nu,) (needs Acceleration)."""
+        F, tau = self.calc_constraint_forces_from_multipliers(state, self.get_multipliers_as_vector(state))
+        return -F, -tau
+
+    def get_constrained_body_forces_as_vector(self, state: State) -> jax.Array:
+        """Body forces applied by this constraint (nb, 6), Ground frame."""
+        return self.get_constraint_forces_as_vectors(state)[0]
+
+    def get_constrained_mobility_forces_as_vector(self, state: State) -> jax.Array:
+        """Mobility forces applied by this constraint (nu,)."""
+        return self.get_constraint_forces_as_vectors(state)[1]
+
+    def calc_power(self, state: State) -> jax.Array:
+        """Power the constraint forces deliver to the system, ``-(lambda . G u)``; zero
+        for workless constraints (needs Acceleration)."""
+        F, tau = self.get_constraint_forces_as_vectors(state)
+        V = self._matter.get_body_velocities(state)
+        return jnp.sum(F * V) + tau @ state.u
+
+
+def _common_ancestor(parent: tuple[int, ...], bodies: list[int]) -> int:
+    """The deepest common ancestor (one of the bodies if it is inboard of the others);
+    Ground when a single body is constrained (its motion relative to itself is nil)."""
+    if len(set(bodies)) == 1:
+        return 0
+
+    def path(b: int) -> list[int]:
+        out = [b]
+        while b > 0:
+            b = parent[b]
+            out.append(b)
+        return out
+
+    common = set(path(bodies[0]))
+    for b in bodies[1:]:
+        common &= set(path(b))
+    # the deepest common one
+    return max(common, key=lambda x: len(path(x)))
+
+
+def _dummy_kin(k: int, mobs: tuple[Any, ...], params: dict[str, np.ndarray]) -> Kin:
+    f = jnp.result_type(float)
+    z3 = jax.ShapeDtypeStruct((k, 3), f)
+    return Kin(
+        R=jax.ShapeDtypeStruct((k, 3, 3), f),
+        p=z3,
+        w=z3,
+        v=z3,
+        alpha=z3,
+        a=z3,
+        q=tuple(jax.ShapeDtypeStruct((m.nq,), f) for m in mobs),
+        u=tuple(jax.ShapeDtypeStruct((m.nu,), f) for m in mobs),
+        udot=tuple(jax.ShapeDtypeStruct((m.nu,), f) for m in mobs),
+        t=jax.ShapeDtypeStruct((), f),
+        params={n: jax.ShapeDtypeStruct(v.shape, f) for n, v in params.items()},
+        mparams=tuple(jax.ShapeDtypeStruct((max(m.n_params, 1),), f) for m in mobs),
+    )
+
+
+# ============================================================================ assembly
+
+
+def gather_kin(model: Model, state: State, c: _Compiled, level: int, udot: Any = None) -> Kin:
+    """The Kin of constraint ``c`` from a State realized to Position (level 0), Velocity
+    (1) or Dynamics (2, accelerations at ``udot = 0`` unless ``udot`` given with the body
+    accelerations it implies)."""
+    pc = state.position_cache
+    b = c.bodies
+    dt = pc.p_GB.dtype
+    R, p = pc.R_GB[b], pc.p_GB[b]
+    z = jnp.zeros((len(b), 3), dt)
+    w = v = alpha = a = z
+    inst = state.instance["matter"]
+    q = tuple(state.q[i] for i in c.q_idx)
+    u = tuple(jnp.zeros(len(i), dt) for i in c.u_idx)
+    ud = tuple(jnp.zeros(len(i), dt) for i in c.u_idx)
+    if level >= 1:
+        V = model.body_velocities(state)[b]
+        w, v = V[:, :3], V[:, 3:]
+        u = tuple(state.u[i] for i in c.u_idx)
+    if level >= 2:
+        A = udot  # classical accelerations of all bodies, given by the caller
+        alpha, a = A[b, :3], A[b, 3:]
+    params = {
+        n[len(f"constraint{c.index}.") :]: val
+        for n, val in inst.items()
+        if n.startswith(f"constraint{c.index}.")
+    }
+    mparams = tuple(
+        inst["mobilizer_params"][mb][: max(m.n_params, 1)] for mb, m in zip(c.mob_bodies, c.mobs, strict=True)
+    )
+    return Kin(
+        R=R, p=p, w=w, v=v, alpha=alpha, a=a, q=q, u=u, udot=ud, t=state.t, params=params, mparams=mparams
+    )
+
+
+def constraint_coefficients(model: Model, state: State, c: _Compiled):
+    """Coefficients of the (affine) acceleration errors of one constraint with respect
+    to the constrained bodies' ``[alpha; a]`` (m, k, 6) and the constrained udots."""
+    cons = model.constraint_objects[c.index]
+    _, _, aerr = cons._funcs(c)
+    level = 1 if state.stage >= Stage.VELOCITY else 0
+    kin = gather_kin(model, state, c, level=level, udot=None)
+
+    def f(alpha, a, ud):
+        return aerr(eqx.tree_at(lambda k: (k.alpha, k.a, k.udot), kin, (alpha, a, ud)))
+
+    Calpha, Ca, Cud = jax.jacfwd(f, argnums=(0, 1, 2))(kin.alpha, kin.a, kin.udot)
+    return jnp.concatenate([Calpha, Ca], axis=-1), Cud
+
+
+def _frame_jacobians(model: Model, state: State, bodies: np.ndarray) -> jax.Array:
+    """(k, 6, nu) Jacobians of ``[w; v of origin]`` of the given bodies."""
+    pc = state.position_cache
+    topo = model.topology(state.use_euler_angles)
+    D = jnp.asarray(topo.dof_ancestor[bodies], pc.p_GB.dtype)  # (k, nu)
+    w = pc.cdof[None, :, :3]
+    v = pc.cdof[None, :, 3:] + jnp.cross(w, pc.p_GB[bodies][:, None, :])
+    J = jnp.concatenate([w * D[..., None], v * D[..., None]], axis=-1)  # (k, nu, 6)
+    return jnp.swapaxes(J, 1, 2)
+
+
+def coefficient_rows_to_G(model: Model, state: State, c: _Compiled, coef) -> jax.Array:
+    """Rows of G (m_c, nu) from the coefficients."""
+    Cb, Cud = coef
+    J = _frame_jacobians(model, state, c.bodies)
+    G = jnp.einsum("mki,kin->mn", Cb, J)
+    for cu, idx in zip(Cud, c.u_idx, strict=True):
+        G = G.at[:, idx].add(cu)
+    return G
+
+
+def coefficient_forces(model: Model, state: State, c: _Compiled, coef, lam: jax.Array):
+    """``G_c^T lambda`` as body forces (nb, 6) and mobility forces (nu,)."""
+    Cb, Cud = coef
+    topo = model.topology(state.use_euler_angles)
+    dt = state.q.dtype
+    Fk = jnp.einsum("mki,m->ki", Cb, lam)
+    F = jnp.zeros((topo.nb, 6), dt).at[c.bodies].add(Fk)
+    F = F.at[0].set(0.0)  # Ground absorbs reactions
+    tau = jnp.zeros(topo.nu, dt)
+    for cu, idx in zip(Cud, c.u_idx, strict=True):
+        tau = tau.at[idx].add(jnp.einsum("mj,m->j", cu, lam))
+    return F, tau
+
+
+# ---------------------------------------------------------------------------- per stage
+
+
+def position_errors(model: Model, state: State) -> jax.Array:
+    """All holonomic position errors (mp,) (State realized to Position minus the errors)."""
+    cs = model.constraints(state.use_euler_angles)
+    en = state.instance["matter"]["constraint_enabled"]
+    parts = [jnp.zeros(0, state.position_cache.p_GB.dtype)]
+    for c in cs:
+        if c.mp:
+            perr, _, _ = model.constraint_objects[c.index]._funcs(c)
+            parts.append(perr(gather_kin(model, state, c, 0)) * en[c.index])
+    return jnp.concatenate(parts)
+
+
+def velocity_errors(model: Model, state: State) -> jax.Array:
+    """``uerr = [pverr (mp); verr (mv)]`` (needs Velocity)."""
+    cs = model.constraints(state.use_euler_angles)
+    en = state.instance["matter"]["constraint_enabled"]
+    mp, mv, _ = model.constraint_counts(state.use_euler_angles)
+    out = jnp.zeros(mp + mv, state.position_cache.p_GB.dtype)
+    for c in cs:
+        if c.mp + c.mv:
+            _, verr, _ = model.constraint_objects[c.index]._funcs(c)
+            e = verr(gather_kin(model, state, c, 1)) * en[c.index]
+            rows = np.concatenate([c.rows[0], mp + c.rows[1]])
+            out = out.at[rows].set(e)
+    return out
+
+
+def g_and_b(model: Model, state: State, A_bias_classical: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``G`` (m, nu) and ``b`` (m,) with ``G udot = b`` (needs Velocity)."""
+    cs = model.constraints(state.use_euler_angles)
+    en = state.instance["matter"]["constraint_enabled"]
+    mp, mv, ma = model.constraint_counts(state.use_euler_angles)
+    m = mp + mv + ma
+    topo = model.topology(state.use_euler_angles)
+    dt = state.position_cache.p_GB.dtype
+    G = jnp.zeros((m, topo.nu), dt)
+    b = jnp.zeros(m, dt)
+    for c in cs:
+        cons = model.constraint_objects[c.index]
+        _, _, aerr = cons._funcs(c)
+        coef = constraint_coefficients(model, state, c)
+        Gc = coefficient_rows_to_G(model, state, c, coef)
+        kin = gather_kin(model, state, c, 2, udot=A_bias_classical)
+        a0 = aerr(kin)  # errors at udot = 0
+        rows = np.concatenate([c.rows[0], mp + c.rows[1], mp + mv + c.rows[2]])
+        G = G.at[rows].set(Gc * en[c.index])
+        b = b.at[rows].set(-a0 * en[c.index])
+    return G, b
+
+
+def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
+    """``udot, lambda`` of ``M udot + G^T lambda = f``, ``G udot = b``.
+
+    ``S = G M^-1 G^T`` may be singular (redundant constraints): lambda is its
+    minimum-norm solution, computed by iterated Tikhonov regularisation (Cholesky of
+    ``S + eps I``, ``eps = 1e-8 max diag S`` in float64, plus five refinement steps, each
+    shrinking the error by ``eps / sigma``). That is differentiable with no eigen-
+    decomposition and exact (to round-off) for consistent systems; udot does not depend
+    on how lambda is split among redundant rows, and a row that is identically zero gets
+    lambda = 0 exactly (as in Simbody). The split among rows that are redundant only in
+    combination is the minimum-norm one to about ``1e-8`` relative (Simbody's
+    rank-revealing factorisation gets it to round-off). Returns also the acceleration residual ``G udot - b``
+    (nonzero only for inconsistent constraints).
+    """
+    L = jnp.linalg.cholesky(M)
+    cho = lambda r: jax.scipy.linalg.cho_solve((L, True), r)
+    udot0 = cho(f)
+    if G.shape[0] == 0:
+        return udot0, jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
+    Y = cho(G.T)  # M^-1 G^T
+    S = G @ Y
+    r = G @ udot0 - b
+    scale = jnp.max(jnp.abs(jnp.diag(S)))
+    scale = jnp.where(scale > 0, scale, 1.0)
+    eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
+    Lr = jnp.linalg.cholesky(S + eps * jnp.eye(S.shape[0], dtype=S.dtype))
+    solve = lambda x: jax.scipy.linalg.cho_solve((Lr, True), x)
+    lam = solve(r)
+    for _ in range(5):
+        lam = lam + solve(r - S @ lam)
+    udot = udot0 - Y @ lam
+    return udot, lam, G @ udot - b
+
+
+# ============================================================================ kinds
+
+
+def _vec3(x: Any, what: str) -> np.ndarray:
+    a = np.asarray(x, dtype=float).reshape(-1)
+    if a.shape != (3,):
+        raise ValueError(f"{what} must be a 3-vector, got shape {np.shape(x)}")
+    return a
+
+
+def _unit(x: Any, what: str) -> np.ndarray:
+    a = _vec3(x, what)
+    n = np.linalg.norm(a)
+    if n == 0:
+        raise ValueError(f"{what} must be a nonzero direction")
+    return a / n
+
+
+def _distinct(kind: str, b1: Any, b2: Any) -> None:
+    if b1 is b2:
+        raise ValueError(
+            f"Constraint.{kind}: body 1 and body 2 are the same body ({b1!r}); a constraint "
+            "must connect two different bodies"
+        )
+
+
+def _perp_pair(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two unit vectors perpendicular to the unit ``d`` and to each other (``e1 x e2 = d``)."""
+    k = int(np.argmin(np.abs(d)))
+    e = np.zeros(3)
+    e[k] = 1.0
+    e1 = np.cross(d, e)
+    e1 /= np.linalg.norm(e1)
+    return e1, np.cross(d, e1)
+
+
+def _check_function(kind: str, fn: Any, n: int, what: str) -> Callable[[jax.Array], jax.Array]:
+    """A plain JAX callable or ``sj.Function`` of a length-``n`` vector returning a scalar."""
+    if not callable(fn):
+        raise TypeError(f"Constraint.{kind}: the function must be callable (a JAX function or sj.Function)")
+    size = getattr(fn, "get_argument_size", None)
+    if isinstance(fn, Function) and size is not None and size() != n:
+        raise ValueError(
+            f"Constraint.{kind}: the function takes {size()} arguments but {n} {what} were given; "
+            f"pass {size()} {what} or a function of {n}"
+        )
+    try:
+        # NumPy indexing raises for an out-of-range argument where JAX would clamp
+        fn(np.full(n, 0.5))
+    except IndexError as e:
+        raise ValueError(
+            f"Constraint.{kind}: the function reads more arguments than the {n} {what} given ({e}); "
+            f"pass as many {what} as the function takes"
+        ) from None
+    except Exception:  # noqa: BLE001 (only the arity is probed here)
+        pass
+    try:
+        out = jax.eval_shape(fn, jax.ShapeDtypeStruct((n,), jnp.result_type(float)))
+    except Exception as e:  # noqa: BLE001 (re-raised with the fix)
+        raise ValueError(
+            f"Constraint.{kind}: calling the function with a vector of {n} {what} failed ({e}); "
+            f"it must take one array of length {n} and return a scalar"
+        ) from None
+    if getattr(out, "shape", None) not in ((), (1,)):
+        raise ValueError(f"Constraint.{kind}: the function must return a scalar, got shape {out.shape}")
+    return fn
+
+
+def _coord_list(matter: Any, kind: str, bodies: Sequence[Any], indices: Sequence[int], what: str):
+    if len(bodies) != len(indices):
+        raise ValueError(f"Constraint.{kind}: {len(bodies)} bodies but {len(indices)} {what} indices")
+    uniq: list[Any] = []
+    for b in bodies:
+        if not any(b is x for x in uniq):
+            uniq.append(b)
+    sel = [
+        (next(i for i, x in enumerate(uniq) if x is b), int(k)) for b, k in zip(bodies, indices, strict=True)
+    ]
+    return uniq, sel
+
+
+class _Kinds:
+    """Namespace for the built-in constraint kinds (attached to ``Constraint``)."""
+
+
+class Ball(Constraint):
+    """A station on body 1 coincides with a station on body 2 (3 holonomic equations).
+
+    ``perr = p_S2 - p_S1`` in the ancestor frame A; the multipliers are the force the
+    constraint applies to body 2 at its station, negated (``F_2 = -lambda`` in A).
+    """
+
+    def __init__(self, body1: MobilizedBody, *args: Any):
+        if len(args) == 1:
+            p1, body2, p2 = np.zeros(3), args[0], np.zeros(3)
+        elif len(args) == 3:
+            p1, body2, p2 = args
+        else:
+            raise TypeError("Constraint.Ball(body1, body2) or Constraint.Ball(body1, point1, body2, point2)")
+        _distinct("Ball", body1, body2)
+        super().__init__(
+            body1._matter,
+            bodies=(body1, body2),
+            params=dict(point1=_vec3(p1, "Ball point1"), point2=_vec3(p2, "Ball point2")),
+        )
+
+    @staticmethod
+    def _perr(ctx: ConstraintContext) -> jax.Array:
+        return ctx.station_location(1, ctx.param("point2")) - ctx.station_location(0, ctx.param("point1"))
+
+    def set_point_on_body1(self, state: State, point: Any) -> State:
+        """Station on body 1 (body frame) in this State (Instance stage)."""
+        return self.set_param(state, "point1", point)
+
+    def set_point_on_body2(self, state: State, point: Any) -> State:
+        """Station on body 2 (body frame) in this State (Instance stage)."""
+        return self.set_param(state, "point2", point)
+
+    def get_point_on_body1(self, state: State) -> jax.Array:
+        """Station on body 1 in this State."""
+        return self.get_param(state, "point1")
+
+    def get_point_on_body2(self, state: State) -> jax.Array:
+        """Station on body 2 in this State."""
+        return self.get_param(state, "point2")
+
+    def set_default_point_on_body1(self, point: Any) -> Ball:
+        """Default station on body 1 (a topological change)."""
+        self._defaults["point1"] = _vec3(point, "Ball point1")
+        self._matter._system.invalidate_topology()
+        return self
+
+    def set_default_point_on_body2(self, point: Any) -> Ball:
+        """Default station on body 2 (a topological change)."""
+        self._defaults["point2"] = _vec3(point, "Ball point2")
+        self._matter._system.invalidate_topology()
+        return self
+
+    def get_default_point_on_body1(self) -> np.ndarray:
+        """Default station on body 1."""
+        return self._defaults["point1"]
+
+    def get_default_point_on_body2(self) -> np.ndarray:
+        """Default station on body 2."""
+        return self._defaults["point2"]
+
+    def get_body1_mobilized_body_index(self) -> int:
+        """Index of body 1."""
+        return self._bodies[0].index
+
+    def get_body2_mobilized_body_index(self) -> int:
+        """Index of body 2."""
+        return self._bodies[1].index
+
+    def _force_in_ground_on_body2(self, state: State) -> jax.Array:
+        lam = self.get_multipliers_as_vector(state)
+        anc = self._check(state).bodies[0]
+        return -(state.position_cache.R_GB[anc] @ lam)
+
+    def get_ball_reaction_force_on_body1(self, state: State) -> jax.Array:
+        """Force the constraint applies to body 1 at the point coincident with body 2's
+        station, in body 1's frame (needs Acceleration)."""
+        b = self._bodies[0].index
+        return -(state.position_cache.R_GB[b].T @ self._force_in_ground_on_body2(state))
+
+    def get_ball_reaction_force_on_body2(self, state: State) -> jax.Array:
+        """Force the constraint applies to body 2 at its station, in body 2's frame."""
+        b = self._bodies[1].index
+        return state.position_cache.R_GB[b].T @ self._force_in_ground_on_body2(state)
+
+
+class Rod(Constraint):
+    """Constant distance between a station on body 1 and one on body 2 (1 equation).
+
+    ``perr = |p_S2 - p_S1| - length``; the multiplier is the rod's compression force
+    (the force on body 2 along the unit vector from S1 to S2 is ``-lambda``).
+    """
+
+    def __init__(self, body1: MobilizedBody, *args: Any):
+        if len(args) == 2:
+            p1, body2, p2, length = np.zeros(3), args[0], np.zeros(3), args[1]
+        elif len(args) == 4:
+            p1, body2, p2, length = args
+        else:
+            raise TypeError(
+                "Constraint.Rod(body1, body2, length) or Constraint.Rod(body1, point1, body2, point2, length)"
+            )
+        _distinct("Rod", body1, body2)
+        if not float(length) > 0:
+            raise ValueError(f"Constraint.Rod: the length must be positive, got {length}")
+        super().__init__(
+            body1._matter,
+            bodies=(body1, body2),
+            params=dict(
+                point1=_vec3(p1, "Rod point1"),
+                point2=_vec3(p2, "Rod point2"),
+                length=np.asarray(float(length)),
+            ),
+        )
+
+    @staticmethod
+    def _perr(ctx: ConstraintContext) -> jax.Array:
+        r = ctx.station_location(1, ctx.param("point2")) - ctx.station_location(0, ctx.param("point1"))
+        return sp.safe_norm(r) - ctx.param("length")
+
+    def set_length(self, state: State, length: Any) -> State:
+        """Rod length in this State (Instance stage)."""
+        return self.set_param(state, "length", length)
+
+    def get_length(self, state: State) -> jax.Array:
+        """Rod length in this State."""
+        return self.get_param(state, "length")
+
+    def get_rod_tension(self, state: State) -> jax.Array:
+        """Tension in the rod (positive pulls the stations together); needs Acceleration."""
+        return self.get_multipliers_as_vector(state)[0]
+
+
+def _attach(*kinds: type) -> None:
+    for k in kinds:
+        setattr(Constraint, k.__name__, k)
+    Constraint.ConstantDistance = Rod  # type: ignore[attr-defined]
+    Constraint.CoincidentPoints = Ball  # type: ignore[attr-defined]
+    Constraint.Spherical = Ball  # type: ignore[attr-defined]
+
+
+def _which(kind: str, mobod: Any, which: int, n: int, what: str) -> int:
+    if mobod.is_ground():
+        raise ValueError(f"Constraint.{kind}: Ground has no mobilizer to constrain; pass a mobilized body")
+    if not 0 <= int(which) < n:
+        raise ValueError(f"Constraint.{kind}: {mobod!r} has {n} {what}; index {which} is out of range")
+    return int(which)
+
+
+class ConstantCoordinate(Constraint):
+    """One generalized coordinate held at a value: ``perr = q_i - value`` (1 holonomic)."""
+
+    def __init__(self, mobod: MobilizedBody, which_q: int, default_position: float = 0.0):
+        self._which = _which("ConstantCoordinate", mobod, which_q, mobod.mobilizer.nq, "q's")
+        super().__init__(
+            mobod._matter, mobilizers=(mobod,), params=dict(position=np.asarray(float(default_position)))
+        )
+
+    def _perr(self, ctx: ConstraintContext) -> jax.Array:
+        return ctx.one_q(0, self._which) - ctx.param("position")
+
+    def set_position(self, state: State, value: Any) -> State:
+        """Held value in this State (Instance stage)."""
+        return self.set_param(state, "position", value)
+
+    def get_position(self, state: State) -> jax.Array:
+        """Held value in this State."""
+        return self.get_param(state, "position")
+
+
+class ConstantSpeed(Constraint):
+    """One generalized speed held at a value: ``verr = u_i - speed`` (1 nonholonomic)."""
+
+    def __init__(self, mobod: MobilizedBody, which_u: int, default_speed: float = 0.0):
+        self._which = _which("ConstantSpeed", mobod, which_u, mobod.mobilizer.nu, "u's")
+        super().__init__(
+            mobod._matter, mobilizers=(mobod,), params=dict(speed=np.asarray(float(default_speed)))
+        )
+
+    def _verr(self, ctx: ConstraintContext) -> jax.Array:
+        return ctx.one_u(0, self._which) - ctx.param("speed")
+
+    def set_speed(self, state: State, value: Any) -> State:
+        """Held speed in this State (Instance stage)."""
+        return self.set_param(state, "speed", value)
+
+    def get_speed(self, state: State) -> jax.Array:
+        """Held speed in this State."""
+        return self.get_param(state, "speed")
+
+
+class ConstantAcceleration(Constraint):
+    """One generalized acceleration held: ``aerr = udot_i - acceleration`` (1 acc-only)."""
+
+    def __init__(self, mobod: MobilizedBody, which_u: int, default_acceleration: float = 0.0):
+        self._which = _which("ConstantAcceleration", mobod, which_u, mobod.mobilizer.nu, "u's")
+        super().__init__(
+            mobod._matter,
+            mobilizers=(mobod,),
+            params=dict(acceleration=np.asarray(float(default_acceleration))),
+        )
+
+    def _aerr(self, ctx: ConstraintContext) -> jax.Array:
+        return ctx.one_udot(0, self._which) - ctx.param("acceleration")
+
+    def set_acceleration(self, state: State, value: Any) -> State:
+        """Held acceleration in this State (Instance stage)."""
+        return self.set_param(state, "acceleration", value)
+
+    def get_acceleration(self, state: State) -> jax.Array:
+        """Held acceleration in this State."""
+        return self.get_param(state, "acceleration")
+
+
+class CoordinateCoupler(Constraint):
+    """``f(q_sel) = 0`` for a function of selected coordinates (1 holonomic equation).
+
+    ``function`` is any JAX callable of one array (or an ``sj.Function``); its
+    derivatives come from autodiff. ``coordinate_bodies[i]`` and
+    ``coordinate_indices[i]`` pick the i-th argument: q number ``coordinate_indices[i]``
+    of that body's mobilizer.
+    """
+
+    def __init__(
+        self,
+        matter: Any,
+        function: Callable[[jax.Array], Any],
+        coordinate_bodies: Sequence[MobilizedBody],
+        coordinate_indices: Sequence[int],
+    ):
+        uniq, sel = _coord_list(
+            matter, "CoordinateCoupler", coordinate_bodies, coordinate_indices, "coordinate"
+        )
+        for (_m, k), b in zip(sel, coordinate_bodies, strict=True):
+            _which("CoordinateCoupler", b, k, b.mobilizer.nq, "q's")
+        self._fn = _check_function("CoordinateCoupler", function, len(sel), "coordinates")
+        self._sel = tuple(sel)
+        super().__init__(matter, mobilizers=tuple(uniq))
+
+    def _perr(self, ctx: ConstraintContext) -> jax.Array:
+        x = jnp.stack([ctx.one_q(m, k) for m, k in self._sel])
+        return jnp.reshape(self._fn(x), (1,))
+
+
+class SpeedCoupler(Constraint):
+    """``f(u_sel, q_sel) = 0`` (1 nonholonomic equation); q is held fixed.
+
+    The function takes one array: the selected speeds followed by the selected
+    coordinates (Simbody's argument order)."""
+
+    def __init__(
+        self,
+        matter: Any,
+        function: Callable[[jax.Array], Any],
+        speed_bodies: Sequence[MobilizedBody],
+        speed_indices: Sequence[int],
+        coordinate_bodies: Sequence[MobilizedBody] = (),
+        coordinate_indices: Sequence[int] = (),
+    ):
+        allb = list(speed_bodies) + list(coordinate_bodies)
+        uniq, _ = _coord_list(
+            matter, "SpeedCoupler", allb, list(speed_indices) + list(coordinate_indices), "x"
+        )
+        pos = lambda b: next(i for i, x in enumerate(uniq) if x is b)
+        for b, k in zip(speed_bodies, speed_indices, strict=True):
+            _which("SpeedCoupler", b, k, b.mobilizer.nu, "u's")
+        for b, k in zip(coordinate_bodies, coordinate_indices, strict=True):
+            _which("SpeedCoupler", b, k, b.mobilizer.nq, "q's")
+        self._usel = tuple((pos(b), int(k)) for b, k in zip(speed_bodies, speed_indices, strict=True))
+        self._qsel = tuple(
+            (pos(b), int(k)) for b, k in zip(coordinate_bodies, coordinate_indices, strict=True)
+        )
+        n = len(self._usel) + len(self._qsel)
+        self._fn = _check_function("SpeedCoupler", function, n, "speeds and coordinates")
+        super().__init__(matter, mobilizers=tuple(uniq))
+
+    def _verr(self, ctx: ConstraintContext) -> jax.Array:
+        x = [ctx.one_u(m, k) for m, k in self._usel] + [ctx.one_q(m, k) for m, k in self._qsel]
+        return jnp.reshape(self._fn(jnp.stack(x)), (1,))
+
+
+class PrescribedMotion(Constraint):
+    """One coordinate follows a function of time: ``perr = q_i - f(t)`` (1 holonomic)."""
+
+    def __init__(self, matter: Any, function: Callable[[jax.Array], Any], mobod: MobilizedBody, which_q: int):
+        self._which = _which("PrescribedMotion", mobod, which_q, mobod.mobilizer.nq, "q's")
+        self._fn = _check_function("PrescribedMotion", function, 1, "time argument")
+        super().__init__(matter, mobilizers=(mobod,))
+
+    def _perr(self, ctx: ConstraintContext) -> jax.Array:
+        return ctx.one_q(0, self._which) - jnp.reshape(self._fn(jnp.reshape(ctx.time, (1,))), ())
+
+
+class Custom(Constraint):
+    """A user constraint written as its lowest-level errors only.
+
+    Give ``position_errors(ctx)`` for holonomic equations, ``velocity_errors(ctx)`` for
+    nonholonomic ones and/or ``acceleration_errors(ctx)`` for acceleration-only ones;
+    each returns a scalar or a vector. ``ctx`` is a ``ConstraintContext``: kinematics of
+    the listed ``bodies`` relative to their ancestor (in its frame), the q/u/udot of the
+    listed ``mobilizers``, time and ``params`` (Instance-stage, settable per State).
+    simjax derives the velocity and acceleration errors, ``G`` and the constraint forces
+    by autodiff.
+    """
+
+    def __init__(
+        self,
+        matter: Any,
+        bodies: Sequence[MobilizedBody] = (),
+        mobilizers: Sequence[MobilizedBody] = (),
+        position_errors: Callable[[ConstraintContext], Any] | None = None,
+        velocity_errors: Callable[[ConstraintContext], Any] | None = None,
+        acceleration_errors: Callable[[ConstraintContext], Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ):
+        if position_errors is None and velocity_errors is None and acceleration_errors is None:
+            raise ValueError(
+                "Constraint.Custom: give position_errors, velocity_errors or acceleration_errors"
+            )
+        self._perr = position_errors  # type: ignore[assignment]
+        self._verr = velocity_errors  # type: ignore[assignment]
+        self._aerr = acceleration_errors  # type: ignore[assignment]
+        super().__init__(matter, bodies=bodies, mobilizers=mobilizers, params=params)
+
+
+def _perp_simbody(z: np.ndarray) -> np.ndarray:
+    """Simbody's ``UnitVec3::perp``: ``normalize(z x e_k)`` for the axis ``k`` with the
+    smallest ``|z_k|`` (ties to the lower index)."""
+    a = np.abs(z)
+    k = (0 if a[0] <= a[2] else 2) if a[0] <= a[1] else (1 if a[1] <= a[2] else 2)
+    e = np.zeros(3)
+    e[k] = 1.0
+    x = np.cross(z, e)
+    return x / np.linalg.norm(x)
+
+
+class PointInPlane(Constraint):
+    """A station on the follower stays in a plane fixed on the plane body (1 equation):
+    ``perr = p_BS . n - height`` with ``p_BS`` the follower station in the plane body's
+    frame B and ``n`` the plane normal (in B)."""
+
+    def __init__(
+        self, plane_body: MobilizedBody, normal: Any, height: float, follower: MobilizedBody, point: Any
+    ):
+        _distinct("PointInPlane", plane_body, follower)
+        super().__init__(
+            plane_body._matter,
+            bodies=(plane_body, follower),
+            params=dict(
+                normal=_unit(normal, "PointInPlane normal"),
+                height=np.asarray(float(height)),
+                point=_vec3(point, "PointInPlane follower point"),
+            ),
+        )
+
+    @staticmethod
+    def _perr(ctx: ConstraintContext) -> jax.Array:
+        X = ctx.body_transform(0)
+        p_BS = X.R.T @ (ctx.station_location(1, ctx.param("point")) - X.p)
+        return p_BS @ ctx.param("normal") - ctx.param("height")
+
+    def get_plane_normal(self, state: State) -> jax.Array:
+        """Plane normal in the plane body's frame."""
+        return self.get_param(state, "normal")
+
+    def get_plane_height(self, state: State) -> jax.Array:
+        """Plane height along the normal from the plane body's origin."""
+        return self.get_param(state, "height")
+
+    def get_follower_point(self, state: State) -> jax.Array:
+        """The follower station."""
+        return self.get_param(state, "point")
+
+    def set_plane_height(self, state: State, h: Any) -> State:
+        """Plane height in this State (Instance stage)."""
+        return self.set_param(state, "height", h)
+
+    def set_follower_point(self, state: State, p: Any) -> State:
+        """Follower station in this State (Instance stage)."""
+        return self.set_param(state, "point", p)
+
+
+class PointOnLine(Constraint):
+    """A station on the follower stays on a line fixed on the line body (2 equations):
+    the components of ``p_BS - P`` along two directions perpendicular to the line (the
+    same directions Simbody picks), in the line body's frame B."""
+
+    def __init__(
+        self,
+        line_body: MobilizedBody,
+        direction: Any,
+        point_on_line: Any,
+        follower: MobilizedBody,
+        point: Any,
+    ):
+        _distinct("PointOnLine", line_body, follower)
+        z = _unit(direction, "PointOnLine direction")
+        x = _perp_simbody(z)
+        y = np.cross(z, x)
+        super().__init__(
+            line_body._matter,
+            bodies=(line_body, follower),
+            params=dict(
+                perp=np.stack([x, y / np.linalg.norm(y)]),
+                line_point=_vec3(point_on_line, "PointOnLine point_on_line"),
+                point=_vec3(point, "PointOnLine follower point"),
+            ),
+        )
+
+    @staticmethod
+    def _perr(ctx: ConstraintContext) -> jax.Array:
+        X = ctx.body_transform(0)
+        p_BS = X.R.T @ (ctx.station_location(1, ctx.param("point")) - X.p)
+        return ctx.param("perp") @ (p_BS - ctx.param("line_point"))
+
+    def get_follower_point(self, state: State) -> jax.Array:
+        """The follower station."""
+        return self.get_param(state, "point")
+
+    def get_point_on_line(self, state: State) -> jax.Array:
+        """A point of the line, in the line body's frame."""
+        return self.get_param(state, "line_point")
+
+
+class ConstantAngle(Constraint):
+    """The angle between a unit vector on the base body and one on the follower is held
+    (1 equation): ``perr = b . f - cos(angle)``, both vectors in the ancestor frame."""
+
+    def __init__(
+        self,
+        base: MobilizedBody,
+        axis_on_base: Any,
+        follower: MobilizedBody,
+        axis_on_follower: Any,
+        angle: float = np.pi / 2,
+    ):
+        _distinct("ConstantAngle", base, follower)
+        super().__init__(
+            base._matter,
+            bodies=(base, follower),
+            params=dict(
+                base_axis=_unit(axis_on_base, "ConstantAngle base axis"),
+                follower_axis=_unit(axis_on_follower, "ConstantAngle follower axis"),
+                cos_angle=np.asarray(np.cos(float(angle))),
+            ),
+        )
+
+    @staticmethod
+    def _perr(ctx: ConstraintContext) -> jax.Array:
+        b = ctx.express_in_ancestor(0, ctx.param("base_axis"))
+        f = ctx.express_in_ancestor(1, ctx.param("follower_axis"))
+        return b @ f - ctx.param("cos_angle")
+
+    def get_angle(self, state: State) -> jax.Array:
+        """The held angle."""
+        return jnp.arccos(self.get_param(state, "cos_angle"))
+
+    def set_angle(self, state: State, angle: Any) -> State:
+        """The held angle in this State (Instance stage)."""
+        return self.set_param(state, "cos_angle", jnp.cos(jnp.asarray(angle)))
+
+
+def _rot_rows(RB: jax.Array, RF: jax.Array) -> jax.Array:
+    """Simbody's three orientation errors ``[F.x . B.y, F.y . B.z, F.z . B.x]``."""
+    return jnp.stack([RF[:, 0] @ RB[:, 1], RF[:, 1] @ RB[:, 2], RF[:, 2] @ RB[:, 0]])
+
+
+def _rotation(x: Any, what: str) -> np.ndarray:
+    if isinstance(x, sp.Transform):
+        x = x.R
+    R = np.asarray(getattr(x, "R", x), dtype=float)
+    if R.shape != (3, 3) or not np.allclose(R.T @ R, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
+        raise ValueError(f"{what} must be a proper rotation matrix (3x3, orthonormal, det +1)")
+    return R
+
+
+class ConstantOrientation(Constraint):
+    """Frame F on the follower keeps the orientation of frame B on the base (3
+    equations, Simbody's ``[F.x . B.y, F.y . B.z, F.z . B.x]``, zero when aligned)."""
+
+    def __init__(self, base: MobilizedBody, R_B: Any, follower: MobilizedBody, R_F: Any):
+        _distinct("ConstantOrientation", base, follower)
+        super().__init__(
+            base._matter,
+            bodies=(base, follower),
+            params=dict(
+                R_B=_rotation(R_B, "ConstantOrientation R_B"), R_F=_rotation(R_F, "ConstantOrientation R_F")
+            ),
+        )
+
+    @staticmethod
+    def _perr(ctx: ConstraintContext) -> jax.Array:
+        RB = ctx.body_rotation(0) @ ctx.param("R_B")
+        RF = ctx.body_rotation(1) @ ctx.param("R_F")
+        return _rot_rows(RB, RF)
+
+
+class Weld(Constraint):
+    """Frame F2 on body 2 coincides with frame F1 on body 1 (6 equations): three
+    orientation rows (as ``ConstantOrientation``) then ``p_F2 - p_F1`` (as ``Ball``),
+    in the ancestor frame. Multipliers: three "torques" then three forces."""
+
+    def __init__(self, body1: MobilizedBody, *args: Any):
+        if len(args) == 1:
+            X1, body2, X2 = sp.Transform(), args[0], sp.Transform()
+        elif len(args) == 3:
+            X1, body2, X2 = args
+        else:
+            raise TypeError("Constraint.Weld(body1, body2) or Constraint.Weld(body1, X_B1F1, body2, X_B2F2)")
+        _distinct("Weld", body1, body2)
+        X1 = X1 if isinstance(X1, sp.Transform) else sp.Transform(*X1)
+        X2 = X2 if isinstance(X2, sp.Transform) else sp.Transform(*X2)
+        super().__init__(
+            body1._matter,
+            bodies=(body1, body2),
+            params=dict(
+                R1=_rotation(np.asarray(X1.R), "Weld frame on body 1"),
+                p1=_vec3(X1.p, "Weld frame origin on body 1"),
+                R2=_rotation(np.asarray(X2.R), "Weld frame on body 2"),
+                p2=_vec3(X2.p, "Weld frame origin on body 2"),
+            ),
+        )
+
+    @staticmethod
+    def _perr(ctx: ConstraintContext) -> jax.Array:
+        RB = ctx.body_rotation(0) @ ctx.param("R1")
+        RF = ctx.body_rotation(1) @ ctx.param("R2")
+        dp = ctx.station_location(1, ctx.param("p2")) - ctx.station_location(0, ctx.param("p1"))
+        return jnp.concatenate([_rot_rows(RB, RF), dp])
+
+    def get_frame_on_body1(self, state: State) -> sp.Transform:
+        """Frame F1 on body 1."""
+        return sp.Transform(self.get_param(state, "R1"), self.get_param(state, "p1"))
+
+    def get_frame_on_body2(self, state: State) -> sp.Transform:
+        """Frame F2 on body 2."""
+        return sp.Transform(self.get_param(state, "R2"), self.get_param(state, "p2"))
+
+
+class NoSlip1D(Constraint):
+    """No relative slip along a direction at a contact point (1 nonholonomic equation).
+
+    The contact point P and direction n are fixed on the case body; ``verr =
+    (v_P1 - v_P0) . n`` with ``v_Pi`` the velocity of moving body i's material point at
+    P. Its acceleration error is the exact time derivative (Simbody's differs from it
+    by ``(w1 x (Pdot - v_P1) - w0 x (Pdot - v_P0)) . n``, which lets the velocity
+    constraint drift). The force on moving body 1 at P along n is ``-lambda``."""
+
+    def __init__(
+        self, case: MobilizedBody, point: Any, direction: Any, moving0: MobilizedBody, moving1: MobilizedBody
+    ):
+        _distinct("NoSlip1D", moving0, moving1)
+        super().__init__(
+            case._matter,
+            bodies=(case, moving0, moving1),
+            params=dict(
+                point=_vec3(point, "NoSlip1D contact point"), direction=_unit(direction, "NoSlip1D direction")
+            ),
+        )
+
+    @staticmethod
+    def _verr(ctx: ConstraintContext) -> jax.Array:
+        P = ctx.station_location(0, ctx.param("point"))
+        n = ctx.express_in_ancestor(0, ctx.param("direction"))
+
+        def material_velocity(i: int) -> jax.Array:
+            V = ctx.body_velocity(i)
+            return V[3:] + jnp.cross(V[:3], P - ctx.body_origin_location(i))
+
+        return (material_velocity(2) - material_velocity(1)) @ n
+
+    def set_contact_point(self, state: State, point: Any) -> State:
+        """Contact point on the case body in this State (Instance stage)."""
+        return self.set_param(state, "point", point)
+
+    def set_direction(self, state: State, direction: Any) -> State:
+        """No-slip direction on the case body in this State (Instance stage)."""
+        d = jnp.asarray(direction, state.q.dtype)
+        return self.set_param(state, "direction", d / jnp.linalg.norm(d))
+
+    def get_force_at_contact_point(self, state: State) -> jax.Array:
+        """Force along n the constraint applies to moving body 1 (needs Acceleration)."""
+        return -self.get_multipliers_as_vector(state)[0]
+
+
+_attach(
+    Ball,
+    Rod,
+    ConstantCoordinate,
+    ConstantSpeed,
+    ConstantAcceleration,
+    CoordinateCoupler,
+    SpeedCoupler,
+    PrescribedMotion,
+    Custom,
+    PointInPlane,
+    PointOnLine,
+    ConstantAngle,
+    ConstantOrientation,
+    Weld,
+    NoSlip1D,
+)
