@@ -841,17 +841,25 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     ``S + eps I``, ``eps = 1e-8 max diag S`` in float64, plus five refinement steps, each
     shrinking the error by ``eps / sigma``). That is differentiable with no eigen-
     decomposition and exact (to round-off) for consistent systems; udot does not depend
-    on how lambda is split among redundant rows, and a row that is identically zero gets
-    lambda = 0 exactly (as in Simbody). The split among rows that are redundant only in
-    combination is the minimum-norm one to about ``1e-8`` relative (Simbody's
-    rank-revealing factorisation gets it to round-off). Returns also the acceleration residual ``G udot - b``
-    (nonzero only for inconsistent constraints).
+    on how lambda is split among redundant rows, and a row that vanishes to round-off
+    (``max |G_row| <= 1e-12 max |G|``) gets lambda = 0 exactly (as in Simbody). The split
+    among rows that are redundant only in combination is the minimum-norm one to about
+    ``1e-8`` relative (Simbody's rank-revealing factorisation gets it to round-off).
+    Returns also the acceleration residual ``G udot - b`` (nonzero only for inconsistent
+    constraints).
     """
     L = jnp.linalg.cholesky(M)
     cho = lambda r: jax.scipy.linalg.cho_solve((L, True), r)
     udot0 = cho(f)
     if G.shape[0] == 0:
         return udot0, jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
+    # Rows that vanish to round-off (e.g. the out-of-plane row of a planar loop closed by
+    # a Ball) are structurally redundant: drop them exactly so their multipliers are 0.
+    G0, b0 = G, b
+    rn = jnp.max(jnp.abs(G), axis=1)
+    keep = rn > (1e-12 if G.dtype == jnp.float64 else 1e-6) * jnp.max(rn)
+    G = jnp.where(keep[:, None], G, 0.0)
+    b = jnp.where(keep, b, 0.0)
     Y = cho(G.T)  # M^-1 G^T
     S = G @ Y
     r = G @ udot0 - b
@@ -864,7 +872,7 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     for _ in range(5):
         lam = lam + solve(r - S @ lam)
     udot = udot0 - Y @ lam
-    return udot, lam, G @ udot - b
+    return udot, lam, G0 @ udot - b0
 
 
 # ============================================================================ kinds
@@ -1041,8 +1049,8 @@ class Ball(Constraint):
 class Rod(Constraint):
     """Constant distance between a station on body 1 and one on body 2 (1 equation).
 
-    ``perr = |p_S2 - p_S1| - length``; the multiplier is the rod's compression force
-    (the force on body 2 along the unit vector from S1 to S2 is ``-lambda``).
+    ``perr = |p_S2 - p_S1| - length``; the multiplier is the rod's tension (the force on
+    body 2 along the unit vector from S1 to S2 is ``-lambda``), as in Simbody.
     """
 
     def __init__(self, body1: MobilizedBody, *args: Any):
