@@ -13,8 +13,10 @@ from ._forces import Force as Force
 from ._functions import Function as Function
 from ._matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from ._mobilizers import AbstractMobilizer as AbstractMobilizer
+from ._simulate import ScheduledEvent as ScheduledEvent
 from ._simulate import TimeStepper as TimeStepper
 from ._simulate import Trajectory as Trajectory
+from ._simulate import TriggeredEvent as TriggeredEvent
 from ._simulate import simulate as simulate
 from ._spatial import Inertia as Inertia
 from ._spatial import MassProperties as MassProperties

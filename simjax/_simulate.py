@@ -56,10 +56,16 @@ class Trajectory(eqx.Module):
     Attributes:
         t: Output times (n,).
         q, u, z: Variables at those times, (n, nq), (n, nu), (n, nz).
+        discrete: Discrete variables at those times (``{subsystem: {name: (n, ...)}}``).
         final_state: The State at the last output time (Stage.TIME).
         num_steps: Accepted steps taken.
         num_rejected: Rejected step attempts (adaptive integrators).
         max_position_error: Largest RMS position-constraint error after projection.
+        num_events: Triggered and scheduled events handled.
+        terminated: Whether a terminating event stopped the simulation (later outputs
+            repeat the state at termination).
+        termination_time: When it stopped (the final time if it did not).
+        reports: ``{name: (n, ...)}`` values of the reporters at the output times.
     """
 
     t: jax.Array
@@ -70,6 +76,11 @@ class Trajectory(eqx.Module):
     num_steps: jax.Array
     num_rejected: jax.Array
     max_position_error: jax.Array
+    num_events: jax.Array
+    terminated: jax.Array
+    termination_time: jax.Array
+    reports: dict[str, Any]
+    discrete: Any
 
     @property
     def states(self) -> State:
@@ -77,10 +88,10 @@ class Trajectory(eqx.Module):
         them with ``jax.vmap(lambda s: system.realize(s, stage))(traj.states)``."""
         base = self.final_state
 
-        def one(t, q, u, z):
-            return base.with_time(t).with_q(q).with_u(u).with_z(z)
+        def one(t, q, u, z, d):
+            return _with_disc(base, d).with_time(t).with_q(q).with_u(u).with_z(z)
 
-        return jax.vmap(one)(self.t, self.q, self.u, self.z)
+        return jax.vmap(one)(self.t, self.q, self.u, self.z, self.discrete)
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
@@ -94,6 +105,14 @@ class _Config(eqx.Module):
     max_steps: int = eqx.field(static=True)
     project: bool = eqx.field(static=True)
     projection_iterations: int = eqx.field(static=True)
+
+
+def _with_disc(base: State, disc: Any) -> State:
+    """``base`` with other discrete variables (stage dropped to Model: any stage may use them)."""
+    from ._model import _replace
+    from ._state import Cache
+
+    return _replace(base, discrete=disc, stage=min(base.stage, Stage.MODEL), cache=Cache())
 
 
 def _state_of(base: State, t, y) -> State:
@@ -136,73 +155,249 @@ def _semi_explicit_euler(model, base, t, y, h):
     return (y[0] + h * qdot, u1, y[2] + h * s.zdot)
 
 
-def _fixed_interval(model, base, t0, h, n, nmax: int, y, cfg: _Config):
+def _select(pred, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+# ---------------------------------------------------------------------------- events
+
+
+class TriggeredEvent(eqx.Module):
+    """An event that occurs when ``witness(state)`` crosses zero (Simbody's triggered
+    event with its witness function).
+
+    Args:
+        witness: Scalar function of a State realized to ``stage``.
+        handler: ``handler(state) -> state`` (or ``(state, terminate)``), given the State
+            at the located event time realized to Acceleration; it may change q, u, z and
+            discrete variables. ``None``: only record (with ``terminate``: stop).
+        direction: ``"rising"`` (negative to non-negative), ``"falling"`` or ``"both"``.
+        terminate: Stop the simulation at this event.
+        stage: Stage the witness needs (default Acceleration).
+
+    The crossing is located inside the step by regula falsi (Illinois) on the
+    integrator's own sub-steps, the handler runs at the time just after the root, and the
+    step is finished from there.
+    """
+
+    witness: Any = eqx.field(static=True)
+    handler: Any = eqx.field(static=True, default=None)
+    direction: str = eqx.field(static=True, default="both")
+    terminate: bool = eqx.field(static=True, default=False)
+    stage: Stage = eqx.field(static=True, default=Stage.ACCELERATION)
+
+    def __check_init__(self):
+        if self.direction not in ("rising", "falling", "both"):
+            raise ValueError(
+                f"TriggeredEvent: direction must be 'rising', 'falling' or 'both', got {self.direction!r}"
+            )
+        if not callable(self.witness):
+            raise TypeError("TriggeredEvent: witness must be a function of the State")
+
+
+class ScheduledEvent(eqx.Module):
+    """An event at given times (Simbody's scheduled event): ``handler(state) -> state``
+    (or ``(state, terminate)``) runs at each time, on the State realized to Acceleration."""
+
+    times: tuple[float, ...] = eqx.field(static=True)
+    handler: Any = eqx.field(static=True, default=None)
+    terminate: bool = eqx.field(static=True, default=False)
+
+    def __init__(self, times: Any, handler: Any = None, terminate: bool = False):
+        self.times = tuple(float(x) for x in np.atleast_1d(np.asarray(times, dtype=float)))
+        self.handler = handler
+        self.terminate = bool(terminate)
+
+
+def _apply_handler(model, base, disc, t, y, handler, terminate: bool):
+    """Run a handler on the realized State; returns (y, disc, terminate)."""
+    s = model.realize(_state_of(_with_disc(base, disc), t, y), Stage.ACCELERATION)
+    out, term = s, terminate
+    if handler is not None:
+        res = handler(s)
+        if isinstance(res, tuple):
+            out, term = res[0], jnp.logical_or(res[1], terminate)
+        else:
+            out = res
+        if not isinstance(out, State):
+            raise TypeError("an event handler must return the (changed) State, or (State, terminate)")
+    return (out.q, out.u, out.z), out.discrete, jnp.asarray(term)
+
+
+def _crossed(w0, w1, directions):
+    rising = (w0 < 0) & (w1 >= 0)
+    falling = (w0 > 0) & (w1 <= 0)
+    return jnp.stack(
+        [
+            {"rising": rising[i], "falling": falling[i], "both": rising[i] | falling[i]}[d]
+            for i, d in enumerate(directions)
+        ]
+    )
+
+
+def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc):
+    """After an accepted step ``y0 -> y1`` on ``[t, t+h]``: locate the first triggered
+    event, apply its handler and finish the step. Returns (y, disc, terminated, t_end,
+    fired)."""
+    trig = [e for e in events if isinstance(e, TriggeredEvent)]
+    if not trig:
+        return y1, disc, jnp.asarray(False), t + h, jnp.asarray(False)
+    b0 = _with_disc(base, disc)
+
+    def W(tt, yy):
+        out = []
+        for e in trig:
+            st = model.realize(_state_of(b0, tt, yy), e.stage)
+            out.append(jnp.reshape(jnp.asarray(e.witness(st), yy[0].dtype), ()))
+        return jnp.stack(out)
+
+    w0, w1 = W(t, y0), W(t + h, y1)
+    cross = _crossed(w0, w1, [e.direction for e in trig])
+    fired = jnp.any(cross)
+
+    def on_event(_):
+        lin = jnp.where(cross, w0 / jnp.where(w0 - w1 != 0, w0 - w1, 1.0), jnp.inf)
+        k = jnp.argmin(lin)
+        g = lambda th: W(t + th * h, advance(t, y0, th * h))[k]
+        a, b, ga, gb, side = (jnp.zeros_like(h), jnp.ones_like(h), w0[k], w1[k], jnp.asarray(0))
+        for _ in range(10):  # Illinois regula falsi
+            den = jnp.where(gb - ga != 0, gb - ga, 1.0)
+            c = jnp.clip((a * gb - b * ga) / den, a + 1e-3 * (b - a), b - 1e-3 * (b - a))
+            gc = g(c)
+            to_b = jnp.sign(gc) == jnp.sign(gb)
+            ga_n = jnp.where(to_b & (side == -1), ga / 2, ga)
+            gb_n = jnp.where(~to_b & (side == 1), gb / 2, gb)
+            a, ga, b, gb = (
+                jnp.where(to_b, a, c),
+                jnp.where(to_b, ga_n, gc),
+                jnp.where(to_b, c, b),
+                jnp.where(to_b, gc, gb_n),
+            )
+            side = jnp.where(to_b, -1, 1)
+        te = t + b * h
+        ye = advance(t, y0, b * h)
+        branches = [
+            (lambda yy, dd, e=e: _apply_handler(model, base, dd, te, yy, e.handler, e.terminate))
+            for e in trig
+        ]
+        ye, d2, term = jax.lax.switch(k, branches, ye, disc)
+        ye, _ = _project(model, _with_disc(base, d2), te, ye, cfg)
+        rest = advance_with(d2, te, ye, (1 - b) * h)
+        y_end = _select(term, ye, rest)
+        return y_end, d2, term, jnp.where(term, te, t + h)
+
+    def advance_with(d2, tt, yy, hh):
+        y2 = advance(tt, yy, hh, _with_disc(base, d2))
+        y2, _ = _project(model, _with_disc(base, d2), tt + hh, y2, cfg)
+        return y2
+
+    def no_event(_):
+        return y1, disc, jnp.asarray(False), t + h
+
+    y_end, d2, term, t_end = jax.lax.cond(fired, on_event, no_event, None)
+    return y_end, d2, term, t_end, fired
+
+
+class _Loop(eqx.Module):
+    """The integration carry: variables, discrete variables, status and statistics."""
+
+    y: Any
+    disc: Any
+    done: jax.Array
+    t_done: jax.Array
+    err: jax.Array
+    n_steps: jax.Array
+    n_rej: jax.Array
+    n_events: jax.Array
+
+
+def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, events) -> _Loop:
     """``n`` steps of size ``h`` from ``t0`` (``n <= nmax``; steps past ``n`` are no-ops)."""
     stepper = _rk4 if cfg.integrator == "rk4" else _semi_explicit_euler
 
+    def advance(t, yy, hh, b=None):
+        return stepper(model, base if b is None else b, t, yy, hh)
+
     @jax.checkpoint
-    def step(carry, i):
-        yy, err = carry
+    def step(L: _Loop, i):
         t = t0 + i * h
-        y1 = stepper(model, base, t, yy, h)
-        y1, e = _project(model, base, t + h, y1, cfg)
-        live = i < n
-        y1 = jax.tree.map(lambda a, b: jnp.where(live, a, b), y1, yy)
-        return (y1, jnp.where(live, jnp.maximum(err, e), err)), None
+        bd = _with_disc(base, L.disc)
+        y1 = advance(t, L.y, h, bd)
+        y1, e = _project(model, bd, t + h, y1, cfg)
+        adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
+        y1, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1, h, L.disc)
+        live = (i < n) & ~L.done
+        new = _Loop(
+            y=y1,
+            disc=disc,
+            done=L.done | term,
+            t_done=jnp.where(term, t_end, L.t_done),
+            err=jnp.maximum(L.err, e),
+            n_steps=L.n_steps + 1,
+            n_rej=L.n_rej,
+            n_events=L.n_events + fired,
+        )
+        return _select(live, new, L), None
 
-    (y, err), _ = jax.lax.scan(step, (y, jnp.zeros((), y[0].dtype)), jnp.arange(nmax))
-    return y, err, n, jnp.zeros((), n.dtype)
+    L, _ = jax.lax.scan(step, L, jnp.arange(nmax))
+    return L
 
 
-def _adaptive_interval(model, base, t0, t1, y, dt0, cfg: _Config):
+def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events):
     cls = _ADAPTIVE[cfg.integrator]
     if cfg.integrator.startswith("kvaerno"):
         # the Newton (chord) tolerances diffeqsolve would take from its step controller
         solver = cls(root_finder=dfx.VeryChord(rtol=cfg.accuracy, atol=cfg.atol))
     else:
         solver = cls()
-    term = dfx.ODETerm(lambda t, yy, args: _ydot(model, base, t, yy))
-    order = solver.order(term)
-    sstate = solver.init(term, t0, t1, y, None)
-    dtype = y[0].dtype
+    term_of = lambda b: dfx.ODETerm(lambda t, yy, args: _ydot(model, b, t, yy))
+    order = solver.order(term_of(base))
+    sstate = solver.init(term_of(base), t0, t1, L.y, None)
 
     def cond(c):
-        t, _, _, _, n, _, _ = c
-        return (t1 - t > 1e-12 * jnp.maximum(1.0, jnp.abs(t1))) & (n < cfg.max_steps)
+        t, L, _, _ = c
+        return (t1 - t > 1e-12 * jnp.maximum(1.0, jnp.abs(t1))) & (L.n_steps < cfg.max_steps) & ~L.done
 
     @jax.checkpoint
     def body(c):
-        t, yy, dt, ss, n, nrej, err = c
+        t, L, dt, ss = c
+        bd = _with_disc(base, L.disc)
         h = jnp.minimum(dt, t1 - t)
-        y1, yerr, _, ss1, _ = solver.step(term, t, t + h, yy, None, ss, made_jump=True)
+        y1, yerr, _, ss1, _ = solver.step(term_of(bd), t, t + h, L.y, None, ss, made_jump=True)
         scale = jax.tree.map(
-            lambda a, b: cfg.atol + cfg.accuracy * jnp.maximum(jnp.abs(a), jnp.abs(b)), yy, y1
+            lambda a, b: cfg.atol + cfg.accuracy * jnp.maximum(jnp.abs(a), jnp.abs(b)), L.y, y1
         )
         ratios = jax.tree.leaves(jax.tree.map(lambda e, sc: (e / sc) ** 2, yerr, scale))
         count = sum(r.size for r in ratios)
         enorm = jnp.sqrt(sum(jnp.sum(r) for r in ratios) / max(count, 1))
         ok = enorm <= 1.0
         factor = jnp.clip(0.9 * jnp.where(enorm > 0, enorm, 1e-10) ** (-1.0 / (order + 1)), 0.2, 5.0)
-        y1p, e = _project(model, base, t + h, y1, cfg)
-        yn = jax.tree.map(lambda a, b: jnp.where(ok, a, b), y1p, yy)
-        tn = jnp.where(ok, t + h, t)
+        y1p, e = _project(model, bd, t + h, y1, cfg)
+
+        def adv(tt, yy, hh, b=None):
+            return solver.step(term_of(bd if b is None else b), tt, tt + hh, yy, None, ss, made_jump=True)[0]
+
+        y_end, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1p, h, L.disc)
+        new = _Loop(
+            y=y_end,
+            disc=disc,
+            done=L.done | term,
+            t_done=jnp.where(term, t_end, L.t_done),
+            err=jnp.maximum(L.err, e),
+            n_steps=L.n_steps + 1,
+            n_rej=L.n_rej,
+            n_events=L.n_events + fired,
+        )
+        rejected = eqx.tree_at(lambda x: x.n_rej, L, L.n_rej + 1)
+        Ln = _select(ok, new, rejected)
+        tn = jnp.where(ok, jnp.where(term, t1, t + h), t)
         # a step clipped to hit t1 doesn't shrink the step size carried on
         dtn = jnp.where(ok & (h < dt), dt, h * factor)
-        return (tn, yn, dtn, ss1, n + ok, nrej + (1 - ok), jnp.where(ok, jnp.maximum(err, e), err))
+        return (tn, Ln, dtn, ss1)
 
-    init = (
-        jnp.asarray(t0, dtype),
-        y,
-        jnp.asarray(dt0, dtype),
-        sstate,
-        jnp.asarray(0),
-        jnp.asarray(0),
-        jnp.zeros((), dtype),
-    )
-    t, y, dt, _, n, nrej, err = eqxi.while_loop(
-        cond, body, init, max_steps=cfg.max_steps, kind="checkpointed"
-    )
-    return y, err, n, nrej, dt
+    init = (jnp.asarray(t0, L.err.dtype), L, jnp.asarray(dt0, L.err.dtype), sstate)
+    _, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="checkpointed")
+    return L, dt
 
 
 def simulate(
@@ -219,6 +414,8 @@ def simulate(
     projection_iterations: int = 2,
     max_steps: int = 100_000,
     t0: float | None = None,
+    events: Any = (),
+    reporters: dict[str, Any] | None = None,
 ) -> Trajectory:
     """Simulate from ``state`` (at ``state.t``) to ``t1``; returns a ``Trajectory``.
 
@@ -235,6 +432,10 @@ def simulate(
         project: Project onto the constraints after every step (Simbody's scheme).
         projection_iterations: Gauss-Newton steps of each position projection.
         max_steps: Bound on the steps of each output interval (adaptive integrators).
+        events: ``TriggeredEvent``s and ``ScheduledEvent``s; handlers may change q, u, z
+            and discrete variables, and may terminate the run.
+        reporters: ``{name: fn(state)}`` evaluated at the output times on the State
+            realized to Acceleration (Simbody's periodic reporters); in ``traj.reports``.
         t0: Start time; default ``state.t``. Under ``vmap``/``jit`` the State's time is
             traced, so pass the (common) start time here.
 
@@ -259,7 +460,15 @@ def simulate(
         project=bool(project),
         projection_iterations=int(projection_iterations),
     )
-    return _simulate(model, state, t0, tuple(float(x) for x in times), cfg)
+    events = tuple(events) if isinstance(events, (list, tuple)) else (events,)
+    for e in events:
+        if not isinstance(e, (TriggeredEvent, ScheduledEvent)):
+            raise TypeError(f"simulate: events must be sj.TriggeredEvent or sj.ScheduledEvent, got {e!r}")
+    reps = tuple((str(k), v) for k, v in (reporters or {}).items())
+    for k, v in reps:
+        if not callable(v):
+            raise TypeError(f"simulate: reporter {k!r} must be a function of the State")
+    return _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps)
 
 
 def _static_time(t: Any) -> float:
@@ -287,51 +496,125 @@ def _save_times(save_at: Any, t0: float, t1: float) -> np.ndarray:
 
 
 @eqx.filter_jit
-def _simulate(model: Model, state: State, t0: float, times: tuple[float, ...], cfg: _Config) -> Trajectory:
+def _simulate(
+    model: Model,
+    state: State,
+    t0: float,
+    times: tuple[float, ...],
+    cfg: _Config,
+    events: tuple[Any, ...],
+    reporters: tuple[tuple[str, Any], ...],
+) -> Trajectory:
     base = model.realize(state, Stage.INSTANCE)
     dtype = state.q.dtype
     y = (state.q, state.u, state.z)
     # start on the manifold (Simbody projects the initial state too)
     y, err0 = _project(model, base, t0, y, cfg)
-    tb = np.asarray(times)
+    sched = [(tt, k) for k, e in enumerate(events) if isinstance(e, ScheduledEvent) for tt in e.times]
+    sched = [(tt, k) for tt, k in sched if t0 < tt <= times[-1]]
+    bounds = sorted(set(times) | {tt for tt, _ in sched})
+    tb = np.asarray(bounds)
     ta = np.concatenate([[t0], tb[:-1]])
-    # One compiled interval body, scanned over the output intervals.
+    which = np.full(len(tb), -1)
+    for tt, k in sched:
+        which[bounds.index(tt)] = k  # one scheduled handler per time (the last given)
+    save_rows = np.array([bounds.index(tt) for tt in times])
+    L = _Loop(
+        y=y,
+        disc=base.discrete,
+        done=jnp.asarray(False),
+        t_done=jnp.asarray(times[-1], dtype),
+        err=err0,
+        n_steps=jnp.asarray(0),
+        n_rej=jnp.asarray(0),
+        n_events=jnp.asarray(0),
+    )
+    sched_events = [e for e in events if isinstance(e, ScheduledEvent)]
+    sched_index = {id(e): i for i, e in enumerate(sched_events)}
+    which_s = np.array([-1 if k < 0 else sched_index[id(events[k])] for k in which])
+
+    def scheduled(L: _Loop, b, k):
+        if not sched_events:
+            return L
+        branches = [lambda L: L] + [
+            (
+                lambda L, e=e: (
+                    lambda r: _Loop(
+                        y=r[0],
+                        disc=r[1],
+                        done=L.done | r[2],
+                        t_done=jnp.where(r[2] & ~L.done, b, L.t_done),
+                        err=L.err,
+                        n_steps=L.n_steps,
+                        n_rej=L.n_rej,
+                        n_events=L.n_events + 1,
+                    )
+                )(_apply_handler(model, base, L.disc, b, L.y, e.handler, e.terminate))
+            )
+            for e in sched_events
+        ]
+        out = jax.lax.switch(k + 1, branches, L)
+        return _select(L.done, L, out)
+
+    # One compiled interval body, scanned over the intervals between boundaries.
     if cfg.integrator in _FIXED:
         n = np.maximum(np.ceil((tb - ta) / cfg.dt - 1e-9), 0).astype(int)
         nmax = int(max(n.max(), 1))
         h = np.where(n > 0, (tb - ta) / np.maximum(n, 1), 0.0)
-        xs = (jnp.asarray(ta, dtype), jnp.asarray(h, dtype), jnp.asarray(n))
+        xs = (
+            jnp.asarray(ta, dtype),
+            jnp.asarray(tb, dtype),
+            jnp.asarray(h, dtype),
+            jnp.asarray(n),
+            jnp.asarray(which_s),
+        )
 
-        def interval(carry, x):
-            yy, err, ns, nr = carry
-            a, hh, nn = x
-            yy, e, k, r = _fixed_interval(model, base, a, hh, nn, nmax, yy, cfg)
-            return (yy, jnp.maximum(err, e), ns + k, nr + r), yy
+        def interval(L, x):
+            a, b, hh, nn, k = x
+            L = _fixed_interval(model, base, a, hh, nn, nmax, L, cfg, events)
+            L = scheduled(L, b, k)
+            return L, (L.y, L.disc)
 
-        (y, err, n_steps, n_rej), ys = jax.lax.scan(interval, (y, err0, jnp.asarray(0), jnp.asarray(0)), xs)
+        L, (ys, ds) = jax.lax.scan(interval, L, xs)
     else:
         dt0 = jnp.asarray((tb[-1] - t0) / 100 if cfg.dt is None else cfg.dt, dtype)
-        xs = (jnp.asarray(ta, dtype), jnp.asarray(tb, dtype))
+        xs = (jnp.asarray(ta, dtype), jnp.asarray(tb, dtype), jnp.asarray(which_s))
 
         def interval(carry, x):
-            yy, err, ns, nr, dt = carry
-            a, b = x
-            yy, e, k, r, dt = _adaptive_interval(model, base, a, b, yy, dt, cfg)
-            return (yy, jnp.maximum(err, e), ns + k, nr + r, dt), yy
+            L, dt = carry
+            a, b, k = x
+            L, dt = _adaptive_interval(model, base, a, b, L, dt, cfg, events)
+            L = scheduled(L, b, k)
+            return (L, dt), (L.y, L.disc)
 
-        (y, err, n_steps, n_rej, _), ys = jax.lax.scan(
-            interval, (y, err0, jnp.asarray(0), jnp.asarray(0), dt0), xs
-        )
-    final = _state_of(base, jnp.asarray(times[-1], dtype), y)
+        (L, _), (ys, ds) = jax.lax.scan(interval, (L, dt0), xs)
+    rows = jnp.asarray(save_rows)
+    ys = jax.tree.map(lambda x: x[rows], ys)
+    ds = jax.tree.map(lambda x: x[rows], ds)
+    final = _state_of(_with_disc(base, L.disc), jnp.asarray(times[-1], dtype), L.y)
+    reports = {}
+    if reporters:
+        b_out = _with_disc(base, L.disc)
+
+        def report(t, y, d):
+            st = model.realize(_state_of(_with_disc(b_out, d), t, y), Stage.ACCELERATION)
+            return {name: fn(st) for name, fn in reporters}
+
+        reports = jax.vmap(report)(jnp.asarray(times, dtype), ys, ds)
     return Trajectory(
         t=jnp.asarray(times, dtype),
         q=ys[0],
         u=ys[1],
         z=ys[2],
         final_state=final,
-        num_steps=n_steps,
-        num_rejected=n_rej,
-        max_position_error=err,
+        num_steps=L.n_steps,
+        num_rejected=L.n_rej,
+        max_position_error=L.err,
+        num_events=L.n_events,
+        terminated=L.done,
+        termination_time=L.t_done,
+        reports=reports,
+        discrete=ds,
     )
 
 

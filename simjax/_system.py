@@ -194,7 +194,7 @@ class MultibodySystem:
         return self.realize(state, Stage.ACCELERATION)
 
     # ------------------------------------------------------------------ projection
-    def project_q(self, state: State, tol: float = 1e-4, iterations: int = 6) -> State:
+    def project_q(self, state: State, tol: float = 1e-4, iterations: int = 10) -> State:
         """Move q onto the position constraints (Simbody ``projectQ``): the minimum-norm
         Gauss-Newton correction in u-space, ``iterations`` steps, quaternions normalised.
 
@@ -221,7 +221,7 @@ class MultibodySystem:
         _check_accuracy(model, out, out.velocity_cache.uerr, tol, "velocity", 1)
         return out
 
-    def project(self, state: State, tol: float = 1e-4, iterations: int = 6) -> State:
+    def project(self, state: State, tol: float = 1e-4, iterations: int = 10) -> State:
         """``project_q`` then ``project_u`` (Simbody ``System::project``)."""
         return self.project_u(self.project_q(state, tol, iterations), tol)
 
@@ -273,7 +273,7 @@ def _check_accuracy(model: Model, state: State, err: jax.Array, tol: float, what
     raise ValueError(
         f"projection failed: the RMS {what} constraint error is {norm:.3g} > tolerance {tol:g}; "
         f"worst is {name} (error {e[worst]:.3g}). The constraints may be unsatisfiable from this "
-        "state; assemble it first (sj.Assembler) or start closer to the constraint manifold"
+        "state; start from a configuration closer to satisfying them"
     )
 
 
