@@ -634,7 +634,11 @@ class Constraint:
 
     def get_constraint_forces_as_vectors(self, state: State) -> tuple[jax.Array, jax.Array]:
         """The forces this constraint applies to the system, ``-(G_c^T lambda_c)`` as body
-        forces (nb, 6) in Ground and mobility forces (nu,) (needs Acceleration)."""
+        forces (nb, 6) in Ground and mobility forces (nu,) (needs Acceleration).
+
+        This is what Simbody's documentation promises; Simbody 3.x's implementation (and
+        OpenSim's ``calcConstraintForces``) returns ``+G_c^T lambda_c``, the opposite sign.
+        ``calc_constraint_forces_from_multipliers`` gives that one."""
         F, tau = self.calc_constraint_forces_from_multipliers(state, self.get_multipliers_as_vector(state))
         return -F, -tau
 
@@ -1041,7 +1045,9 @@ class Ball(Constraint):
         return -(state.position_cache.R_GB[b].T @ self._force_in_ground_on_body2(state))
 
     def get_ball_reaction_force_on_body2(self, state: State) -> jax.Array:
-        """Force the constraint applies to body 2 at its station, in body 2's frame."""
+        """Force the constraint applies to body 2 at its station, in body 2's frame
+        (``-lambda`` re-expressed). Simbody 3.x's code returns ``+lambda`` here despite its
+        documentation; simjax returns the physical force its documentation describes."""
         b = self._bodies[1].index
         return state.position_cache.R_GB[b].T @ self._force_in_ground_on_body2(state)
 

@@ -22,6 +22,10 @@ spec; q/u slots of OpenSim found by probing):
   (OpenSim ``CoordinateCouplerConstraint``, ``C = f(q_indep) - q_dep``): a linear one
   (``LinearFunction``) between a rotation and a translation, and a cubic one
   (``PolynomialFunction``) between the two coordinates of the Universal joint.
+* ``weld``: two loops closed by Welds (OpenSim ``WeldConstraint`` with offset
+  transforms), tilted and offset frames on both bodies: Pin (base) - Ball - Universal -
+  Pin welded to a Universal - Pin branch of the base (ancestor: the moving base), and a
+  Pin - Ball - Universal - Ball chain from Ground welded to Ground (Ground is body 2).
 
 Conventions checked here (Simbody's, matched by simjax):
 
@@ -38,6 +42,12 @@ Conventions checked here (Simbody's, matched by simjax):
   amplifies the ~1e-17 round-off in that row of G and b to ~1e-8 (relative ~6e-9), so
   the x, y multipliers are compared at 1e-9 and the z one must vanish (a round-off row of
   G is dropped exactly, as Simbody's rank-revealing solve does).
+* Weld: ``perr = [RF.x.RB.y, RF.y.RB.z, RF.z.RB.x, p_F2 - p_F1]`` in the ancestor frame
+  (``RB``/``RF``: axes of the frame on body 1/2); multipliers [3 rotational; 3
+  translational]; ``G^T lambda`` puts the torque ``sum_i lambda_i (u_i x v_i)`` ((u, v) =
+  (RF.x, RB.y), (RF.y, RB.z), (RF.z, RB.x)) and the force ``lambda[3:6]`` at F2's origin
+  on body 2, their negatives on body 1. The rotational velocity errors are exact
+  derivatives in both; the translational ones differ off the loop as for Ball.
 * ``q`` of Ball joints: simjax uses quaternions, OpenSim X-Y-Z Euler angles; ``u`` is the
   same. simjax's ``qerr`` then has one quaternion-norm entry per ball after the ``mp``
   constraint rows; only the constraint rows are compared.
@@ -166,6 +176,27 @@ class CouplerSpec:
         return osim.PolynomialFunction(osim.Vector.createFromMat(np.array(self.coef)))
 
 
+@dataclass(frozen=True)
+class WeldSpec:
+    """Frame F2 = ``(R2, p2)`` on body 2 coincides with F1 = ``(R1, p1)`` on body 1
+    (OpenSim ``WeldConstraint`` with offset transforms)."""
+
+    body1: int
+    R1: np.ndarray
+    p1: np.ndarray
+    body2: int
+    R2: np.ndarray
+    p2: np.ndarray
+
+
+def _osim_transform(R, p):
+    m = osim.Mat33()
+    for i in range(3):
+        for j in range(3):
+            m.set(i, j, float(R[i, j]))
+    return osim.Transform(osim.Rotation(m), osim.Vec3(*np.asarray(p, float)))
+
+
 # ----------------------------------------------------------------------------- the twin models
 
 
@@ -185,6 +216,15 @@ class Pair:
                 sjc.append(sj.Constraint.Ball(body(c.body1), c.point1, body(c.body2), c.point2))
             elif isinstance(c, RodSpec):
                 sjc.append(sj.Constraint.Rod(body(c.body1), c.point1, body(c.body2), c.point2, c.length))
+            elif isinstance(c, WeldSpec):
+                sjc.append(
+                    sj.Constraint.Weld(
+                        body(c.body1),
+                        sj.Transform(R=c.R1, p=c.p1),
+                        body(c.body2),
+                        sj.Transform(R=c.R2, p=c.p2),
+                    )
+                )
             else:
                 n = len(c.coords) - 1
                 fn = lambda x, c=c, n=n: c.value(x[:n], jnp) - x[n]
@@ -208,6 +248,7 @@ class Pair:
                 qerr=s.qerr,
                 uerr=s.uerr,
                 udoterr=s.udoterr,
+                G=matter.calc_g(s),
                 R=R,
                 tension=jnp.stack([c.get_rod_tension(s) for c in rods]) if rods else jnp.zeros(0),
                 react=jnp.stack(react) if react else jnp.zeros((0, 3)),
@@ -230,6 +271,14 @@ class Pair:
                 elif isinstance(c, RodSpec):
                     oc = osim.ConstantDistanceConstraint(
                         ob(c.body1), osim.Vec3(*c.point1), ob(c.body2), osim.Vec3(*c.point2), c.length
+                    )
+                elif isinstance(c, WeldSpec):
+                    oc = osim.WeldConstraint(
+                        f"c{k}",
+                        ob(c.body1),
+                        _osim_transform(c.R1, c.p1),
+                        ob(c.body2),
+                        _osim_transform(c.R2, c.p2),
                     )
                 else:
                     names = [joints[b].get_coordinates(w).getName() for b, w in c.coords]
@@ -263,11 +312,13 @@ class Pair:
         for k in range(cs.getSize()):
             bf, mf = osim.VectorOfSpatialVec(), osim.Vector()
             cs.get(k).calcConstraintForces(s, bf, mf)
-            forces.append(
-                [_vec3(bf.get(j).get(1)) for j in range(2)]
-                if isinstance(self.constraints[k], (BallSpec, RodSpec))
-                else []
-            )
+            c = self.constraints[k]
+            if isinstance(c, (BallSpec, RodSpec)):
+                forces.append([_vec3(bf.get(j).get(1)) for j in range(2)])
+            elif isinstance(c, WeldSpec):  # (torque about the body origin, force)
+                forces.append([(_vec3(bf.get(j).get(0)), _vec3(bf.get(j).get(1))) for j in range(2)])
+            else:
+                forces.append([])
         G = osim.Matrix()
         o.model.getMatterSubsystem().calcG(s, G)
         return dict(
@@ -289,7 +340,7 @@ class Pair:
 
     @property
     def mp(self) -> int:
-        return sum({BallSpec: 3, RodSpec: 1, CouplerSpec: 1}[type(c)] for c in self.constraints)
+        return sum({BallSpec: 3, RodSpec: 1, CouplerSpec: 1, WeldSpec: 6}[type(c)] for c in self.constraints)
 
 
 def _ancestor(spec: om.ModelSpec, b1: int, b2: int) -> int:
@@ -393,6 +444,9 @@ def _pair(name: str) -> Pair:
         return Pair(spec, cons, q0)
     if name == "coupler":
         spec, q0, cons = _coupler()
+        return Pair(spec, cons, q0)
+    if name == "weld":
+        spec, q0, cons, _ = _weld_model()
         return Pair(spec, cons, q0)
     raise KeyError(name)
 
@@ -717,3 +771,141 @@ def test_coordinate_coupler():
     _check(ours["uerr"], ref["uerr"], "coupler uerr (not assembled)")
     _check(ours["udot"], ref["udot"], "coupler udot (not assembled)")
     _check(ours["lam"], ref["lam"], "coupler multipliers (not assembled)")
+
+
+# ----------------------------------------------------------------------------- tests: Weld
+
+
+def _weld_model():
+    """Two closed loops made by Welds, in one model (one compilation):
+
+    * c0, across two branches: base (Pin on Ground) - a1 (Ball) - a2 (Universal) - a3
+      (Pin) and base - b1 (Universal) - b2 (Pin); body 1 = a3, body 2 = b2, common
+      ancestor the moving base (9 loop u - 6 rows: 3 dofs, plus the base's).
+    * c1, to Ground: w1 (Pin on Ground) - w2 (Ball) - w3 (Universal) - w4 (Ball); body 1 =
+      w4, body 2 = Ground (9 u - 6 rows: 3 dofs).
+
+    19 u, 12 rows. Both frames of each Weld are tilted and offset: F1 is random on body
+    1, F2 on body 2 is where F1 is at a random configuration, so that configuration
+    closes both loops exactly. Returns ``(spec, q, constraints, q_euler)``."""
+    rng = np.random.default_rng(61)
+    B = om._body
+    bodies = [
+        B(rng, "base", -1, "pin", p_PF=[0.0, 1.0, 0.0], rot_scale=np.pi),
+        B(rng, "a1", 0, "ball", rot_scale=np.pi),
+        B(rng, "a2", 1, "universal", rot_scale=np.pi),
+        B(rng, "a3", 2, "pin", rot_scale=np.pi),
+        B(rng, "b1", 0, "universal", p_PF=[0.3, -0.2, 0.1], rot_scale=np.pi),
+        B(rng, "b2", 4, "pin", rot_scale=np.pi),
+        B(rng, "w1", -1, "pin", p_PF=[0.8, 0.9, -0.3], rot_scale=np.pi),
+        B(rng, "w2", 6, "ball", rot_scale=np.pi),
+        B(rng, "w3", 7, "universal", rot_scale=np.pi),
+        B(rng, "w4", 8, "ball", rot_scale=np.pi),
+    ]
+    spec = om.ModelSpec("weld", bodies, gravity=np.array([0.3, -9.81, -0.2]))
+    qe, q, _ = om.random_state(spec, rng)
+    X = _fk(spec, q)
+    X_G = lambda i: (np.eye(3), np.zeros(3)) if i < 0 else X[i]
+    cons = []
+    for b1, b2 in [(3, 5), (9, -1)]:
+        R1, p1 = om.random_rotation(rng), rng.normal(0, 0.1, 3) + [0.05, -0.3, 0.02]
+        R2, p2 = om._compose(om._inv(X_G(b2)), om._compose(X_G(b1), (R1, p1)))
+        cons.append(WeldSpec(b1, R1, p1, b2, R2, p2))
+    return spec, q, cons, qe
+
+
+def _quat_layout(spec: om.ModelSpec, qe: np.ndarray) -> np.ndarray:
+    """simjax's q (quaternions for Ball joints) from X-Y-Z Euler-angle coordinates."""
+    out = []
+    for b, sl in zip(spec.bodies, spec.q_blocks(euler=True)):
+        out.append(om.quat_from_rot(om.body_xyz(qe[sl])) if b.joint == "ball" else qe[sl])
+    return np.concatenate(out)
+
+
+def _weld_frames(spec: om.ModelSpec, c: WeldSpec, q: np.ndarray):
+    """``(R_GA, RB, RF, p_S1, p_S2, p_B1, p_B2)``: the ancestor's orientation, the weld
+    frames' axes in A (``RB = R_A1 R1``, ``RF = R_A2 R2``) and, in Ground, their origins
+    and the two body origins."""
+    X = _fk(spec, q)
+    X_G = lambda i: (np.eye(3), np.zeros(3)) if i < 0 else X[i]
+    R_GA = X_G(_ancestor(spec, c.body1, c.body2))[0]
+    X1, X2 = X_G(c.body1), X_G(c.body2)
+    RB, RF = R_GA.T @ X1[0] @ c.R1, R_GA.T @ X2[0] @ c.R2
+    return R_GA, RB, RF, _station(X1, c.p1), _station(X2, c.p2), X1[1], X2[1]
+
+
+def _weld_errors_numpy(spec: om.ModelSpec, c: WeldSpec, q: np.ndarray) -> np.ndarray:
+    """The documented Simbody Weld position errors, in the ancestor frame A:
+    ``[RF.x.RB.y, RF.y.RB.z, RF.z.RB.x, p_F2 - p_F1]``."""
+    R_GA, RB, RF, p_S1, p_S2, _, _ = _weld_frames(spec, c, q)
+    rot = [RF[:, 0] @ RB[:, 1], RF[:, 1] @ RB[:, 2], RF[:, 2] @ RB[:, 0]]
+    return np.r_[rot, R_GA.T @ (p_S2 - p_S1)]
+
+
+def test_weld_dynamics():
+    """At the closed configuration with u in the null space of simjax's G: G itself, udot
+    and the twelve multipliers (per Weld [3 rotational; 3 translational], ancestor
+    frame), and what they mean (Simbody's body forces of G^T lambda); then udot, lambda
+    and uerr with velocities that violate the constraints."""
+    pair = _pair("weld")
+    spec, q, cons, _ = _weld_model()
+    assert [_ancestor(spec, c.body1, c.body2) for c in cons] == [0, -1]
+    rng = np.random.default_rng(70)
+    for _ in range(2):
+        ug = rng.normal(0, 1.5, spec.nu)
+        G = pair.simjax(q, ug)["G"]
+        assert G.shape == (12, spec.nu)
+        sv = np.linalg.svd(G, compute_uv=False)
+        assert sv.min() > 1e-2 * sv.max()  # 12 independent rows: 7 dofs left
+        u = ug - np.linalg.pinv(G) @ (G @ ug)
+        ours, ref = _compare_dynamics(pair, q, u, "weld")
+        assert np.abs(ref["qerr"]).max() < 1e-14 and np.abs(ref["uerr"]).max() < 1e-13
+        assert np.abs(ours["qerr"]).max() < 1e-14 and np.abs(ours["uerr"]).max() < 1e-13
+        _check(ours["G"], ref["G"], "weld G")
+        assert np.abs(ref["lam"]).min() > 1e-3  # every row carries load
+        # Simbody's G^T lambda (calcConstraintForces: per body, torque about its origin
+        # and force, in A): on body 2 the force lambda[3:6] at F2's origin S2 and the
+        # torque tau = sum_i lambda_i (u_i x v_i), (u, v) = (RF.x, RB.y), (RF.y, RB.z),
+        # (RF.z, RB.x); on body 1 their negatives at S2 (= S1 here)
+        for k, c in enumerate(cons):
+            lam = ref["lam"][6 * k : 6 * k + 6]
+            R_GA, RB, RF, _, p_S2, p_B1, p_B2 = _weld_frames(spec, c, q)
+            tau = sum(lam[i] * np.cross(RF[:, i], RB[:, (i + 1) % 3]) for i in range(3))
+            (t1, f1), (t2, f2) = ref["forces"][k]
+            atol = 1e-12 * np.abs(lam).max()
+            np.testing.assert_allclose(f2, lam[3:], atol=atol)
+            np.testing.assert_allclose(f1, -lam[3:], atol=atol)
+            np.testing.assert_allclose(t2, tau + np.cross(R_GA.T @ (p_S2 - p_B2), lam[3:]), atol=atol)
+            np.testing.assert_allclose(t1, -tau - np.cross(R_GA.T @ (p_S2 - p_B1), lam[3:]), atol=atol)
+    ub = u + rng.normal(0, 0.5, spec.nu)
+    ours, ref = pair.simjax(q, ub), pair.opensim(q, ub)
+    assert np.abs(ref["uerr"]).min() > 1e-3
+    _check(ours["uerr"], ref["uerr"], "weld uerr (closed q)")
+    _check(ours["udot"], ref["udot"], "weld udot (inconsistent u)")
+    _check(ours["lam"], ref["lam"], "weld multipliers (inconsistent u)")
+
+
+def test_weld_errors():
+    """qerr at a slightly perturbed (open) configuration: Simbody's equals the documented
+    formula (rows, frame, sign) and simjax's (its 12 rows come before the quaternion-norm
+    rows). Off the loop, Simbody's translational uerr is simjax's d/dt perr minus
+    ``w_A1 x perr`` (as for Ball); the rotational rows are exact derivatives in both."""
+    pair = _pair("weld")
+    spec, _, cons, qe = _weld_model()
+    rng = np.random.default_rng(71)
+    qb = _quat_layout(spec, qe + rng.normal(0, 0.05, qe.size))
+    ub = rng.normal(0, 1.0, spec.nu)
+    ours, ref = pair.simjax(qb, ub), pair.opensim(qb, ub)
+    assert ref["qerr"].shape == (12,)
+    assert np.abs(ref["qerr"]).min() > 1e-4  # really not closed
+    expected = np.concatenate([_weld_errors_numpy(spec, c, qb) for c in cons])
+    np.testing.assert_allclose(ref["qerr"], expected, rtol=0, atol=1e-14)
+    _check(ours["qerr"][:12], ref["qerr"], "weld qerr (not closed)")
+    np.testing.assert_allclose(ours["qerr"][12:], 0, atol=1e-14)  # quaternion norms
+    expected = ours["uerr"].copy()
+    for k, c in enumerate(cons):
+        anc = _ancestor(spec, c.body1, c.body2)
+        w_A1 = ref["R"][anc + 1].T @ (ref["W"][c.body1 + 1] - ref["W"][anc + 1])
+        expected[6 * k + 3 : 6 * k + 6] -= np.cross(w_A1, ref["qerr"][6 * k + 3 : 6 * k + 6])
+    assert np.abs(expected - ours["uerr"]).max() > 1e-3
+    _check(expected, ref["uerr"], "weld uerr - w_A1 x perr (not closed)")
