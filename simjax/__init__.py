@@ -4,8 +4,15 @@ Enable float64 for Simbody-level accuracy: ``jax.config.update("jax_enable_x64",
 """
 
 from . import _forces as _forces_module  # noqa: F401  (registers Force kinds)
+from ._assembler import Assembler as Assembler
+from ._assembler import AssemblyFailed as AssemblyFailed
+from ._assembler import AssemblyInfo as AssemblyInfo
 from ._bodies import Body as Body
 from ._bodies import MobilizedBody as MobilizedBody
+from ._conditions import AssemblyCondition as AssemblyCondition
+from ._conditions import Markers as Markers
+from ._conditions import OrientationSensors as OrientationSensors
+from ._conditions import QValue as QValue
 from ._constraints import Constraint as Constraint
 from ._constraints import ConstraintContext as ConstraintContext
 from ._context import Context as Context

@@ -123,3 +123,24 @@ def fd_jacobian(f, x, eps: float = 1e-6):
         e[i] = eps
         cols.append((np.asarray(f(jnp.asarray(x + e))) - np.asarray(f(jnp.asarray(x - e)))) / (2 * eps))
     return np.stack(cols, axis=-1)
+
+
+def fourbar():
+    """Crank-coupler-rocker (three Pins, 1 m / 2 m / 1.5 m) closed to Ground by a Ball at
+    (2, 0.5, 0): a planar loop, so the Ball's z row is redundant. ``(system, matter, ball)``."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    sj.Force.UniformGravity(forces, matter, [0, -9.81, 0])
+    mp = sj.MassProperties(1.0, [0.5, 0, 0], sj.Inertia(0.01, 0.35, 0.35))
+    G = matter.Ground()
+    crank = sj.MobilizedBody.Pin(G, sj.Transform(), mp, sj.Transform())
+    coupler = sj.MobilizedBody.Pin(
+        crank,
+        sj.Transform(p=[1, 0, 0]),
+        sj.MassProperties(1.0, [1, 0, 0], sj.Inertia(0.01, 1.4, 1.4)),
+        sj.Transform(),
+    )
+    rocker = sj.MobilizedBody.Pin(coupler, sj.Transform(p=[2, 0, 0]), mp, sj.Transform())
+    ball = sj.Constraint.Ball(G, [2.0, 0.5, 0], rocker, [1.5, 0, 0])
+    return system, matter, ball

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import fourbar
 
 import simjax as sj
 
@@ -361,25 +362,6 @@ def test_bad_input_errors():
     )
     s = system.realize(system.realize_topology(), sj.Stage.POSITION)
     assert cc.get_position_errors(s).shape == (1,)
-
-
-def fourbar():
-    system = sj.MultibodySystem()
-    matter = sj.SimbodyMatterSubsystem(system)
-    forces = sj.GeneralForceSubsystem(system)
-    sj.Force.UniformGravity(forces, matter, [0, -9.81, 0])
-    mp = sj.MassProperties(1.0, [0.5, 0, 0], sj.Inertia(0.01, 0.35, 0.35))
-    G = matter.Ground()
-    crank = sj.MobilizedBody.Pin(G, sj.Transform(), mp, sj.Transform())
-    coupler = sj.MobilizedBody.Pin(
-        crank,
-        sj.Transform(p=[1, 0, 0]),
-        sj.MassProperties(1.0, [1, 0, 0], sj.Inertia(0.01, 1.4, 1.4)),
-        sj.Transform(),
-    )
-    rocker = sj.MobilizedBody.Pin(coupler, sj.Transform(p=[2, 0, 0]), mp, sj.Transform())
-    ball = sj.Constraint.Ball(G, [2.0, 0.5, 0], rocker, [1.5, 0, 0])
-    return system, matter, ball
 
 
 def test_projection_closes_the_loop_and_is_differentiable():

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_constraints import fourbar
+from helpers import fourbar
 
 import simjax as sj
 

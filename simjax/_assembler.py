@@ -1,0 +1,1125 @@
+"""``Assembler``: assembly and inverse kinematics (Simbody ``Assembler``) as gradient-based
+optimisation in JAX.
+
+The problem is Simbody's: find the free q's (in the Euler-angle form of the State) that
+satisfy every *error* condition (weight infinity; by default the System's enabled
+position constraints) to the error tolerance, and minimise the weighted sum of the *goal*
+conditions (finite weights), with locked q's held at their starting values and restricted
+q's kept within bounds.
+
+The solver is a Levenberg-Marquardt / sequential-quadratic-programming hybrid written in
+plain JAX (one ``lax.while_loop``, so it jits and vmaps over frames):
+
+* goals are least squares ``1/2 |r(x)|^2`` (plus optional general scalar goals), linearised
+  by forward-mode autodiff (Gauss-Newton Hessian ``J^T J``);
+* error conditions ``e(x) = 0`` are kept *exactly* in every linearised step through the KKT
+  system ``[H + mu I, A^T; A, -delta I] [dx; nu] = [-g; -e]`` (``A = de/dx``); the
+  tiny ``delta`` plus iterative refinement gives the minimum-norm answer when constraints
+  are redundant (a planar four-bar closed by a Ball);
+* robustness from a poor start: steps are accepted on the augmented-Lagrangian merit
+  ``goal + nu.e + rho/2 |e|^2`` (``nu`` the step's multipliers, ``rho`` the smallest
+  penalty for which the model predicts a decrease); rejected steps raise the
+  Levenberg-Marquardt damping ``mu`` (Nielsen's update) and shrink a trust radius on the
+  step length, so the iteration falls back to gradient descent on the goal and damped
+  Newton on the errors;
+* bounds by projection with an active set (a q at a bound whose gradient pushes it out is
+  held for that step); locked q's are simply not variables.
+
+It stops when the error norm is below ``accuracy * tolerance`` (one more Newton step is
+cheap) and the Gauss-Newton model predicts less than ``accuracy`` relative improvement of
+the goal, or when no further progress is possible; success means errors within the
+tolerance (Simbody's "within 0.1% of its
+minimum" at accuracy 1e-3). Status codes instead of exceptions under ``jit``/``vmap``; the
+unbatched calls raise ``AssemblyFailed`` naming the worst condition.
+
+Derivatives of the solution with respect to everything in the data (observations,
+stations, weights, target values) and the State's Instance variables (model parameters)
+come from the implicit function theorem applied to the KKT conditions at the solution
+(exact Hessian of the Lagrangian by autodiff), never from unrolled iterations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._conditions import AssemblyCondition, SystemConstraints, _Observed
+from ._stage import Stage
+from ._state import State
+
+INF = math.inf
+
+#: ``AssemblyInfo.status`` values.
+SUCCESS = 0
+MAX_ITERATIONS = 1  # feasible (errors within tolerance) but the goal did not converge
+INFEASIBLE = 2  # errors above tolerance
+NO_DATA = 3  # a goal had nothing to fit (every marker missing)
+NONFINITE = 4  # NaN or inf in the solve
+
+STATUS_NAMES = {
+    SUCCESS: "success",
+    MAX_ITERATIONS: "feasible, goal not converged within max iterations",
+    INFEASIBLE: "error tolerance not met",
+    NO_DATA: "no data (every observation missing or zero weight)",
+    NONFINITE: "non-finite value",
+}
+
+
+class AssemblyFailed(RuntimeError):
+    """Raised by the unbatched ``assemble``/``track`` when the tolerance cannot be met."""
+
+
+class AssemblyInfo(eqx.Module):
+    """What one assembly solve achieved (batched along leading axes after ``track``).
+
+    Attributes:
+        goal: weighted sum of the goals at the solution (``calc_current_goal``).
+        error_norm: norm of the error conditions (infinity norm, or RMS), comparable with
+            the error tolerance.
+        errors: all error-condition entries at the solution (the System's constraint
+            errors first).
+        iterations: solver iterations taken.
+        num_evaluations: evaluations of goals, errors, gradient and Jacobian (each
+            iteration evaluates all four together once).
+        status: 0 success, 1 feasible but goal not converged in max iterations,
+            2 error tolerance not met, 3 no data, 4 non-finite value.
+    """
+
+    goal: jax.Array
+    error_norm: jax.Array
+    errors: jax.Array
+    iterations: jax.Array
+    num_evaluations: jax.Array
+    status: jax.Array
+
+    @property
+    def success(self) -> jax.Array:
+        """True where the errors are within tolerance (status 0 or 1)."""
+        return self.status <= MAX_ITERATIONS
+
+    def status_message(self) -> str | list[str]:
+        """Human-readable status (a list when batched)."""
+        s = np.asarray(self.status)
+        if s.ndim == 0:
+            return STATUS_NAMES[int(s)]
+        return [STATUS_NAMES[int(v)] for v in s.reshape(-1)]
+
+
+@dataclass(eq=False)
+class _Plan:
+    """Static description of one compiled assembly problem."""
+
+    model: Any
+    free: np.ndarray  # Euler-mode q indices that may change
+    lo: np.ndarray
+    hi: np.ndarray
+    goals: tuple[tuple[int, AssemblyCondition], ...]
+    errors: tuple[tuple[int, AssemblyCondition], ...]
+    tol: float
+    acc: float
+    rms: bool
+    max_iterations: int
+    numerical_jacobian: bool
+    nr: int = 0
+    ne: int = 0
+    has_scalar: bool = False
+    error_sizes: tuple[int, ...] = ()
+
+
+class Assembler:
+    """Assembly and inverse kinematics (Simbody ``Assembler``), batched and differentiable.
+
+    ``assemble(state)`` returns ``(state, info)`` with the q's changed to satisfy the error
+    conditions and minimise the goals; ``track(state, frames)`` solves a whole trajectory
+    of observation frames in one compiled call (``vmap``); ``track(frame_time)`` continues
+    sequentially from the internal State, as in Simbody. ``solve(state, params)`` is the
+    pure function underneath (jit, vmap and grad; gradients by implicit differentiation).
+
+    The internal State uses Euler angles for Ball-like joints (as Simbody's does), so
+    ``lock_q``/``restrict_q``/``QValue`` coordinates are numbered as in the Euler-angle
+    State; results are converted back to the caller's State form.
+    """
+
+    def __init__(self, system: Any):
+        self._system = system
+        state = system.get_default_state()
+        self._model = system.model_for(state)
+        self._matter = system.get_matter_subsystem()
+        self._conditions: list[AssemblyCondition] = []
+        self._weights: list[float] = []
+        self._tol = 0.0
+        self._acc = 0.0
+        self._rms = False
+        self._max_iterations = 100
+        self._batch_size: int | None = 32
+        self._numerical_gradient = False
+        self._numerical_jacobian = False
+        self._locked_mobods: set[int] = set()
+        self._locked_qs: set[tuple[int, int]] = set()
+        self._bounds: dict[tuple[int, int], tuple[float, float]] = {}
+        self._reporters: list[Callable[[State], Any]] = []
+        self._internal = self._matter.set_use_euler_angles(state, True)
+        self._plan: _Plan | None = None
+        self._fns: dict[str, Any] = {}
+        self._num_initializations = 0
+        self.reset_stats()
+        sc = SystemConstraints()
+        self._conditions.append(sc)
+        self._weights.append(INF)
+        sc._bind(self, 0)
+
+    # ------------------------------------------------------------------ accessors
+    def get_multibody_system(self) -> Any:
+        """The System this Assembler works on."""
+        return self._system
+
+    def get_matter_subsystem(self) -> Any:
+        """The System's matter subsystem."""
+        return self._matter
+
+    # ------------------------------------------------------------------ tolerance/accuracy
+    def set_error_tolerance(self, tolerance: float = 0.0) -> None:
+        """Error tolerance for success; 0 restores the default (accuracy/10 if accuracy
+        was set, else 1e-4)."""
+        t = float(tolerance)
+        if not t >= 0 or not math.isfinite(t):
+            raise ValueError(
+                f"Assembler.set_error_tolerance: tolerance must be finite and >= 0, got {tolerance}"
+            )
+        self._tol = t
+        self.uninitialize()
+
+    def get_error_tolerance_in_use(self) -> float:
+        """The tolerance the next solve will use."""
+        if self._tol > 0:
+            return self._tol
+        return self._acc / 10 if self._acc > 0 else 1e-4
+
+    def set_accuracy(self, accuracy: float = 0.0) -> None:
+        """Relative accuracy of the goal at which to stop (e.g. 1e-3: within 0.1% of the
+        minimum); 0 restores the default 1e-3. Also sets the default tolerance to
+        accuracy/10."""
+        a = float(accuracy)
+        if not a >= 0 or not math.isfinite(a):
+            raise ValueError(f"Assembler.set_accuracy: accuracy must be finite and >= 0, got {accuracy}")
+        self._acc = a
+        self.uninitialize()
+
+    def get_accuracy_in_use(self) -> float:
+        """The accuracy the next solve will use."""
+        return self._acc if self._acc > 0 else 1e-3
+
+    def set_use_rms_error_norm(self, yes: bool) -> None:
+        """RMS instead of the default infinity norm for the error conditions."""
+        self._rms = bool(yes)
+        self.uninitialize()
+
+    def is_using_rms_error_norm(self) -> bool:
+        """Whether the RMS error norm is used."""
+        return self._rms
+
+    def set_max_iterations(self, n: int) -> None:
+        """Iteration limit of one solve (default 100)."""
+        if int(n) < 1:
+            raise ValueError("Assembler.set_max_iterations: need at least 1")
+        self._max_iterations = int(n)
+        self.uninitialize()
+
+    def set_track_batch_size(self, n: int | None) -> None:
+        """Frames solved together by the batched ``track`` (default 32; ``None``: all at
+        once, every frame starting from the given State). With a size, consecutive chunks
+        of frames are solved one after the other, each chunk (vmapped) warm-started from
+        the previous chunk's last frame: fewer iterations on long trajectories, as in
+        Simbody's sequential tracking. On a GPU use large chunks."""
+        if n is not None and int(n) < 1:
+            raise ValueError("Assembler.set_track_batch_size: need a positive size or None")
+        self._batch_size = None if n is None else int(n)
+        self._fns.pop("batched", None)
+
+    def set_force_numerical_gradient(self, yes: bool) -> None:
+        """Debugging: central differences instead of autodiff for the goal derivatives."""
+        self._numerical_gradient = bool(yes)
+        self.uninitialize()
+
+    def set_force_numerical_jacobian(self, yes: bool) -> None:
+        """Debugging: central differences instead of autodiff for the error Jacobian."""
+        self._numerical_jacobian = bool(yes)
+        self.uninitialize()
+
+    # ------------------------------------------------------------------ conditions
+    def set_system_constraints_weight(self, weight: float) -> None:
+        """Weight of the System's enabled constraints: infinity (default) makes them
+        errors, a finite weight a goal ``1/2 |qerr|^2``, 0 ignores them."""
+        self.set_assembly_condition_weight(0, weight)
+
+    def get_system_constraints_weight(self) -> float:
+        """Current weight of the System's constraints (default infinity)."""
+        return self._weights[0]
+
+    def _check_weight(self, weight: float) -> float:
+        w = float(weight)
+        if not w >= 0:
+            raise ValueError(f"Assembler: a weight must be >= 0 (0 off, inf an error), got {weight}")
+        return w
+
+    def set_assembly_condition_weight(self, condition: int | AssemblyCondition, weight: float) -> None:
+        """0 ignores the condition, infinity makes it an error, anything else a goal."""
+        i = self._cond_index(condition)
+        self._weights[i] = self._check_weight(weight)
+        self.uninitialize()
+
+    def get_assembly_condition_weight(self, condition: int | AssemblyCondition) -> float:
+        """Weight of a condition."""
+        return self._weights[self._cond_index(condition)]
+
+    def _cond_index(self, condition: int | AssemblyCondition) -> int:
+        if isinstance(condition, AssemblyCondition):
+            for i, c in enumerate(self._conditions):
+                if c is condition:
+                    return i
+            raise ValueError(f"{condition!r} was not adopted by this Assembler")
+        i = int(condition)
+        if not 0 <= i < len(self._conditions):
+            raise IndexError(f"Assembler: no assembly condition {i} (have {len(self._conditions)})")
+        return i
+
+    def adopt_assembly_error(self, condition: AssemblyCondition) -> int:
+        """Add a condition that must be satisfied to tolerance; returns its index."""
+        return self._adopt(condition, INF)
+
+    def adopt_assembly_goal(self, condition: AssemblyCondition, weight: float = 1.0) -> int:
+        """Add a goal with a weight (0 ignores it, infinity makes it an error)."""
+        return self._adopt(condition, self._check_weight(weight))
+
+    def _adopt(self, condition: AssemblyCondition, weight: float) -> int:
+        if not isinstance(condition, AssemblyCondition):
+            raise TypeError(
+                "Assembler: expected an AssemblyCondition (sj.Markers, sj.QValue, ...), "
+                f"got {type(condition).__name__}"
+            )
+        if any(c is condition for c in self._conditions):
+            raise ValueError(f"{condition!r} was already adopted by this Assembler")
+        i = len(self._conditions)
+        condition._bind(self, i)
+        self._conditions.append(condition)
+        self._weights.append(weight)
+        self.uninitialize()
+        return i
+
+    def get_num_assembly_conditions(self) -> int:
+        """Number of conditions, the System's constraints (index 0) included."""
+        return len(self._conditions)
+
+    def get_assembly_condition(self, index: int) -> AssemblyCondition:
+        """A condition by index."""
+        return self._conditions[self._cond_index(index)]
+
+    # ------------------------------------------------------------------ locks and bounds
+    def _body(self, mobod: Any) -> int:
+        from ._conditions import _as_body_index
+
+        b = _as_body_index(self._system, mobod, "Assembler")
+        if b == 0:
+            raise ValueError("Assembler: Ground has no q's to lock or restrict")
+        return b
+
+    def _check_qx(self, b: int, qx: int) -> int:
+        nq = int(self._model.topology(True).nq_body[b])
+        if not 0 <= int(qx) < nq:
+            raise ValueError(
+                f"Assembler: q index {qx} out of range for body {self._matter._mobods[b].name!r}, whose "
+                f"mobilizer has {nq} q's in the Euler-angle State the Assembler uses"
+            )
+        return int(qx)
+
+    def lock_mobilizer(self, mobod: Any) -> None:
+        """Hold all of this mobilizer's q's at their starting values."""
+        self._locked_mobods.add(self._body(mobod))
+        self.uninitialize()
+
+    def unlock_mobilizer(self, mobod: Any) -> None:
+        """Undo ``lock_mobilizer`` (q's locked one by one stay locked)."""
+        self._locked_mobods.discard(self._body(mobod))
+        self.uninitialize()
+
+    def lock_q(self, mobod: Any, qx: int) -> None:
+        """Hold one q (Euler-angle numbering) at its starting value."""
+        b = self._body(mobod)
+        self._locked_qs.add((b, self._check_qx(b, qx)))
+        self.uninitialize()
+
+    def unlock_q(self, mobod: Any, qx: int) -> None:
+        """Undo ``lock_q``."""
+        b = self._body(mobod)
+        self._locked_qs.discard((b, self._check_qx(b, qx)))
+        self.uninitialize()
+
+    def restrict_q(self, mobod: Any, qx: int, lower: float, upper: float) -> None:
+        """Keep one q within ``[lower, upper]`` (``+-inf`` for one-sided)."""
+        b = self._body(mobod)
+        lo, hi = float(lower), float(upper)
+        if math.isnan(lo) or math.isnan(hi) or lo > hi:
+            raise ValueError(f"Assembler.restrict_q: need lower <= upper, got [{lower}, {upper}]")
+        self._bounds[(b, self._check_qx(b, qx))] = (lo, hi)
+        self.uninitialize()
+
+    def unrestrict_q(self, mobod: Any, qx: int) -> None:
+        """Remove a restriction."""
+        b = self._body(mobod)
+        self._bounds.pop((b, self._check_qx(b, qx)), None)
+        self.uninitialize()
+
+    # ------------------------------------------------------------------ internal state
+    def set_internal_state(self, state: State) -> None:
+        """Copy a State (converted to Euler angles) into the Assembler."""
+        self._system.model_for(state)
+        self._internal = self._canonical(self._matter.set_use_euler_angles(state, True))
+
+    def _canonical(self, state: State) -> State:
+        """The State realized to exactly Time (one compiled solve for any input stage)."""
+        st = state.with_q(state.q) if state.stage > Stage.TIME else state
+        return self._model.realize(st, Stage.TIME)
+
+    def get_internal_state(self) -> State:
+        """The internal (Euler-angle) State."""
+        return self._internal
+
+    def update_from_internal_state(self, state: State) -> State:
+        """``state`` with its q's (and time) replaced by the internal State's, converted to
+        quaternions if ``state`` uses them."""
+        self._system.model_for(state)
+        q = self._to_mode(self._internal.q, state.use_euler_angles)
+        return state.with_time(self._internal.t).with_q(q)
+
+    def _to_mode(self, q_euler: jax.Array, euler: bool) -> jax.Array:
+        if euler:
+            return q_euler
+        return self._matter.set_use_euler_angles(self._internal.with_q(q_euler), False).q
+
+    def add_reporter(self, reporter: Callable[[State], Any]) -> None:
+        """Call ``reporter(internal_state)`` after every unbatched assemble/track."""
+        self._reporters.append(reporter)
+
+    # ------------------------------------------------------------------ initialization
+    def uninitialize(self) -> None:
+        """Forget the compiled problem (done automatically on every change)."""
+        self._plan = None
+        self._fns = {}
+
+    def is_initialized(self) -> bool:
+        """Whether the problem is compiled for the current settings."""
+        return self._plan is not None
+
+    def initialize(self, state: State | None = None) -> None:
+        """Build the problem (free q's, bounds, conditions); optional new internal State."""
+        if state is not None:
+            self.set_internal_state(state)
+        if self._plan is not None:
+            return
+        topo = self._model.topology(True)
+        locked = np.zeros(topo.nq, bool)
+        for b in self._locked_mobods:
+            locked[int(topo.q_start[b]) : int(topo.q_start[b]) + int(topo.nq_body[b])] = True
+        for b, qx in self._locked_qs:
+            locked[int(topo.q_start[b]) + qx] = True
+        free = np.flatnonzero(~locked)
+        lo = np.full(len(free), -np.inf)
+        hi = np.full(len(free), np.inf)
+        pos = {int(q): k for k, q in enumerate(free)}
+        for (b, qx), (l, h) in self._bounds.items():
+            k = pos.get(int(topo.q_start[b]) + qx)
+            if k is not None:
+                lo[k], hi[k] = l, h
+        mp, _, _ = self._model.constraint_counts(True)
+        goals, errors = [], []
+        for i, (c, w) in enumerate(zip(self._conditions, self._weights)):
+            if w == 0 or (i == 0 and mp == 0):
+                continue
+            if isinstance(c, _Observed) and c._n() == 0:
+                raise ValueError(f"Assembler: condition {c.name!r} has no {c._item}s; add some or remove it")
+            (errors if w == INF else goals).append((i, c))
+        plan = _Plan(
+            model=self._model,
+            free=free,
+            lo=lo,
+            hi=hi,
+            goals=tuple(goals),
+            errors=tuple(errors),
+            tol=self.get_error_tolerance_in_use(),
+            acc=self.get_accuracy_in_use(),
+            rms=self._rms,
+            max_iterations=self._max_iterations,
+            numerical_jacobian=self._numerical_jacobian or self._numerical_gradient,
+        )
+        _size_plan(plan, self._internal, self.get_parameters())
+        self._plan = plan
+        self._num_initializations += 1
+        self._fns = {}
+
+    def _require_plan(self) -> _Plan:
+        self.initialize()
+        assert self._plan is not None
+        return self._plan
+
+    # ------------------------------------------------------------------ free q bookkeeping
+    def get_num_free_qs(self) -> int:
+        """Number of q's the Assembler may change."""
+        return len(self._require_plan().free)
+
+    def get_q_index_of_free_q(self, free_q: int) -> int:
+        """Euler-mode q index of a free q."""
+        return int(self._require_plan().free[free_q])
+
+    def get_free_q_index_of_q(self, q_index: int) -> int | None:
+        """Free-q index of an (Euler-mode) q, None if it is locked."""
+        hit = np.flatnonzero(self._require_plan().free == int(q_index))
+        return int(hit[0]) if len(hit) else None
+
+    def get_free_q_bounds(self, free_q: int) -> tuple[float, float]:
+        """``(lower, upper)`` of a free q (``+-inf`` when unrestricted)."""
+        p = self._require_plan()
+        return float(p.lo[free_q]), float(p.hi[free_q])
+
+    # ------------------------------------------------------------------ statistics
+    def reset_stats(self) -> None:
+        """Zero the counters (not the number of initializations)."""
+        self._stats = {"goal": 0, "error": 0, "gradient": 0, "jacobian": 0, "steps": 0}
+
+    def get_num_goal_evals(self) -> int:
+        """Goal evaluations since the last reset."""
+        return self._stats["goal"]
+
+    def get_num_error_evals(self) -> int:
+        """Error-condition evaluations."""
+        return self._stats["error"]
+
+    def get_num_goal_gradient_evals(self) -> int:
+        """Goal-gradient evaluations."""
+        return self._stats["gradient"]
+
+    def get_num_error_jacobian_evals(self) -> int:
+        """Error-Jacobian evaluations."""
+        return self._stats["jacobian"]
+
+    def get_num_assembly_steps(self) -> int:
+        """Solves (assemble/track frames) since the last reset."""
+        return self._stats["steps"]
+
+    def get_num_initializations(self) -> int:
+        """Times the problem was (re)built."""
+        return self._num_initializations
+
+    def _count(self, info: AssemblyInfo) -> None:
+        n = int(np.sum(np.asarray(info.num_evaluations)))
+        for k in ("goal", "error", "gradient", "jacobian"):
+            self._stats[k] += n
+        self._stats["steps"] += int(np.size(np.asarray(info.status)))
+
+    # ------------------------------------------------------------------ data
+    def get_parameters(self) -> dict[str, Any]:
+        """The numbers the solve depends on, as a pytree: ``{"conditions": [data of each
+        condition], "weights": array of condition weights}``. Change, trace or
+        differentiate them and pass them to :meth:`solve`/:meth:`track`."""
+        w = np.array([0.0 if math.isinf(x) else x for x in self._weights])
+        return {"conditions": [c.get_data() for c in self._conditions], "weights": jnp.asarray(w)}
+
+    def _params_with_frames(
+        self, params: dict[str, Any], frames: Any
+    ) -> tuple[dict[str, Any], dict[int, Any]]:
+        if isinstance(frames, dict):
+            per = {self._cond_index(k): v for k, v in frames.items()}
+        else:
+            observed = [
+                i for i, c in enumerate(self._conditions) if isinstance(c, _Observed) and self._weights[i] > 0
+            ]
+            if len(observed) != 1:
+                raise ValueError(
+                    "Assembler.track: pass frames as {condition: array} when there is not exactly one "
+                    f"observed condition (Markers/OrientationSensors); found {len(observed)}"
+                )
+            per = {observed[0]: frames}
+        out = {}
+        for i, fr in per.items():
+            c = self._conditions[i]
+            if not isinstance(c, _Observed):
+                raise ValueError(f"Assembler.track: condition {c.name!r} takes no observation frames")
+            out[i] = c._check_obs(fr, batched=True)
+        return params, out
+
+    # ------------------------------------------------------------------ solving
+    def _get_fn(self, kind: str):
+        plan = self._require_plan()
+        if kind not in self._fns:
+            solve = _make_solver(plan, self)
+            if kind == "single":
+                self._fns[kind] = jax.jit(solve)
+            else:
+
+                def batched(state, params, frames):
+                    def one(q0, fr):
+                        p = dict(params)
+                        conds = list(p["conditions"])
+                        for i, v in fr.items():
+                            d = dict(conds[i])
+                            d["observations"] = v
+                            conds[i] = d
+                        p["conditions"] = conds
+                        return solve(state.with_q(q0), p)
+
+                    T = next(iter(frames.values())).shape[0]
+                    bs = self._batch_size
+                    if bs is None or bs >= T:
+                        return jax.vmap(one, in_axes=(None, 0))(state.q, frames)
+                    # Consecutive chunks of frames, each a vmapped solve warm-started from
+                    # the last frame of the previous chunk (pad with the last frame;
+                    # explicit reshapes: some outputs have size-0 axes).
+                    nc = -(-T // bs)
+                    pad = nc * bs - T
+
+                    def chunk(a):
+                        a = jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a
+                        return a.reshape((nc, bs) + a.shape[1:])
+
+                    def scan_body(q0, fr):
+                        out = jax.vmap(one, in_axes=(None, 0))(q0, fr)
+                        ok = out[1].status[-1] <= MAX_ITERATIONS
+                        return jnp.where(ok, out[0].q[-1], q0), out
+
+                    _, out = jax.lax.scan(scan_body, state.q, jax.tree.map(chunk, frames))
+                    return jax.tree.map(lambda a: a.reshape((nc * bs,) + a.shape[2:])[:T], out)
+
+                self._fns[kind] = jax.jit(batched)
+        return self._fns[kind]
+
+    def solve(self, state: State, params: dict[str, Any] | None = None) -> tuple[State, AssemblyInfo]:
+        """Pure solve: ``(state with assembled q's, realized to Position; info)``.
+
+        jit-, vmap- and grad-friendly; never raises on failure (see ``info.status``).
+        Gradients flow to ``params`` (see :meth:`get_parameters`) and to the State's
+        Instance variables by implicit differentiation; locked q's are taken from
+        ``state``.
+        """
+        self._system.model_for(state)
+        fn = self._get_fn("single")
+        return fn(self._canonical(state), self.get_parameters() if params is None else params)
+
+    def assemble(self, state: State | None = None) -> tuple[State, AssemblyInfo] | AssemblyInfo:
+        """Assemble from ``state`` (or the internal State): returns ``(state, info)``, or
+        just ``info`` when called without a State (the internal State is updated either
+        way). Raises ``AssemblyFailed`` if the error tolerance cannot be met."""
+        given = state is not None
+        if given:
+            self.set_internal_state(state)
+        base = state if given else self._internal
+        out, info = self.solve(base)
+        self._after_single(out, info, "assemble")
+        return (out, info) if given else info
+
+    def track(
+        self, state: State | float | None = None, frames: Any = None, params: dict[str, Any] | None = None
+    ):
+        """Inverse kinematics.
+
+        * ``track(state, frames)``: every frame solved in one compiled, batched call, each
+          starting from ``state``'s q's (typically an assembled first frame). ``frames`` is
+          ``(T, n_obs, 3)`` for the Markers (or ``(T, n, 3, 3)`` for OrientationSensors),
+          or ``{condition: frames}``. Returns ``(states, infos)`` batched along T; failed
+          frames are reported in ``infos.status``, not raised.
+        * ``track(frame_time=-1)``: Simbody's sequential use; solve the current
+          observations warm-started from the internal State, set its time if >= 0, and
+          return the info (raises ``AssemblyFailed`` on failure).
+        """
+        if isinstance(state, State):
+            if frames is None:
+                out, info = self.assemble(state)
+                return out, info
+            self._system.model_for(state)
+            p = self.get_parameters() if params is None else params
+            p, per = self._params_with_frames(p, frames)
+            states, infos = self._get_fn("batched")(self._canonical(state), p, per)
+            if not isinstance(infos.status, jax.core.Tracer):
+                self._count(infos)
+            return states, infos
+        if frames is not None:
+            raise TypeError("Assembler.track(state, frames): the first argument must be a State")
+        t = -1.0 if state is None else float(state)
+        base = self._internal if t < 0 else self._internal.with_time(t)
+        out, info = self.solve(base, params)
+        self._after_single(out, info, "track")
+        return info
+
+    def _after_single(self, out: State, info: AssemblyInfo, what: str) -> None:
+        if isinstance(info.status, jax.core.Tracer):
+            return
+        self._count(info)
+        self._internal = self._canonical(
+            out if out.use_euler_angles else self._matter.set_use_euler_angles(out, True)
+        )
+        for r in self._reporters:
+            r(self._internal)
+        status = int(info.status)
+        if status >= INFEASIBLE:
+            raise AssemblyFailed(self._failure_message(info, what))
+
+    def _failure_message(self, info: AssemblyInfo, what: str) -> str:
+        plan = self._require_plan()
+        status = int(info.status)
+        head = f"Assembler.{what}() failed: "
+        if status == NO_DATA:
+            names = [c.name for _, c in plan.goals if isinstance(c, _Observed)]
+            return (
+                head + f"goal {', '.join(map(repr, names))} has nothing to fit: every observation is missing "
+                "(NaN) or has zero weight in this frame. Provide observations or skip the frame"
+            )
+        if status == NONFINITE:
+            return (
+                head + "a non-finite value (NaN/inf) appeared in the solve; check the initial q's, the "
+                "observations (use NaN only for whole missing markers) and the model parameters"
+            )
+        errs = np.asarray(info.errors)
+        worst = int(np.argmax(np.abs(errs))) if errs.size else 0
+        name, k = "?", 0
+        for ci, c in plan.errors:
+            n = _num_errors(plan, c)
+            if k <= worst < k + n:
+                names = c._error_names()
+                entry = f" ({names[worst - k]})" if names and worst - k < len(names) else ""
+                name = f"{ci} {c.name!r}{entry}"
+            k += n
+        norm = "RMS" if plan.rms else "infinity"
+        return (
+            head + f"the assembly error {norm} norm {float(info.error_norm):.3g} exceeds the tolerance "
+            f"{plan.tol:g}; the worst error is in condition {name}: {errs[worst] if errs.size else 0:.3g}. "
+            "The error conditions may contradict each other or the locks/bounds, or be unreachable "
+            "from this start; make one a goal (finite weight), unlock q's, or start closer"
+        )
+
+    # ------------------------------------------------------------------ current values
+    def calc_current_goal(self, state: State | None = None) -> jax.Array:
+        """Weighted sum of the goals at ``state`` (default: the internal State)."""
+        plan = self._require_plan()
+        s = self._internal if state is None else self._matter.set_use_euler_angles(state, True)
+        r, e, g, _ = _evaluate(
+            plan, s.q[plan.free], self._model.realize(s, Stage.TIME), self.get_parameters()
+        )
+        return 0.5 * r @ r + g
+
+    def calc_current_error_norm(self, state: State | None = None) -> jax.Array:
+        """Norm of the error conditions at ``state`` (default: the internal State)."""
+        plan = self._require_plan()
+        s = self._internal if state is None else self._matter.set_use_euler_angles(state, True)
+        _, e, _, _ = _evaluate(
+            plan, s.q[plan.free], self._model.realize(s, Stage.TIME), self.get_parameters()
+        )
+        return _error_norm(e, plan.rms)
+
+
+# ----------------------------------------------------------------------------- the problem
+
+
+def _num_errors(plan: _Plan, cond: AssemblyCondition) -> int:
+    for (_, c), n in zip(plan.errors, plan.error_sizes):
+        if c is cond:
+            return n
+    return 0
+
+
+def _error_norm(e: jax.Array, rms: bool) -> jax.Array:
+    if e.shape[0] == 0:
+        return jnp.zeros((), e.dtype)
+    return jnp.sqrt(jnp.mean(e**2)) if rms else jnp.max(jnp.abs(e))
+
+
+def _n_pinv(model: Any, state: State) -> jax.Array:
+    """The (nu, nq) matrix ``N(q)^+`` with ``u = N^+ qdot`` (block diagonal by mobilizer;
+    exact where N is invertible, e.g. Euler angles away from gimbal lock)."""
+    topo = model.topology(state.use_euler_angles)
+    dt = state.q.dtype
+    out = jnp.zeros((topo.nu, topo.nq), dt)
+    mparams = state.instance["matter"]["mobilizer_params"]
+    for g in topo.groups:
+        mob = g.mobilizer
+        if mob.nu == 0:
+            continue
+
+        def one(q, par, m=mob):
+            Nq = m.N(q, par)
+            if Nq is None:
+                return jnp.eye(m.nu, dtype=dt)
+            return jnp.linalg.solve(Nq.T @ Nq, Nq.T).astype(dt)
+
+        blocks = jax.vmap(one)(state.q[g.q_idx], mparams[g.bodies][:, : mob.n_params])  # (k, nu, nq)
+        rows = np.asarray(g.u_idx)[:, :, None]
+        cols = np.asarray(g.q_idx)[:, None, :]
+        out = out.at[rows, cols].set(blocks)
+    return out
+
+
+def _dof_ancestry(model: Any, topo: Any) -> np.ndarray:
+    """(nb, nu) 0/1: dof j moves body b (j's body is b or one of b's ancestors)."""
+    parent = model.parent
+    db = np.asarray(topo.dof_body)
+    D = np.zeros((topo.nb, topo.nu))
+    for b in range(1, topo.nb):
+        a = b
+        while a > 0:
+            D[b, db == a] = 1.0
+            a = parent[a]
+    return D
+
+
+@eqx.filter_custom_jvp
+def _fast_poses(q, R_GB, p_GB, cdof, *, model, state):
+    """Identity on the body poses; derivative w.r.t. q by velocity kinematics
+    (``dR = [w]x R``, ``dp = v``), much cheaper than forward-mode through the tree pass.
+    Only the q-derivative is provided (solver iterations only)."""
+    return R_GB, p_GB
+
+
+@_fast_poses.def_jvp
+def _fast_poses_jvp(primals, tangents, *, model, state):
+    q, R, p, cdof = primals
+    tq = tangents[0]
+    if tq is None:
+        return (R, p), (jnp.zeros_like(R), jnp.zeros_like(p))
+    topo = model.topology(state.use_euler_angles)
+    # Body Jacobians once from the primal (body b moves with dof j iff j's body is b or
+    # an ancestor of b), then one small matmul per tangent.
+    D = _dof_ancestry(model, topo)
+    Jq = (D[:, :, None] * cdof[None, :, :]).transpose(0, 2, 1) @ _n_pinv(
+        model, state.with_q(q)
+    )  # (nb, 6, nq)
+    V = Jq @ tq
+    w, vO = V[:, :3], V[:, 3:]
+    dR = jnp.cross(w[:, :, None], R, axis=1)  # [w]x R, column by column
+    dp = vO + jnp.cross(w, p)
+    return (R, p), (dR, dp)
+
+
+def _evaluate(plan: _Plan, x: jax.Array, base: State, params: dict[str, Any], fast: bool = False):
+    """Residuals r (goal = 1/2 |r|^2 + g), errors e, scalar goals g, data flag ok.
+
+    ``fast``: body poses differentiate w.r.t. x only, by velocity kinematics (the solver's
+    Jacobians); otherwise plain autodiff (implicit differentiation, parameter gradients).
+    """
+    q = base.q.at[plan.free].set(x.astype(base.q.dtype))
+    s = plan.model.realize(base.with_q(q), Stage.POSITION)
+    if fast:
+        pc = s.position_cache
+        sg = jax.lax.stop_gradient
+        R, p = _fast_poses(q, sg(pc.R_GB), sg(pc.p_GB), sg(pc.cdof), model=plan.model, state=sg(base))
+        s = eqx.tree_at(lambda st: (st.cache.position.R_GB, st.cache.position.p_GB), s, (R, p))
+    dt = s.position_cache.p_GB.dtype
+    rs, es = [jnp.zeros(0, dt)], [jnp.zeros(0, dt)]
+    g = jnp.zeros((), dt)
+    ok = jnp.asarray(True)
+    w_all = params["weights"]
+    for i, c in plan.goals:
+        r, gs, okc = c._goal_terms(s, params["conditions"][i])
+        w = jnp.asarray(w_all[i], dt)
+        if r is not None:
+            rs.append(jnp.sqrt(w) * jnp.asarray(r, dt).reshape(-1))
+        if gs is not None:
+            g = g + w * gs
+        ok = ok & okc
+    for i, c in plan.errors:
+        es.append(jnp.asarray(c._errors(s, params["conditions"][i]), dt).reshape(-1))
+    return jnp.concatenate(rs), jnp.concatenate(es), g, ok
+
+
+def _size_plan(plan: _Plan, internal: State, params: dict[str, Any]) -> None:
+    base = plan.model.realize(internal, Stage.TIME)
+    x = base.q[plan.free]
+    r, e, g, _ = jax.eval_shape(lambda x, b, p: _evaluate(plan, x, b, p), x, base, params)
+    plan.nr, plan.ne = int(r.shape[0]), int(e.shape[0])
+    scal = []
+    for i, c in plan.goals:
+        out = jax.eval_shape(
+            lambda b, p, c=c, i=i: c._goal_terms(plan.model.realize(b, Stage.POSITION), p["conditions"][i]),
+            base,
+            params,
+        )
+        scal.append(out[1] is not None)
+    plan.has_scalar = any(scal)
+    sizes = []
+    for i, c in plan.errors:
+        out = jax.eval_shape(
+            lambda b, p, c=c, i=i: c._errors(plan.model.realize(b, Stage.POSITION), p["conditions"][i]),
+            base,
+            params,
+        )
+        sizes.append(int(np.prod(out.shape)))
+    plan.error_sizes = tuple(sizes)
+
+
+def _linearize(plan: _Plan, x, base, params):
+    """Values and derivatives at x: r, e, g, ok, J = dr/dx, A = de/dx, grad g, hess g."""
+    nr = plan.nr
+
+    def stacked(xx):
+        r, e, g, ok = _evaluate(plan, xx, base, params, fast=True)
+        return jnp.concatenate([r, e]), (r, e, g, ok)
+
+    if plan.numerical_jacobian:
+        r, e, g, ok = _evaluate(plan, x, base, params)
+        h = jnp.sqrt(jnp.finfo(x.dtype).eps) * (1 + jnp.abs(x))
+
+        def col(k):
+            dx = jnp.zeros_like(x).at[k].set(h[k])
+            return (stacked(x + dx)[0] - stacked(x - dx)[0]) / (2 * h[k])
+
+        JA = jax.vmap(col, out_axes=1)(jnp.arange(x.shape[0]))
+    else:
+        JA, (r, e, g, ok) = jax.jacfwd(stacked, has_aux=True)(x)
+    J, A = JA[:nr], JA[nr:]
+    if plan.has_scalar:
+
+        def gfun(xx):
+            return _evaluate(plan, xx, base, params)[2]
+
+        gg = jax.grad(gfun)(x)
+        # Exact Hessian of the scalar goals, its negative curvature clipped: the step
+        # model stays convex so every step is a descent direction.
+        gH = jax.hessian(gfun)(x)
+        ev, V = jnp.linalg.eigh(0.5 * (gH + gH.T))
+        gH = (V * jnp.maximum(ev, 0.0)[None, :]) @ V.T
+    else:
+        gg = jnp.zeros_like(x)
+        gH = jnp.zeros((x.shape[0], x.shape[0]), x.dtype)
+    return dict(r=r, e=e, g=g, ok=ok, J=J, A=A, gg=gg, gH=gH)
+
+
+def _kkt_solve(H, A, rhs_x, rhs_e, delta, refine: int = 3):
+    """Solve ``[H, A^T; A, 0] [dx; nu] = [rhs_x; rhs_e]`` through the regularised matrix
+    ``[H, A^T; A, -delta I]`` with iterative refinement (handles redundant rows of A)."""
+    n, m = H.shape[0], A.shape[0]
+    if m == 0:
+        lu = jax.scipy.linalg.lu_factor(H)
+        return jax.scipy.linalg.lu_solve(lu, rhs_x), jnp.zeros(0, H.dtype)
+    K0 = jnp.block([[H, A.T], [A, jnp.zeros((m, m), H.dtype)]])
+    K = K0.at[n:, n:].set(-delta * jnp.eye(m, dtype=H.dtype))
+    lu = jax.scipy.linalg.lu_factor(K)
+    b = jnp.concatenate([rhs_x, rhs_e])
+    z = jax.scipy.linalg.lu_solve(lu, b)
+    for _ in range(refine):
+        z = z + jax.scipy.linalg.lu_solve(lu, b - K0 @ z)
+    return z[:n], z[n:]
+
+
+def _make_solver(plan: _Plan, asm: Assembler):
+    model = plan.model
+    matter = asm._matter
+    n = len(plan.free)
+    lo_np, hi_np = plan.lo, plan.hi
+
+    def solve(state: State, params: dict[str, Any]):
+        internal = matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
+        base = model.realize(internal, Stage.TIME)
+        dt = base.q.dtype
+        eps = float(jnp.finfo(dt).eps)
+        lo, hi = jnp.asarray(lo_np, dt), jnp.asarray(hi_np, dt)
+        tol, acc = plan.tol, plan.acc
+        tiny = 100 * eps * eps
+        # Keep iterating until the errors are well inside the tolerance (accuracy x tol):
+        # one more Newton step is cheap and gives cleanly closed loops.
+        err_stop = tol * acc
+        delta = 1e-10 if eps < 1e-10 else 1e-5
+        x0 = jnp.clip(base.q[plan.free], lo, hi)
+
+        def lin(x):
+            return _linearize(plan, x, base, params)
+
+        def model_terms(L):
+            H = L["J"].T @ L["J"] + L["gH"]
+            grad = L["J"].T @ L["r"] + L["gg"]
+            return H, grad
+
+        def goal_of(L):
+            return 0.5 * L["r"] @ L["r"] + L["g"]
+
+        def plan_step(x, L, mu, radius):
+            """The damped KKT step at x, and whether x is already converged."""
+            H, grad = model_terms(L)
+            active = ((x <= lo) & (grad > 0)) | ((x >= hi) & (grad < 0))
+            m = jnp.where(active, 0.0, 1.0).astype(dt)
+            Hm = H * m[:, None] * m[None, :] + jnp.diag(1.0 - m)
+            Am = L["A"] * m[None, :]
+            dx, lam = _kkt_solve(Hm + mu * jnp.eye(n, dtype=dt), Am, -grad * m, -L["e"], delta)
+            dx = dx * m
+            # Trust region on the step length (the KKT step keeps the linearised errors
+            # exactly, so LM damping alone cannot shorten it).
+            size = jnp.max(jnp.abs(dx), initial=0.0)
+            dx = dx * jnp.minimum(1.0, radius / jnp.maximum(size, tiny))
+            goal = goal_of(L)
+            err = _error_norm(L["e"], plan.rms)
+            pred_goal = -(grad @ dx + 0.5 * dx @ H @ dx)
+            conv = L["ok"] & (err <= err_stop) & (pred_goal <= acc * jnp.abs(goal) + tiny)
+            return dict(dx=dx, lam=lam, pred_goal=pred_goal, conv=conv)
+
+        L0 = lin(x0)
+        H0, _ = model_terms(L0)
+        dscale = jnp.maximum(jnp.max(jnp.abs(jnp.diag(H0))) if n else 1.0, 1e-8)
+        mu0 = (1e-6 * dscale).astype(dt)
+        radius0 = jnp.asarray(1.0, dt)
+        st0 = plan_step(x0, L0, mu0, radius0)
+        carry0 = dict(
+            x=x0,
+            L=L0,
+            S=st0,
+            mu=mu0,
+            nu=jnp.asarray(2.0, dt),
+            radius=radius0,
+            rho=jnp.asarray(1e-3 * dscale, dt),
+            it=jnp.asarray(0),
+            nlin=jnp.asarray(1),
+            done=st0["conv"],
+            stall=jnp.asarray(False),
+        )
+
+        def body(c):
+            x, L, S = c["x"], c["L"], c["S"]
+            dx = S["dx"]
+            goal = goal_of(L)
+            xt = jnp.clip(x + dx, lo, hi)
+            Lt = lin(xt)
+            # Augmented-Lagrangian merit with the step's own multipliers (no Maratos
+            # effect near the solution); the penalty is the smallest (above a floor)
+            # that makes the model predict a decrease, chosen afresh every iteration.
+            lam = S["lam"]
+            e, et = L["e"], Lt["e"]
+            el = e + L["A"] @ (xt - x)
+            P0 = S["pred_goal"] - lam @ (el - e)
+            dc = e @ e - el @ el
+            rho = jnp.maximum(c["rho"], jnp.where(dc > tiny, -4.0 * P0 / jnp.maximum(dc, tiny), 0.0))
+            # Merit change, as differences (no cancellation against a large goal).
+            dgoal = 0.5 * (Lt["r"] - L["r"]) @ (Lt["r"] + L["r"]) + (Lt["g"] - L["g"])
+            dphi = dgoal + lam @ (et - e) + 0.5 * rho * ((et - e) @ (et + e))
+            pred = P0 + 0.5 * rho * dc
+            finite = jnp.isfinite(dphi) & jnp.all(jnp.isfinite(xt))
+            accept = finite & (dphi < 0)
+            ratio = -dphi / jnp.maximum(pred, tiny)
+            shrink = jnp.maximum(1 / 3, 1 - (2 * jnp.clip(ratio, 0, 1) - 1) ** 3)
+            mu = jnp.where(accept, c["mu"] * shrink, c["mu"] * c["nu"]).astype(dt)
+            nu = jnp.where(accept, 2.0, c["nu"] * 2).astype(dt)
+            step = jnp.max(jnp.abs(xt - x), initial=0.0)
+            radius = jnp.where(accept, jnp.maximum(c["radius"], 2 * step), 0.25 * step)
+            radius = jnp.clip(radius, 0.0, 1e3).astype(dt)
+            small = step <= 100 * eps * (1 + jnp.max(jnp.abs(x), initial=0.0))
+            stall = ~accept & ((mu > 1e20 * dscale) | small | ~jnp.isfinite(goal))
+            xn = jnp.where(accept, xt, x)
+            Ln = jax.tree.map(lambda a, b: jnp.where(accept, a, b), Lt, L)
+            Sn = plan_step(xn, Ln, mu, radius)
+            return dict(
+                x=xn,
+                L=Ln,
+                S=Sn,
+                mu=mu,
+                nu=nu,
+                radius=radius,
+                rho=c["rho"],
+                it=c["it"] + 1,
+                nlin=c["nlin"] + 1,
+                done=Sn["conv"] | stall,
+                stall=stall,
+            )
+
+        def cond(c):
+            return ~c["done"] & (c["it"] < plan.max_iterations)
+
+        if n == 0:
+            cf = carry0
+        else:
+            cf = jax.lax.while_loop(cond, body, carry0)
+        conv_f = cf["S"]["conv"]
+        x_star = jax.lax.stop_gradient(cf["x"])
+        Lf = jax.tree.map(jax.lax.stop_gradient, cf["L"])
+        goal = goal_of(Lf)
+        err = _error_norm(Lf["e"], plan.rms)
+        # Multipliers and active set at the solution, for implicit differentiation.
+        Hf, gradf = model_terms(Lf)
+        activef = ((x_star <= lo) & (gradf > 0)) | ((x_star >= hi) & (gradf < 0))
+        mf = jnp.where(activef, 0.0, 1.0).astype(dt)
+        if plan.ne and n:
+            Am = Lf["A"] * mf[None, :]
+            S = Am @ Am.T
+            S = S + delta * jnp.maximum(jnp.max(jnp.abs(jnp.diag(S))), 1.0) * jnp.eye(S.shape[0], dtype=dt)
+            lam = -jnp.linalg.solve(S, Am @ (gradf * mf))
+        else:
+            lam = jnp.zeros(plan.ne, dt)
+        x_out = _implicit(x_star, lam, mf, base, params, plan=plan, delta=delta) if n else x_star
+        finite = jnp.isfinite(goal) & jnp.isfinite(err) & jnp.all(jnp.isfinite(x_star))
+        status = jnp.where(
+            ~finite,
+            NONFINITE,
+            jnp.where(
+                ~Lf["ok"],
+                NO_DATA,
+                jnp.where(err > tol, INFEASIBLE, jnp.where(conv_f | cf["stall"], SUCCESS, MAX_ITERATIONS)),
+            ),
+        )
+        q_e = base.q.at[plan.free].set(x_out.astype(base.q.dtype))
+        q_user = q_e if state.use_euler_angles else matter.set_use_euler_angles(internal.with_q(q_e), False).q
+        out = model.realize(state.with_q(q_user), Stage.POSITION)
+        info = AssemblyInfo(
+            goal=goal,
+            error_norm=err,
+            errors=Lf["e"],
+            iterations=cf["it"],
+            num_evaluations=cf["nlin"],
+            status=status.astype(jnp.int32),
+        )
+        return out, info
+
+    return solve
+
+
+def _fill_tangents(primal: Any, tangent: Any) -> Any:
+    return jax.tree.map(
+        lambda p, t: None if p is None else (jnp.zeros_like(p) if t is None else t),
+        primal,
+        tangent,
+        is_leaf=lambda z: z is None,
+    )
+
+
+@eqx.filter_custom_jvp
+def _implicit(x, lam, mask, base, params, *, plan, delta):
+    """Identity on x; its derivative w.r.t. base/params is the implicit-function one."""
+    return x
+
+
+@_implicit.def_jvp
+def _implicit_jvp(primals, tangents, *, plan, delta):
+    x, lam, mask, base, params = primals
+    _, _, _, t_base, t_params = tangents
+    n = x.shape[0]
+    data = (base, params)
+    diff, static = eqx.partition(data, eqx.is_inexact_array)
+    t_diff = _fill_tangents(diff, eqx.filter((t_base, t_params), eqx.is_array, replace=None))
+
+    def lagrangian(xx, d):
+        b, p = eqx.combine(d, static)
+        r, e, g, _ = _evaluate(plan, xx, b, p)
+        return 0.5 * r @ r + g + lam @ e
+
+    def F(d):
+        b, p = eqx.combine(d, static)
+        gx = jax.grad(lagrangian)(x, d) * mask
+        e = _evaluate(plan, x, b, p)[1]
+        return jnp.concatenate([gx, e])
+
+    _, dF = jax.jvp(F, (diff,), (t_diff,))
+    Hl = jax.hessian(lagrangian)(x, diff)
+    A = jax.jacfwd(lambda xx: _evaluate(plan, xx, *eqx.combine(diff, static))[1])(x)
+    Hm = Hl * mask[:, None] * mask[None, :] + jnp.diag(1.0 - mask)
+    Am = A * mask[None, :]
+    scale = jnp.maximum(jnp.max(jnp.abs(jnp.diag(Hm))), 1.0)
+    dx, _ = _kkt_solve(Hm + delta * scale * jnp.eye(n, dtype=x.dtype), Am, -dF[:n], -dF[n:], delta)
+    return x, dx * mask
