@@ -80,7 +80,9 @@ class AssemblyInfo(eqx.Module):
     """What one assembly solve achieved (batched along leading axes after ``track``).
 
     Attributes:
-        goal: weighted sum of the goals at the solution (``calc_current_goal``).
+        goal: weighted sum of the goals at the solution (``calc_current_goal``);
+            differentiable with respect to the parameters and the State's Instance
+            variables (implicitly through q and directly), e.g. for model scaling.
         error_norm: norm of the error conditions (infinity norm, or RMS), comparable with
             the error tolerance.
         errors: all error-condition entries at the solution (the System's constraint
@@ -1054,6 +1056,10 @@ def _make_solver(plan: _Plan, asm: Assembler):
         else:
             lam = jnp.zeros(plan.ne, dt)
         x_out = _implicit(x_star, lam, mf, base, params, plan=plan, delta=delta) if n else x_star
+        # The goal at the solution, differentiable w.r.t. params and model parameters
+        # (through x_out and directly): the loss of bilevel fits such as model scaling.
+        r_out, _, g_out, _ = _evaluate(plan, x_out, base, params)
+        goal_out = 0.5 * r_out @ r_out + g_out
         finite = jnp.isfinite(goal) & jnp.isfinite(err) & jnp.all(jnp.isfinite(x_star))
         status = jnp.where(
             ~finite,
@@ -1068,7 +1074,7 @@ def _make_solver(plan: _Plan, asm: Assembler):
         q_user = q_e if state.use_euler_angles else matter.set_use_euler_angles(internal.with_q(q_e), False).q
         out = model.realize(state.with_q(q_user), Stage.POSITION)
         info = AssemblyInfo(
-            goal=goal,
+            goal=goal_out,
             error_norm=err,
             errors=Lf["e"],
             iterations=cf["it"],
