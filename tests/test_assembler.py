@@ -318,3 +318,38 @@ def test_orientation_sensors_custom_conditions_and_quaternion_states():
     d_before = np.linalg.norm(np.asarray(b2.get_body_origin_location(p)) - [0.1, -0.3, 0.1])
     d_after = np.linalg.norm(np.asarray(b2.get_body_origin_location(p2)) - [0.1, -0.3, 0.1])
     assert d_after < 0.6 * d_before and abs(float(b2.get_body_origin_location(p2)[1]) + 0.3) <= 1e-7
+
+
+def test_observation_order_weights_numerical_derivatives_and_reporters():
+    system, matter, bodies = _chain(3)
+    s = system.realize_topology()
+    q_true = np.array([0.3, -0.5, 0.4])
+    truth = system.realize(s.with_q(q_true), sj.Stage.POSITION)
+    mk = sj.Markers()
+    for i, b in enumerate(bodies):
+        mk.add_marker(f"m{i}", b, [0.05, -0.3, 0.0])
+    mk.add_marker(bodies[0], [0.0, -0.1, 0.05], weight=0.0)  # unnamed, ignored (weight 0)
+    assert mk.get_marker_name(3) == "_UNNAMED_3" and mk.get_marker_weight(3) == 0.0
+    asm = sj.Assembler(system)
+    asm.adopt_assembly_goal(mk)
+    asm.set_accuracy(1e-10)
+    seen = []
+    asm.add_reporter(lambda st: seen.append(float(st.q[0])))
+    # observations arrive in a different order and without marker m1
+    mk.define_observation_order(["m2", "m0", 3])
+    assert mk.get_num_observations() == 3 and mk.get_observation_index_for_marker(1) is None
+    assert mk.get_marker_index_for_observation(0) == 2
+    loc = np.asarray(mk.find_current_marker_locations(truth))
+    mk.move_one_observation(0, loc[2])
+    mk.move_one_observation(1, loc[0])
+    mk.move_one_observation(2, [9.0, 9.0, 9.0])  # weight 0: no effect
+    out, info = asm.assemble(s)
+    assert len(seen) == 1 and seen[0] == pytest.approx(float(out.q[0]))
+    errs = np.asarray(mk.find_current_marker_errors())
+    assert np.isnan(errs[1]) and errs[0] < 1e-8 and errs[2] < 1e-8
+    # autodiff and central-difference derivatives give the same answer
+    asm.set_force_numerical_jacobian(True)
+    assert not asm.is_initialized()
+    out_fd, info_fd = asm.assemble(s)
+    assert asm.is_initialized()
+    np.testing.assert_allclose(np.asarray(out_fd.q), np.asarray(out.q), atol=1e-7)
