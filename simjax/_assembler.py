@@ -421,6 +421,7 @@ class Assembler:
 
     def initialize(self, state: State | None = None) -> None:
         """Build the problem (free q's, bounds, conditions); optional new internal State."""
+        self._refresh_topology()
         if state is not None:
             self.set_internal_state(state)
         if self._plan is not None:
@@ -464,6 +465,17 @@ class Assembler:
         self._plan = plan
         self._num_initializations += 1
         self._fns = {}
+
+    def _refresh_topology(self) -> None:
+        """Follow a System changed (and re-realized) after this Assembler was made."""
+        if self._system._model is not None and self._system._model is self._model:
+            return
+        state = self._system.get_default_state()
+        self._model = self._system.model_for(state)
+        self._internal = self._canonical(self._matter.set_use_euler_angles(state, True))
+        self.uninitialize()
+        for i, c in enumerate(self._conditions):
+            c._bind(self, i)
 
     def _require_plan(self) -> _Plan:
         self.initialize()

@@ -353,3 +353,7 @@ def test_observation_order_weights_numerical_derivatives_and_reporters():
     out_fd, info_fd = asm.assemble(s)
     assert asm.is_initialized()
     np.testing.assert_allclose(np.asarray(out_fd.q), np.asarray(out.q), atol=1e-7)
+    # the System changes after the Assembler was made: it follows the new topology
+    sj.Constraint.CoordinateCoupler(matter, lambda q: q[0] - 0.1, [bodies[0]], [0])
+    out2, _ = asm.assemble(system.realize_topology())
+    assert float(out2.q[0]) == pytest.approx(0.1, abs=1e-9)
