@@ -313,9 +313,7 @@ def main(argv=None) -> None:
         info["opensim"] = opensim.__version__
         opensim.Logger.setLevelString("Warn")
     except ImportError:
-        info["opensim"] = None
-        if not args.no_peers:
-            raise SystemExit("bench_ik.py needs opensim for the marker data (tests/oracle_ik.py)") from None
+        raise SystemExit("bench_ik.py needs opensim, also for the marker data (tests/oracle_ik.py)") from None
     info["argv"] = sys.argv[1:] if argv is None else list(argv)
     print(
         f"date {info['date']}, CPU {info['cpu']} ({info['cores']} cores), load {info['loadavg_at_start']}, "
