@@ -4,6 +4,7 @@ Enable float64 for Simbody-level accuracy: ``jax.config.update("jax_enable_x64",
 """
 
 from . import _forces as _forces_module  # noqa: F401  (registers Force kinds)
+from . import io as io  # noqa: E402  (sj.io.load_osim, read_trc, ...)
 from ._assembler import Assembler as Assembler
 from ._assembler import AssemblyFailed as AssemblyFailed
 from ._assembler import AssemblyInfo as AssemblyInfo

@@ -341,8 +341,13 @@ class Constraint:
             ),
         )
 
+    # Built-in kinds whose equation counts never change say so (skips tracing them).
+    _fixed_counts: tuple[int, int, int] | None = None
+
     def _counts(self, mobs: tuple[Any, ...]) -> tuple[int, int, int]:
         """Numbers of holonomic, nonholonomic and acceleration-only equations (by shape)."""
+        if self._fixed_counts is not None:
+            return self._fixed_counts
         kin = _dummy_kin(len(self._bodies) + 1, mobs, self._defaults)
         out = []
         for fn in (self._perr, self._verr, self._aerr):
@@ -926,8 +931,10 @@ def _check_function(kind: str, fn: Any, n: int, what: str) -> Callable[[jax.Arra
             f"pass {size()} {what} or a function of {n}"
         )
     try:
-        # NumPy indexing raises for an out-of-range argument where JAX would clamp
-        fn(np.full(n, 0.5))
+        # NumPy indexing raises for an out-of-range argument where JAX would clamp (an
+        # sj.Function states its arity, checked above)
+        if not isinstance(fn, Function):
+            fn(np.full(n, 0.5))
     except IndexError as e:
         raise ValueError(
             f"Constraint.{kind}: the function reads more arguments than the {n} {what} given ({e}); "
@@ -970,6 +977,8 @@ class Ball(Constraint):
     ``perr = p_S2 - p_S1`` in the ancestor frame A; the multipliers are the force the
     constraint applies to body 2 at its station, negated (``F_2 = -lambda`` in A).
     """
+
+    _fixed_counts = (3, 0, 0)
 
     def __init__(self, body1: MobilizedBody, *args: Any):
         if len(args) == 1:
@@ -1059,6 +1068,8 @@ class Rod(Constraint):
     body 2 along the unit vector from S1 to S2 is ``-lambda``), as in Simbody.
     """
 
+    _fixed_counts = (1, 0, 0)
+
     def __init__(self, body1: MobilizedBody, *args: Any):
         if len(args) == 2:
             p1, body2, p2, length = np.zeros(3), args[0], np.zeros(3), args[1]
@@ -1118,6 +1129,8 @@ def _which(kind: str, mobod: Any, which: int, n: int, what: str) -> int:
 class ConstantCoordinate(Constraint):
     """One generalized coordinate held at a value: ``perr = q_i - value`` (1 holonomic)."""
 
+    _fixed_counts = (1, 0, 0)
+
     def __init__(self, mobod: MobilizedBody, which_q: int, default_position: float = 0.0):
         self._which = _which("ConstantCoordinate", mobod, which_q, mobod.mobilizer.nq, "q's")
         super().__init__(
@@ -1139,6 +1152,8 @@ class ConstantCoordinate(Constraint):
 class ConstantSpeed(Constraint):
     """One generalized speed held at a value: ``verr = u_i - speed`` (1 nonholonomic)."""
 
+    _fixed_counts = (0, 1, 0)
+
     def __init__(self, mobod: MobilizedBody, which_u: int, default_speed: float = 0.0):
         self._which = _which("ConstantSpeed", mobod, which_u, mobod.mobilizer.nu, "u's")
         super().__init__(
@@ -1159,6 +1174,8 @@ class ConstantSpeed(Constraint):
 
 class ConstantAcceleration(Constraint):
     """One generalized acceleration held: ``aerr = udot_i - acceleration`` (1 acc-only)."""
+
+    _fixed_counts = (0, 0, 1)
 
     def __init__(self, mobod: MobilizedBody, which_u: int, default_acceleration: float = 0.0):
         self._which = _which("ConstantAcceleration", mobod, which_u, mobod.mobilizer.nu, "u's")
@@ -1189,6 +1206,8 @@ class CoordinateCoupler(Constraint):
     of that body's mobilizer.
     """
 
+    _fixed_counts = (1, 0, 0)
+
     def __init__(
         self,
         matter: Any,
@@ -1215,6 +1234,8 @@ class SpeedCoupler(Constraint):
 
     The function takes one array: the selected speeds followed by the selected
     coordinates (Simbody's argument order)."""
+
+    _fixed_counts = (0, 1, 0)
 
     def __init__(
         self,
@@ -1249,6 +1270,8 @@ class SpeedCoupler(Constraint):
 
 class PrescribedMotion(Constraint):
     """One coordinate follows a function of time: ``perr = q_i - f(t)`` (1 holonomic)."""
+
+    _fixed_counts = (1, 0, 0)
 
     def __init__(self, matter: Any, function: Callable[[jax.Array], Any], mobod: MobilizedBody, which_q: int):
         self._which = _which("PrescribedMotion", mobod, which_q, mobod.mobilizer.nq, "q's")
@@ -1467,6 +1490,8 @@ class Weld(Constraint):
     """Frame F2 on body 2 coincides with frame F1 on body 1 (6 equations): three
     orientation rows (as ``ConstantOrientation``) then ``p_F2 - p_F1`` (as ``Ball``),
     in the ancestor frame. Multipliers: three "torques" then three forces."""
+
+    _fixed_counts = (6, 0, 0)
 
     def __init__(self, body1: MobilizedBody, *args: Any):
         if len(args) == 1:

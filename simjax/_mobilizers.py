@@ -599,7 +599,7 @@ class Weld(AbstractMobilizer):
 # ----------------------------------------------------------------------------- user kinds
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)  # eq and hash by value: bodies group only with identical definitions
 class FunctionBased(AbstractMobilizer):
     """Six functions of q: three rotations about ``axes[0:3]`` (applied in order, body
     fixed) and three translations along ``axes[3:6]`` (in F), as Simbody's
@@ -646,7 +646,7 @@ class FunctionBased(AbstractMobilizer):
         return R, jnp.asarray(p, dtype=q.dtype)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)  # eq and hash by value (callables compare by identity)
 class Custom(AbstractMobilizer):
     """A user-defined mobilizer: ``X_FM(q)`` and, only when ``qdot != u``, ``N(q)``.
 

@@ -362,8 +362,9 @@ class Inertia:
         return f"Inertia({self.matrix.tolist()})"
 
 
-def check_inertia(M: np.ndarray, where: str) -> None:
-    """Raise a clear ``ValueError`` if ``M`` is not a physically valid inertia matrix."""
+def check_inertia(M: np.ndarray, where: str, triangle: bool = True) -> None:
+    """Raise a clear ``ValueError`` if ``M`` is not a physically valid inertia matrix
+    (``triangle=False`` skips the triangle inequality, which some published models break)."""
     if not np.all(np.isfinite(M)):
         raise ValueError(f"{where}: inertia contains NaN or infinity: {M.tolist()}")
     if not np.allclose(M, M.T, atol=1e-12 * max(1.0, np.abs(M).max())):
@@ -375,7 +376,7 @@ def check_inertia(M: np.ndarray, where: str) -> None:
             f"{where}: inertia is not positive semi-definite (principal moments {ev.tolist()}); "
             "give moments >= 0 and products small enough (e.g. Inertia(0.1, 0.1, 0.1))"
         )
-    if ev[0] + ev[1] < ev[2] - tol:
+    if triangle and ev[0] + ev[1] < ev[2] - tol:
         raise ValueError(
             f"{where}: principal moments {ev.tolist()} violate the triangle inequality "
             "(I1 + I2 >= I3) that every rigid body obeys"
@@ -391,13 +392,16 @@ class MassProperties:
         com: Center of mass location in the body frame B.
         inertia: Inertia about the **body origin** (as in Simbody), in B. An
             ``Inertia`` or a 3x3 matrix.
+        strict: Also require the triangle inequality of the principal moments about the
+            com (``False`` accepts inertias from files that break it, as OpenSim does; the
+            inertia must still be symmetric positive semi-definite).
 
     As in Simbody, a State stores the mass and the *unit* inertia (gyration, ``I / mass``),
     so changing a body's mass in a State scales its inertia with it and the body stays
     physically valid.
     """
 
-    def __init__(self, mass: float, com: Any = (0.0, 0.0, 0.0), inertia: Any = None):
+    def __init__(self, mass: float, com: Any = (0.0, 0.0, 0.0), inertia: Any = None, strict: bool = True):
         self.mass = float(mass)
         if not math.isfinite(self.mass) or self.mass < 0:
             raise ValueError(f"MassProperties: mass must be finite and >= 0, got {mass}")
@@ -405,7 +409,7 @@ class MassProperties:
         if inertia is None:
             inertia = Inertia(0.0)
         M = inertia.matrix if isinstance(inertia, Inertia) else np.asarray(inertia, dtype=float)
-        check_inertia(M, "MassProperties")
+        check_inertia(M, "MassProperties", triangle=strict)
         if self.mass == 0 and np.abs(M).max() > 0:
             raise ValueError(
                 "MassProperties: a massless body cannot have inertia (Simbody stores inertia as "
@@ -413,7 +417,9 @@ class MassProperties:
             )
         self.inertia = M
         # The inertia about the com must itself be valid.
-        check_inertia(self.inertia_about_com(), "MassProperties (inertia shifted to the com)")
+        check_inertia(
+            self.inertia_about_com(), "MassProperties (inertia shifted to the com)", triangle=strict
+        )
 
     def unit_inertia(self) -> np.ndarray:
         """Gyration matrix ``G = I / mass`` about the body origin (Simbody's ``UnitInertia``);

@@ -147,6 +147,55 @@ class MultibodySystem:
             constraint_objects=tuple(matter._constraints),
         )
 
+    def summary(self, state: State | None = None) -> str:
+        """A readable description: bodies with their mobilizer kind, parent, mass and q/u
+        slots (in ``state``'s quaternion/Euler mode; default: quaternion), constraints,
+        force elements and other subsystems. Print it in a notebook or a terminal."""
+        if self._model is None:
+            self.realize_topology()
+        assert self._model is not None
+        euler = bool(state.use_euler_angles) if state is not None else False
+        topo = self._model.topology(euler)
+        matter = self.get_matter_subsystem()
+        mobs = matter._mobods
+        lines = [
+            f"MultibodySystem: {len(mobs) - 1} bodies, nq={int(topo.nq_body.sum())}, "
+            f"nu={int(topo.nu_body.sum())}, {len(matter._constraints)} constraints"
+            + (" (Euler-angle mode)" if euler else "")
+        ]
+        w = max([len(m.name) for m in mobs] + [4])
+
+        def slots(start: int, n: int) -> str:
+            return "-" if n == 0 else (f"{start}" if n == 1 else f"{start}:{start + n}")
+
+        lines.append(f"  {'#':>3} {'body':<{w}} {'mobilizer':<16} {'parent':<{w}} {'mass':>10}  q       u")
+        for m in mobs[1:]:
+            b = m.index
+            lines.append(
+                f"  {b:>3} {m.name:<{w}} {m.mobilizer.kind:<16} {m._parent.name if m._parent else '':<{w}} "
+                f"{m._mass_props.mass:>10.4g}  {slots(int(topo.q_start[b]), int(topo.nq_body[b])):<7} "
+                f"{slots(int(topo.u_start[b]), int(topo.nu_body[b]))}"
+            )
+        if matter._constraints:
+            counts = self._model.constraint_counts(euler)
+            lines.append(
+                f"constraints ({counts[0]} position, {counts[1]} velocity, {counts[2]} acceleration rows):"
+            )
+            for c in matter._constraints:
+                on = " (disabled by default)" if c._disabled_by_default else ""
+                who = ", ".join(b.name for b in (*c._bodies, *c._mobilizers)) or "-"
+                lines.append(f"  {c.index:>3} {type(c).__name__:<20} on {who}{on}")
+        for sub in self._subsystems:
+            if isinstance(sub, GeneralForceSubsystem):
+                kinds: dict[str, int] = {}
+                for e in sub._elements:
+                    kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+                desc = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "none"
+                lines.append(f"forces ({sub.name}): {desc}")
+            elif sub is not matter:
+                lines.append(f"subsystem {sub.name!r}: {type(sub).__name__}")
+        return "\n".join(lines)
+
     def model_for(self, state: State) -> Model:
         """The frozen Model a State belongs to; a clear error for stale or foreign States."""
         if not isinstance(state, State):

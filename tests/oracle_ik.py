@@ -140,7 +140,7 @@ def _marker_table(names: Sequence[str], frames: np.ndarray, times: np.ndarray):
     import opensim as osim
 
     table = osim.TimeSeriesTableVec3()
-    table.setColumnLabels(osim.StdVectorString(list(names)))
+    table.setColumnLabels(tuple(names))  # a plain sequence: osim.StdVectorString is moco's type
     table.addTableMetaDataString("Units", "m")
     for t, frame in zip(times, frames):
         row = osim.RowVectorVec3(len(names))

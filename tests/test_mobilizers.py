@@ -221,3 +221,34 @@ def test_default_q_and_u():
     np.testing.assert_allclose(ball.get_q(s), [1, 0, 0, 0])
     np.testing.assert_allclose(free.get_q(s), [1, 0, 0, 0, 0, 0, 0])
     assert s.nq == 12 and s.nu == 10
+
+
+def test_function_based_bodies_with_different_axes_keep_their_own_definitions():
+    """Regression: two FunctionBased (or Custom) mobilizers with different axes or functions
+    must not be grouped as one kind (they once shared the first body's definition)."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.1, 0.1, 0.1)))
+    lin, zero = F.Linear([1.0, 0.0]), F.Constant(0, 0)
+    fns = [lin, zero, zero, zero, zero, zero]
+    idx = [[0], [], [], [], [], []]
+    axes = [np.array([0.0, 0.0, 1.0]), np.array([1.0, 2.0, -2.0]) / 3.0]
+    bodies, parent = [], matter.Ground()
+    for a in axes:
+        ax = [a, [0, 1, 0], [0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1]]
+        parent = MB.FunctionBased(
+            parent,
+            sj.Transform(),
+            body,
+            sj.Transform(p=[0, 1, 0]),
+            n_mobilities=1,
+            functions=fns,
+            coordinate_indices=idx,
+            axes=ax,
+        )
+        bodies.append(parent)
+    state = system.realize(system.realize_topology().with_q(jnp.array([0.3, 0.5])), sj.Stage.POSITION)
+    for b, a, ang in zip(bodies, axes, [0.3, 0.5], strict=True):
+        R = np.asarray(b.get_mobilizer_transform(state).R)
+        np.testing.assert_allclose(R @ a, a, atol=1e-14)  # rotates about its own axis
+        assert np.arccos((np.trace(R) - 1) / 2) == pytest.approx(ang, abs=1e-12)

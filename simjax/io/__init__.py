@@ -1,0 +1,22 @@
+"""Read models and motion data made elsewhere (OpenSim, URDF, MJCF; .trc, .mot/.sto, .c3d).
+
+``load_osim`` (and the other model loaders) return a :class:`LoadedModel`: a System with
+handles by name and a default State; the motion readers return plain tables of NumPy arrays.
+"""
+
+from ._loaded import Coordinate as Coordinate
+from ._loaded import LoadedModel as LoadedModel
+from ._loaded import Marker as Marker
+from ._loaded import ModelFileError as ModelFileError
+from ._mjcf import load_mjcf as load_mjcf
+from ._motion import CoordinateTable as CoordinateTable
+from ._motion import MarkerTable as MarkerTable
+from ._motion import read_c3d as read_c3d
+from ._motion import read_mot as read_mot
+from ._motion import read_sto as read_sto
+from ._motion import read_trc as read_trc
+from ._motion import write_mot as write_mot
+from ._motion import write_sto as write_sto
+from ._motion import write_trc as write_trc
+from ._osim import load_osim as load_osim
+from ._urdf import load_urdf as load_urdf

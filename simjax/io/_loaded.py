@@ -1,0 +1,360 @@
+"""What a model loader returns: the System plus handles by name (bodies, coordinates, markers,
+constraints) and a default State, with the glue between coordinate tables and States."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._bodies import MobilizedBody
+from .._state import State
+
+
+class ModelFileError(ValueError):
+    """A model or data file that cannot be loaded; the message names the file, the line and
+    the element, and says what to change."""
+
+
+@dataclass(eq=False)
+class Coordinate:
+    """One named generalized coordinate (OpenSim ``Coordinate``, URDF/MJCF joint).
+
+    ``which`` is the coordinate's slot within its mobilizer's q (and u): read and write it
+    with :meth:`get_value`/:meth:`set_value`. ``motion_type`` is ``"rotational"`` (radians),
+    ``"translational"`` (metres) or ``"coupled"``.
+    """
+
+    name: str
+    body: MobilizedBody
+    which: int
+    motion_type: str = "rotational"
+    default_value: float = 0.0
+    default_speed_value: float = 0.0
+    range: tuple[float, float] = (-math.inf, math.inf)
+    clamped: bool = False
+    locked: bool = False
+    prescribed: bool = False
+    joint: str = ""
+
+    def get_value(self, state: State) -> jax.Array:
+        """This coordinate's q in ``state``."""
+        return self.body.get_one_q(state, self.which)
+
+    def set_value(self, state: State, value: Any) -> State:
+        """A copy of ``state`` with this coordinate's q set (no constraint projection)."""
+        return self.body.set_one_q(state, self.which, value)
+
+    def get_speed_value(self, state: State) -> jax.Array:
+        """This coordinate's generalized speed u."""
+        return self.body.get_one_u(state, self.which)
+
+    def set_speed_value(self, state: State, value: Any) -> State:
+        """A copy of ``state`` with this coordinate's u set."""
+        return self.body.set_one_u(state, self.which, value)
+
+    def q_index(self, state: State) -> int:
+        """Index of this coordinate in ``state.q``."""
+        topo = self.body._topo(state)
+        return int(topo.q_start[self.body.index]) + self.which
+
+    def u_index(self, state: State) -> int:
+        """Index of this coordinate's speed in ``state.u``."""
+        topo = self.body._topo(state)
+        return int(topo.u_start[self.body.index]) + self.which
+
+    def __repr__(self) -> str:
+        return f"Coordinate({self.name!r}, body={self.body.name!r}, which={self.which}, {self.motion_type})"
+
+
+@dataclass(eq=False)
+class Marker:
+    """A named station fixed on a body (OpenSim ``Marker``), ``station`` in the body frame."""
+
+    name: str
+    body: MobilizedBody
+    station: np.ndarray
+    fixed: bool = False
+
+    def find_location_in_ground(self, state: State) -> jax.Array:
+        """Ground location of the marker (needs Position stage)."""
+        return self.body.find_station_location_in_ground(state, self.station)
+
+    def __repr__(self) -> str:
+        return f"Marker({self.name!r}, body={self.body.name!r}, station={self.station.tolist()})"
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A System read from a file, with handles by name and its default State.
+
+    Attributes:
+        system, matter, forces: The ``MultibodySystem`` and its subsystems.
+        state: The default State: coordinate defaults, Euler-angle mode where the source
+            tool uses angles for ball and free joints, and (where the model has constraints)
+            assembled onto them with the least change of q, as OpenSim's ``initSystem``
+            does. It is computed on first access (assembly compiles), so loading stays fast.
+        default_state: The same before assembly.
+        bodies: Mobilized bodies by body (link) name.
+        joints: The mobilized body each joint moves, by joint name.
+        coordinates: :class:`Coordinate` handles by name, in the file's order.
+        markers: :class:`Marker` handles by name.
+        constraints: Constraints by name.
+        ignored: Parts of the file simjax does not model, ``{kind: count}``.
+        path: The file it came from.
+    """
+
+    system: Any
+    matter: Any
+    forces: Any
+    default_state: State
+    bodies: dict[str, MobilizedBody] = field(default_factory=dict)
+    joints: dict[str, MobilizedBody] = field(default_factory=dict)
+    coordinates: dict[str, Coordinate] = field(default_factory=dict)
+    markers: dict[str, Marker] = field(default_factory=dict)
+    constraints: dict[str, Any] = field(default_factory=dict)
+    ignored: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    path: str = ""
+    source: str = ""
+    _assembled: State | None = field(default=None, repr=False)
+
+    @property
+    def state(self) -> State:
+        """The default State, assembled onto the constraints (computed once, on first use)."""
+        if self._assembled is None:
+            self._assembled = _assemble_default(self) if self.constraints else self.default_state
+        return self._assembled
+
+    @state.setter
+    def state(self, value: State) -> None:
+        self._assembled = value
+
+    # ------------------------------------------------------------------ coordinates
+    @property
+    def coordinate_names(self) -> list[str]:
+        """Coordinate names in the file's order."""
+        return list(self.coordinates)
+
+    def coordinate(self, name: str) -> Coordinate:
+        """The coordinate called ``name`` (clear error listing close names if absent)."""
+        try:
+            return self.coordinates[name]
+        except KeyError:
+            raise KeyError(_unknown("coordinate", name, self.coordinates, self.path)) from None
+
+    def body(self, name: str) -> MobilizedBody:
+        """The mobilized body called ``name``."""
+        try:
+            return self.bodies[name]
+        except KeyError:
+            raise KeyError(_unknown("body", name, self.bodies, self.path)) from None
+
+    def marker(self, name: str) -> Marker:
+        """The marker called ``name``."""
+        try:
+            return self.markers[name]
+        except KeyError:
+            raise KeyError(_unknown("marker", name, self.markers, self.path)) from None
+
+    def coordinate_q_indices(
+        self, state: State | None = None, names: Sequence[str] | None = None
+    ) -> np.ndarray:
+        """Index in ``state.q`` of each named coordinate (default: all, file order)."""
+        st = self.default_state if state is None else state
+        return np.array([self.coordinate(n).q_index(st) for n in (names or self.coordinates)], dtype=int)
+
+    def coordinate_u_indices(
+        self, state: State | None = None, names: Sequence[str] | None = None
+    ) -> np.ndarray:
+        """Index in ``state.u`` of each named coordinate's speed (default: all)."""
+        st = self.default_state if state is None else state
+        return np.array([self.coordinate(n).u_index(st) for n in (names or self.coordinates)], dtype=int)
+
+    def get_coordinate_values(self, state: State) -> dict[str, jax.Array]:
+        """``{name: q}`` for every coordinate."""
+        return {n: c.get_value(state) for n, c in self.coordinates.items()}
+
+    def set_coordinate_values(self, state: State, values: Mapping[str, Any]) -> State:
+        """A copy of ``state`` with the named coordinates set (radians and metres)."""
+        idx = np.array([self.coordinate(n).q_index(state) for n in values], dtype=int)
+        vals = jnp.stack([jnp.asarray(v, dtype=state.q.dtype).reshape(()) for v in values.values()])
+        return state.with_q(state.q.at[idx].set(vals))
+
+    def set_coordinate_speeds(self, state: State, values: Mapping[str, Any]) -> State:
+        """A copy of ``state`` with the named coordinate speeds set."""
+        idx = np.array([self.coordinate(n).u_index(state) for n in values], dtype=int)
+        vals = jnp.stack([jnp.asarray(v, dtype=state.u.dtype).reshape(()) for v in values.values()])
+        return state.with_u(state.u.at[idx].set(vals))
+
+    def q_from_table(self, table: Any, state: State | None = None) -> np.ndarray:
+        """Turn a coordinate table (``sj.io.CoordinateTable``, e.g. from :func:`read_mot`)
+        into a ``(T, nq)`` array of q: matching columns by coordinate name (also OpenSim
+        state paths such as ``/jointset/knee_r/knee_angle_r/value``), converting rotational
+        coordinates from degrees when the table says so, and filling coordinates the table
+        lacks with their values in ``state`` (default: the default State)."""
+        st = self.default_state if state is None else state
+        labels = [_coordinate_label(lb) for lb in table.labels]
+        data = np.asarray(table.data, dtype=float)
+        q0 = np.asarray(st.q, dtype=float)
+        out = np.repeat(q0[None, :], data.shape[0], axis=0)
+        found = 0
+        for j, lb in enumerate(labels):
+            c = self.coordinates.get(lb)
+            if c is None:
+                continue
+            col = data[:, j]
+            if table.in_degrees and c.motion_type == "rotational":
+                col = np.deg2rad(col)
+            out[:, c.q_index(st)] = col
+            found += 1
+        if found == 0:
+            raise ValueError(
+                f"q_from_table: no column of the table matches a coordinate of {self.path or 'the model'}; "
+                f"table columns start {table.labels[:5]}, coordinates start {self.coordinate_names[:5]}"
+            )
+        missing = [n for n in self.coordinates if n not in labels]
+        if missing:
+            warnings.warn(
+                f"q_from_table: {len(missing)} coordinate(s) not in the table keep their values in the "
+                f"State: {missing[:8]}{' ...' if len(missing) > 8 else ''}",
+                stacklevel=2,
+            )
+        return out
+
+    def table_from_q(self, time: Any, q: Any, in_degrees: bool = False, name: str = "simjax") -> Any:
+        """A coordinate table (one column per coordinate, file order) from a ``(T, nq)``
+        array of q, e.g. ``traj.q`` of a simulation; write it with ``sj.io.write_mot``."""
+        from ._motion import CoordinateTable
+
+        q = np.asarray(q, dtype=float)
+        t = np.asarray(time, dtype=float).reshape(-1)
+        if q.ndim != 2 or q.shape[0] != t.size:
+            raise ValueError(f"table_from_q: q must be (T, nq) with T = len(time) = {t.size}; got {q.shape}")
+        idx = self.coordinate_q_indices()
+        data = q[:, idx].copy()
+        if in_degrees:
+            rot = [i for i, c in enumerate(self.coordinates.values()) if c.motion_type == "rotational"]
+            data[:, rot] = np.rad2deg(data[:, rot])
+        return CoordinateTable(
+            time=t, labels=self.coordinate_names, data=data, in_degrees=in_degrees, name=name
+        )
+
+    # ------------------------------------------------------------------ markers
+    def make_markers(self, names: Sequence[str] | None = None, weights: Mapping[str, float] | None = None):
+        """An ``sj.Markers`` assembly condition holding the model's markers (all, or the
+        named ones, in that order) with optional weights by name (default 1)."""
+        from .._conditions import Markers
+
+        cond = Markers()
+        for n in names if names is not None else self.markers:
+            m = self.marker(n)
+            cond.add_marker(n, m.body, m.station, weight=float((weights or {}).get(n, 1.0)))
+        return cond
+
+    def make_assembler(self, markers: Any = None, *, clamp: bool = True, lock: bool = True):
+        """An ``sj.Assembler`` for this model: its constraints as errors, the ranges of
+        clamped coordinates as bounds (``restrict_q``), locked coordinates held (``lock_q``),
+        and, if given, a Markers condition (or marker names) as the goal."""
+        from .._assembler import Assembler
+
+        asm = Assembler(self.system)
+        for c in self.coordinates.values():
+            if lock and c.locked:
+                asm.lock_q(c.body, c.which)
+            elif clamp and c.clamped and all(math.isfinite(x) for x in c.range):
+                asm.restrict_q(c.body, c.which, c.range[0], c.range[1])
+        if markers is not None:
+            if not hasattr(markers, "add_marker"):
+                markers = self.make_markers(markers)
+            asm.adopt_assembly_goal(markers)
+        return asm
+
+    def summary(self) -> str:
+        """The System's summary (q/u layout in the default State's mode), then the
+        coordinates with their q index and motion type, the markers, and what the loader
+        left out. Print it."""
+        st = self.default_state
+        lines = [f"{self.source or 'model'} file: {self.path}", self.system.summary(st)]
+        if self.coordinates:
+            lines.append(f"coordinates ({len(self.coordinates)}): name [q index, motion type, range]")
+            for c in self.coordinates.values():
+                flags = "".join([" locked" if c.locked else "", " clamped" if c.clamped else ""])
+                lines.append(
+                    f"  {c.name} [q{c.q_index(st)}, {c.motion_type}, "
+                    f"{c.range[0]:.4g}..{c.range[1]:.4g}]{flags}"
+                )
+        if self.markers:
+            by_body: dict[str, list[str]] = {}
+            for mk in self.markers.values():
+                by_body.setdefault(mk.body.name, []).append(mk.name)
+            lines.append(
+                f"markers ({len(self.markers)}): "
+                + "; ".join(f"{b}: {', '.join(n)}" for b, n in by_body.items())
+            )
+        if self.ignored:
+            lines.append(
+                "left out of the model: " + ", ".join(f"{n} {k}" for k, n in sorted(self.ignored.items()))
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"LoadedModel({self.path!r}: {len(self.bodies)} bodies, {len(self.coordinates)} coordinates, "
+            f"{len(self.constraints)} constraints, {len(self.markers)} markers)"
+        )
+
+
+def _coordinate_label(label: str) -> str:
+    """``/jointset/knee_r/knee_angle_r/value`` -> ``knee_angle_r``; plain names unchanged."""
+    parts = [p for p in label.split("/") if p]
+    if len(parts) >= 2 and parts[-1] in ("value", "speed"):
+        return parts[-2]
+    return parts[-1] if parts else label
+
+
+def _unknown(kind: str, name: str, known: Mapping[str, Any], path: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=3)
+    hint = f"; did you mean {close}?" if close else f"; known: {list(known)[:8]}"
+    return f"no {kind} named {name!r} in {path or 'the model'}{hint}"
+
+
+def _assemble_default(model: LoadedModel) -> State:
+    """Satisfy the constraints at the default State, moving q as little as possible (a
+    least-squares projection, as OpenSim's ``initSystem`` assembles); keeps the unassembled
+    State, with a warning, when that fails."""
+    from .._stage import Stage
+
+    system, st = model.system, model.default_state
+    name = model.path.rsplit("/", 1)[-1] or "model"
+    try:
+
+        @jax.jit
+        def assemble(s: State) -> tuple[State, jax.Array]:
+            out = system.project_q(s, tol=1e-10, iterations=30)
+            return out, jnp.max(jnp.abs(system.realize(out, Stage.POSITION).qerr), initial=0.0)
+
+        out, perr_ = assemble(st)
+        perr = float(perr_)
+    except Exception as e:  # noqa: BLE001 - any failure is reported, the load still succeeds
+        warnings.warn(
+            f"{name}: could not assemble the default State ({e}); model.state is unassembled", stacklevel=3
+        )
+        return st
+    if not np.isfinite(perr) or perr > 1e-8:
+        warnings.warn(
+            f"{name}: the constraints could not be satisfied at the default coordinates (max error "
+            f"{perr:.2e}); model.state is left unassembled",
+            stacklevel=3,
+        )
+        return st
+    return out

@@ -1,0 +1,1367 @@
+"""MJCF reader: MuJoCo's bodies, inertias, joints and equalities into a simjax System.
+
+What is read (MuJoCo's XML reference, https://mujoco.readthedocs.io/en/stable/XMLreference.html),
+and computed the way MuJoCo's compiler does it (``user_objects.cc``), so that the mass matrix
+and the unconstrained forward dynamics equal MuJoCo's ``mj_fullM`` and ``qacc`` (with
+armature, damping, springs, actuation, contacts and constraints left out):
+
+- ``<include file>``: the included file's ``<mujoco>`` children replace the element (the file
+  is looked up next to the including file, then next to the main file).
+- ``<compiler>``: ``angle`` (``degree`` by default: ``euler``, ``axisangle``, hinge
+  ``range`` and ``ref`` are in degrees), ``eulerseq`` (lower case: axes that move with the
+  frame, post-multiplied; upper case: fixed axes, pre-multiplied), ``inertiafromgeom``
+  (``auto``: from the geoms when a body has no ``<inertial>``; ``true``: always; ``false``:
+  never), ``inertiagrouprange``, ``boundmass``, ``boundinertia``, ``balanceinertia``,
+  ``settotalmass``, ``autolimits`` and ``alignfree``.
+- ``<option gravity>`` (default ``0 0 -9.81``) and ``<flag gravity="disable">``.
+- ``<default>`` classes (nested; ``class=`` on an element, ``childclass`` on bodies and
+  frames) for ``joint``, ``geom``, ``site`` and ``equality``.
+- ``<body>`` frames: ``pos`` and one of ``quat``, ``axisangle``, ``xyaxes``, ``zaxis``,
+  ``euler``; ``<frame>`` elements compose onto what they hold.
+- ``<inertial pos quat mass diaginertia | fullinertia>``; without it (or with
+  ``inertiafromgeom="true"``) mass and inertia come from the geoms: sphere, capsule,
+  ellipsoid, cylinder and box, solid or ``shellinertia``, ``density`` (default 1000) or
+  ``mass``, ``fromto``. Mesh files are never opened: a moving body whose inertia would come
+  from a mesh (or hfield) geom is refused (give it an ``<inertial>``); a body welded to the
+  world takes no mass from one (it does not move; a note says so).
+- ``<joint>`` ``hinge``, ``slide``, ``ball``, ``free`` (and ``<freejoint>``), with ``axis``,
+  ``pos``, ``ref``, ``range``/``limited`` (a Coordinate's range; limits are not enforced).
+  Mocap bodies are welded where the file puts them.
+- ``<site>``: a :class:`Marker` on its body (``model.markers``).
+- ``<equality>``: ``connect`` → ``Constraint.Ball``, ``weld`` → ``Constraint.Weld``,
+  ``joint`` → ``Constraint.CoordinateCoupler`` (``polycoef``); ``active="false"`` →
+  disabled by default.
+
+Everything else (tendons, actuators, sensors, contact pairs, joint damping, stiffness,
+armature and friction loss, gravity compensation, fluid forces, weld ``torquescale``,
+keyframes, cameras, lights, assets, ...) is counted in ``LoadedModel.ignored``; one warning
+lists what carries physics that simjax leaves out. ``<composite>``, ``<flexcomp>``,
+``<replicate>`` and ``<attach>`` are refused (save MuJoCo's expanded XML first).
+
+How MuJoCo bodies become mobilized bodies. MuJoCo places a body at ``pos``/``quat`` in its
+parent and then applies its joints in order, each about (along) its own axis through its own
+``pos``, all in the body frame. A body with no joint is a Weld; a ``free`` joint is a
+``MobilizedBody.Free`` on Ground; one hinge, slide or ball joint is a Pin, Slider or Ball;
+several joints are a chain of such mobilizers through massless intermediate bodies (named
+``"<body>/<joint>"``), the last one carrying the body. A hinge's Pin has
+``X_PF = X_body T(pos) R_a Rz(-ref)`` and ``X_BM = T(pos) R_a`` with ``R_a`` taking z onto
+the axis, so q *is* MuJoCo's qpos (``ref`` included) and u its qvel; a slide likewise.
+
+simjax's q and u against MuJoCo's qpos and qvel, joint by joint:
+
+- hinge, slide: the same numbers (one :class:`Coordinate` per joint, named as the joint);
+- ball: q = qpos (quaternion w, x, y, z); u is the angular velocity in the parent-side frame
+  F, MuJoCo's qvel is the same vector in the body frame: ``qvel = R_FM^T u``;
+- free: q = [quaternion, position] while qpos = [position, quaternion]; u = [w, v] in
+  Ground while qvel = [v in world, w in the body frame]: ``qvel = [u[3:], R^T u[:3]]``.
+
+Ball and free joints have no :class:`Coordinate`; find their mobilized body in
+``model.joints``. Unnamed bodies, joints, sites and equalities are named ``"body#<id>"``,
+``"joint#<id>"``, ``"site#<id>"``, ``"<tag>#<id>"`` with MuJoCo's id (file order). The
+world body is in ``model.bodies`` as ``"world"`` (Ground).
+
+Parsing uses the standard library's expat so that every error names the file, the line and
+the element. The reader never imports ``mujoco``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+from xml.parsers import expat
+
+import numpy as np
+
+from .. import _spatial as sp
+from .._bodies import MobilizedBody
+from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError
+from ._urdf import align_axis
+
+__all__ = ["load_mjcf"]
+
+#: MJCF joint types simjax reads, and their numbers of qpos and qvel.
+SUPPORTED_JOINTS = {"hinge": (1, 1), "slide": (1, 1), "ball": (4, 3), "free": (7, 6)}
+_ALT = ("axisangle", "xyaxes", "zaxis", "euler")
+_EPS = 1e-14  # MuJoCo's mjEPS (user code)
+_MINVAL = 1e-15  # mjMINVAL
+#: geom type -> number of size parameters that must be positive (MuJoCo's mjGEOMINFO)
+_GEOM_SIZES = {"plane": 0, "hfield": 0, "sphere": 1, "capsule": 2, "ellipsoid": 3, "cylinder": 2}
+_GEOM_SIZES.update({"box": 3, "mesh": 0, "sdf": 0})
+#: Parts of a file that carry no dynamics simjax could model: counted without a warning.
+_QUIET = {
+    "asset",
+    "visual",
+    "statistic",
+    "size",
+    "custom",
+    "extension",
+    "keyframe",
+    "sensor",
+    "camera",
+    "light",
+    "geom (contact/visual shape)",
+    "contact exclude",
+    "joint range (limit constraint)",
+    "mocap body (welded to ground)",
+}
+#: Top-level sections read or expanded by the loader.
+_READ = {"compiler", "option", "default", "worldbody", "equality"}
+_UNSUPPORTED = {
+    "composite": "a <composite> is a macro MuJoCo expands when compiling",
+    "flexcomp": "a <flexcomp> is a deformable body",
+    "replicate": "<replicate> is a macro MuJoCo expands when compiling",
+    "attach": "<attach> inserts another model",
+}
+
+
+# ----------------------------------------------------------------------------- XML with line numbers
+
+
+class _El:
+    """A parsed XML element that remembers its file and the line it starts on."""
+
+    __slots__ = ("tag", "attrib", "children", "line", "file")
+
+    def __init__(self, tag: str, attrib: dict[str, str], line: int, file: str):
+        self.tag = tag
+        self.attrib = attrib
+        self.children: list[_El] = []
+        self.line = line
+        self.file = file
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.attrib.get(key, default)
+
+
+def _where(el: _El) -> str:
+    name = el.get("name")
+    tag = f'<{el.tag} name="{name}">' if name is not None else f"<{el.tag}>"
+    return f"{el.file}:{el.line}: {tag}"
+
+
+def _error(el: _El, msg: str) -> ModelFileError:
+    return ModelFileError(f"{_where(el)}: {msg}")
+
+
+def _parse_xml(path: str) -> _El:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    parser = expat.ParserCreate()
+    stack: list[_El] = []
+    roots: list[_El] = []
+
+    def start(tag: str, attrib: dict[str, str]) -> None:
+        el = _El(tag, attrib, parser.CurrentLineNumber, path)
+        (stack[-1].children if stack else roots).append(el)
+        stack.append(el)
+
+    def end(tag: str) -> None:
+        stack.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    try:
+        parser.Parse(data, True)
+    except expat.ExpatError as e:
+        raise ModelFileError(
+            f"{path}:{e.lineno}:{e.offset + 1}: malformed XML ({expat.ErrorString(e.code)}); fix the "
+            "file (an MJCF model is plain XML: check for unclosed or mismatched tags)"
+        ) from None
+    return roots[0]
+
+
+def _read_with_includes(path: str) -> _El:
+    """The main file's root with every ``<include>`` replaced by the included file's
+    ``<mujoco>`` children (recursively; cycles are refused)."""
+    main_dir = os.path.dirname(os.path.abspath(path))
+
+    def expand(el: _El, file: str, stack: tuple[str, ...]) -> None:
+        out: list[_El] = []
+        for c in el.children:
+            if c.tag != "include":
+                expand(c, file, stack)
+                out.append(c)
+                continue
+            rel = c.get("file")
+            if not rel:
+                raise _error(c, '<include> needs file="..." naming the file to include')
+            here = os.path.join(os.path.dirname(file), rel)
+            candidates = [here, os.path.join(main_dir, rel)]
+            target = next((p for p in candidates if os.path.isfile(p)), None)
+            if target is None:
+                raise _error(
+                    c,
+                    f"included file {rel!r} not found (looked for {os.path.abspath(here)!r} and in "
+                    f"the main file's directory {main_dir!r})",
+                )
+            real = os.path.realpath(target)
+            if real in stack:
+                raise _error(c, f"include cycle: {target!r} includes itself (through {list(stack)})")
+            sub = _parse_xml(target)
+            if sub.tag != "mujoco":
+                raise _error(
+                    c, f"included file {target!r} must have <mujoco> as its top element, found <{sub.tag}>"
+                )
+            expand(sub, target, (*stack, real))
+            out.extend(sub.children)
+        el.children = out
+
+    root = _parse_xml(path)
+    expand(root, path, (os.path.realpath(path),))
+    return root
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def _floats(
+    el: _El,
+    attrs: dict[str, str],
+    key: str,
+    n: int,
+    default: Sequence[float] | None = None,
+    *,
+    at_most: bool = False,
+) -> np.ndarray:
+    """Attribute ``key`` (from the element or its default class) as ``n`` finite floats;
+    ``at_most``: fewer are allowed and the rest come from ``default`` (MuJoCo's rule for
+    ``size``)."""
+    text = attrs.get(key)
+    if text is None:
+        if default is None:
+            raise _error(el, f"missing attribute {key}= ({n} number{'s' if n > 1 else ''})")
+        return np.array(default, dtype=float)
+    try:
+        v = np.array([float(x) for x in text.split()], dtype=float)
+    except ValueError:
+        raise _error(el, f"{key}={text!r} must be {n} number{'s' if n > 1 else ''}") from None
+    if at_most and 0 < v.size <= n and default is not None:
+        v = np.concatenate([v, np.asarray(default, dtype=float)[v.size :]])
+    if v.size != n or not np.all(np.isfinite(v)):
+        what = f"{'at most ' if at_most else ''}{n} finite number{'s' if n > 1 else ''}"
+        raise _error(el, f"{key}={text!r} must be {what}")
+    return v
+
+
+def _number(el: _El, attrs: dict[str, str], key: str, default: float | None) -> float:
+    return float(_floats(el, attrs, key, 1, None if default is None else [default])[0])
+
+
+def _flag(el: _El, attrs: dict[str, str], key: str, default: bool) -> bool:
+    text = attrs.get(key)
+    if text is None:
+        return default
+    if text in ("true", "false"):
+        return text == "true"
+    raise _error(el, f'{key}="{text}" must be "true" or "false"')
+
+
+def _choice(el: _El, attrs: dict[str, str], key: str, options: Sequence[str], default: str) -> str:
+    text = attrs.get(key, default)
+    if text not in options:
+        raise _error(el, f'{key}="{text}" must be one of {", ".join(options)}')
+    return text
+
+
+# ----------------------------------------------------------------------------- rotations
+
+
+def _quat_to_rot(q: np.ndarray) -> np.ndarray:
+    w, x, y, z = q
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def _rot_to_quat(R: np.ndarray) -> np.ndarray:
+    """Unit quaternion ``[w, x, y, z]`` with ``w >= 0`` (Shepperd's method)."""
+    t = float(np.trace(R))
+    if t > max(R[0, 0], R[1, 1], R[2, 2]):
+        w = 0.5 * math.sqrt(1.0 + t)
+        q = np.array(
+            [w, (R[2, 1] - R[1, 2]) / (4 * w), (R[0, 2] - R[2, 0]) / (4 * w), (R[1, 0] - R[0, 1]) / (4 * w)]
+        )
+    else:
+        i = int(np.argmax(np.diag(R)))
+        j, k = (i + 1) % 3, (i + 2) % 3
+        s = 2.0 * math.sqrt(max(1.0 + R[i, i] - R[j, j] - R[k, k], 0.0))
+        q = np.empty(4)
+        q[0] = (R[k, j] - R[j, k]) / s
+        q[1 + i] = 0.25 * s
+        q[1 + j] = (R[j, i] + R[i, j]) / s
+        q[1 + k] = (R[k, i] + R[i, k]) / s
+    q /= np.linalg.norm(q)
+    return q if q[0] >= 0 else -q
+
+
+def _axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
+    """Rotation by ``angle`` about the unit vector ``axis`` (through a quaternion, as MuJoCo)."""
+    s = math.sin(angle / 2)
+    return _quat_to_rot(np.array([math.cos(angle / 2), s * axis[0], s * axis[1], s * axis[2]]))
+
+
+def _z_to(vec: np.ndarray) -> np.ndarray:
+    """MuJoCo's ``mjuu_z2quat``: the smallest rotation taking z onto ``vec`` (half a turn
+    about x when ``vec`` points along -z)."""
+    v = vec / np.linalg.norm(vec)
+    axis = np.cross([0.0, 0.0, 1.0], v)
+    s = float(np.linalg.norm(axis))
+    axis = np.array([1.0, 0.0, 0.0]) if s < 1e-10 else axis / s
+    return _axis_angle(axis, math.atan2(s, v[2]))
+
+
+class _Compiler:
+    """The ``<compiler>`` settings the loader uses (MuJoCo's defaults)."""
+
+    def __init__(self) -> None:
+        self.degree = True
+        self.eulerseq = "xyz"
+        self.inertiafromgeom = "auto"
+        self.inertiagrouprange = (0, 5)
+        self.boundmass = 0.0
+        self.boundinertia = 0.0
+        self.balanceinertia = False
+        self.settotalmass = -1.0
+        self.autolimits = True
+        self.alignfree = False
+
+    def read(self, el: _El, notes: list[str]) -> None:
+        a = el.attrib
+        if "angle" in a:
+            self.degree = _choice(el, a, "angle", ("degree", "radian"), "degree") == "degree"
+        if "eulerseq" in a:
+            seq = a["eulerseq"]
+            if len(seq) != 3 or any(ch not in "xyzXYZ" for ch in seq):
+                raise _error(el, f'eulerseq="{seq}" must be 3 characters from x, y, z, X, Y, Z')
+            self.eulerseq = seq
+        if "coordinate" in a and a["coordinate"] != "local":
+            raise _error(
+                el,
+                f'coordinate="{a["coordinate"]}" is not supported (MuJoCo 2.3.3 removed global '
+                "coordinates); convert the model to local coordinates",
+            )
+        if "inertiafromgeom" in a:
+            self.inertiafromgeom = _choice(el, a, "inertiafromgeom", ("false", "true", "auto"), "auto")
+        if "inertiagrouprange" in a:
+            lo, hi = _floats(el, a, "inertiagrouprange", 2)
+            self.inertiagrouprange = (int(lo), int(hi))
+        self.boundmass = _number(el, a, "boundmass", self.boundmass)
+        self.boundinertia = _number(el, a, "boundinertia", self.boundinertia)
+        self.settotalmass = _number(el, a, "settotalmass", self.settotalmass)
+        self.balanceinertia = _flag(el, a, "balanceinertia", self.balanceinertia)
+        self.autolimits = _flag(el, a, "autolimits", self.autolimits)
+        self.alignfree = _flag(el, a, "alignfree", self.alignfree)
+        if _flag(el, a, "fusestatic", False):
+            notes.append("compiler fusestatic: static bodies are kept as welded bodies (same dynamics)")
+
+
+def _rotation(el: _El, own: dict[str, str], dflt: dict[str, str], comp: _Compiler) -> np.ndarray:
+    """The orientation an element gives its frame: its own ``quat`` or alternative if it has
+    one, else its default class's (an alternative wins over ``quat``, as in MuJoCo)."""
+    mine = [k for k in ("quat", *_ALT) if k in own]
+    if len(mine) > 1:
+        raise _error(el, f"multiple orientation specifiers are not allowed ({', '.join(mine)})")
+    src = own if mine else dflt
+    alts = [k for k in _ALT if k in src]
+    if len(alts) > 1:
+        raise _error(el, f"multiple orientation specifiers in its default class ({', '.join(alts)})")
+    if alts:
+        kind = alts[0]
+        if kind == "axisangle":
+            v = _floats(el, src, kind, 4)
+            n = float(np.linalg.norm(v[:3]))
+            if n < _EPS:
+                raise _error(el, f"axisangle={src[kind]!r}: the axis is too small")
+            return _axis_angle(v[:3] / n, math.radians(v[3]) if comp.degree else v[3])
+        if kind == "xyaxes":
+            v = _floats(el, src, kind, 6)
+            x, y = v[:3], v[3:]
+            if np.linalg.norm(x) < _EPS:
+                raise _error(el, f"xyaxes={src[kind]!r}: the x axis is too small")
+            x = x / np.linalg.norm(x)
+            y = y - x * float(x @ y)
+            if np.linalg.norm(y) < _EPS:
+                raise _error(el, f"xyaxes={src[kind]!r}: the y axis is too small or parallel to x")
+            y = y / np.linalg.norm(y)
+            z = np.cross(x, y)
+            return np.column_stack([x, y, z / np.linalg.norm(z)])
+        if kind == "zaxis":
+            v = _floats(el, src, kind, 3)
+            if np.linalg.norm(v) < _EPS:
+                raise _error(el, f"zaxis={src[kind]!r} is too small")
+            return _z_to(v)
+        v = _floats(el, src, kind, 3)
+        if comp.degree:
+            v = np.radians(v)
+        q = np.array([1.0, 0.0, 0.0, 0.0])
+        for ang, ch in zip(v, comp.eulerseq, strict=True):
+            k = "xyz".index(ch.lower())
+            r = np.zeros(4)
+            r[0], r[1 + k] = math.cos(ang / 2), math.sin(ang / 2)
+            # lower case: axes moving with the frame (post-multiply); upper case: fixed axes
+            q = _quat_mul(q, r) if ch.islower() else _quat_mul(r, q)
+        return _quat_to_rot(q / np.linalg.norm(q))
+    if "quat" in src:
+        q = _floats(el, src, "quat", 4)
+        n = float(np.linalg.norm(q))
+        if n < _EPS:
+            raise _error(el, f"quat={src['quat']!r} is zero")
+        return _quat_to_rot(q / n)
+    return np.eye(3)
+
+
+def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    w1, x1, y1, z1 = a
+    w2, x2, y2, z2 = b
+    return np.array(
+        [
+            w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+            w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+            w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+            w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
+        ]
+    )
+
+
+_Frame = tuple[np.ndarray, np.ndarray]  # (R, p) of a frame in its parent
+
+
+def _compose(a: _Frame, b: _Frame) -> _Frame:
+    return a[0] @ b[0], a[0] @ b[1] + a[1]
+
+
+def _invert(a: _Frame) -> _Frame:
+    return a[0].T, -(a[0].T @ a[1])
+
+
+_IDENTITY: _Frame = (np.eye(3), np.zeros(3))
+
+
+# ----------------------------------------------------------------------------- defaults
+
+
+class _Defaults:
+    """Default classes: for each class, the attributes it sets per element tag (its
+    ancestors' included)."""
+
+    def __init__(self, sections: list[_El]):
+        self.classes: dict[str, dict[str, dict[str, str]]] = {"main": {}}
+        self.where: dict[str, _El] = {}
+        for d in sections:  # top-level <default>: the "main" class
+            self._fill(d, "main", self.classes["main"])
+
+    def _fill(self, el: _El, name: str, base: dict[str, dict[str, str]]) -> None:
+        merged = {tag: dict(v) for tag, v in base.items()}
+        for c in el.children:
+            if c.tag != "default":
+                merged.setdefault(c.tag, {}).update(c.attrib)
+        self.classes[name] = merged
+        self.where.setdefault(name, el)
+        for c in el.children:
+            if c.tag != "default":
+                continue
+            cname = c.get("class")
+            if not cname:
+                raise _error(c, 'a nested <default> needs class="..." (its class name)')
+            if cname in self.classes:
+                first = self.where[cname]
+                raise _error(
+                    c, f"default class {cname!r} is defined twice (first at {first.file}:{first.line})"
+                )
+            self._fill(c, cname, merged)
+
+    def of(self, el: _El, tag: str, cls: str) -> dict[str, str]:
+        """Attributes of class ``cls`` for elements of kind ``tag``."""
+        if cls not in self.classes:
+            raise _error(el, f"unknown default class {cls!r}; defined classes: {sorted(self.classes)[:12]}")
+        return self.classes[cls].get(tag, {})
+
+
+# ----------------------------------------------------------------------------- the file, read
+
+
+class _Joint:
+    __slots__ = ("el", "name", "type", "axis", "pos", "ref", "range", "limited", "id", "align")
+
+    def __init__(self, el: _El, name: str, type_: str, jid: int):
+        self.el, self.name, self.type, self.id = el, name, type_, jid
+        self.axis = np.array([0.0, 0.0, 1.0])
+        self.pos = np.zeros(3)
+        self.ref = 0.0
+        self.range = (-math.inf, math.inf)
+        self.limited = False
+        self.align = "auto"
+
+
+class _Body:
+    __slots__ = (
+        "el",
+        "name",
+        "id",
+        "parent",
+        "X",
+        "joints",
+        "geoms",
+        "sites",
+        "inertial",
+        "children",
+        "mocap",
+        "mass",
+        "com",
+        "I_com",
+        "iR",
+    )
+
+    def __init__(self, el: _El, name: str, bid: int, parent: _Body | None, X: _Frame):
+        self.el, self.name, self.id, self.parent, self.X = el, name, bid, parent, X
+        self.joints: list[_Joint] = []
+        self.geoms: list[tuple[_El, dict[str, str], dict[str, str], _Frame]] = []
+        self.sites: list[tuple[str, np.ndarray, _El, _Frame]] = []  # name, pos in body, el, frame
+        self.inertial: _El | None = None
+        self.children: list[_Body] = []
+        self.mocap = False
+        self.mass = 0.0
+        self.com = np.zeros(3)
+        self.I_com = np.zeros((3, 3))
+        self.iR = np.eye(3)  # the inertial frame's orientation, as MuJoCo's body_iquat
+
+
+def _count(ignored: dict[str, int], what: str, n: int = 1) -> None:
+    if n:
+        ignored[what] = ignored.get(what, 0) + n
+
+
+class _Reader:
+    """Reads the expanded file into bodies (MuJoCo's depth-first order), joints and sites."""
+
+    def __init__(self, root: _El, comp: _Compiler, defaults: _Defaults, ignored: dict[str, int]):
+        self.comp, self.defaults, self.ignored = comp, defaults, ignored
+        self.bodies: list[_Body] = []
+        self.joints: list[_Joint] = []
+        self.n_sites = 0
+        self.names: dict[str, dict[str, _El]] = {"body": {}, "joint": {}, "site": {}}
+        world = _Body(root, "world", 0, None, _IDENTITY)
+        self.bodies.append(world)
+        self.names["body"]["world"] = root
+        worldbodies = [c for c in root.children if c.tag == "worldbody"]
+        # Bodies are numbered depth-first, children in file order (MuJoCo's body ids).
+        stack: list[tuple[_El, _Body, _Frame, str, bool]] = []
+        for wb in worldbodies:  # several <worldbody> sections (e.g. from includes), in file order
+            sub: list = []
+            self._content(wb, world, _IDENTITY, "main", sub, is_world=True)
+            stack[:0] = sub
+        while stack:
+            el, parent, X_frame, cls, _ = stack.pop()
+            body = self._body(el, parent, X_frame, cls, stack)
+            parent.children.append(body)
+
+    def _unique(self, kind: str, el: _El, name: str | None, index: int) -> str:
+        if not name:
+            return f"{kind}#{index}"
+        first = self.names[kind].get(name)
+        if first is not None:
+            raise _error(el, f"repeated {kind} name {name!r} (first at {first.file}:{first.line})")
+        self.names[kind][name] = el
+        return name
+
+    def _body(self, el: _El, parent: _Body, X_frame: _Frame, cls: str, stack: list) -> _Body:
+        bid = len(self.bodies)
+        name = self._unique("body", el, el.get("name"), bid)
+        a = el.attrib
+        X = _compose(X_frame, (_rotation(el, a, {}, self.comp), _floats(el, a, "pos", 3, (0.0, 0.0, 0.0))))
+        body = _Body(el, name, bid, parent, X)
+        body.mocap = _flag(el, a, "mocap", False)
+        if _number(el, a, "gravcomp", 0.0) != 0.0:
+            _count(self.ignored, "gravcomp (gravity compensation)")
+        self.bodies.append(body)
+        childclass = a.get("childclass", cls)
+        if childclass not in self.defaults.classes:
+            raise _error(
+                el,
+                f"unknown childclass {childclass!r}; defined classes: {sorted(self.defaults.classes)[:12]}",
+            )
+        self._content(el, body, _IDENTITY, childclass, stack, is_world=False)
+        self._check_joints(body)
+        return body
+
+    def _content(
+        self, el: _El, body: _Body, X_frame: _Frame, cls: str, stack: list, *, is_world: bool
+    ) -> None:
+        """Read what ``el`` (a body, the worldbody or a frame) holds; child bodies are pushed
+        on ``stack`` in reverse so they pop in file order."""
+        kids: list[tuple[_El, _Body, _Frame, str, bool]] = []
+        for c in el.children:
+            tag = c.tag
+            if tag == "body":
+                kids.append((c, body, X_frame, cls, False))
+            elif tag == "frame":
+                fcls = c.get("childclass", cls)
+                X_f = _compose(
+                    X_frame,
+                    (_rotation(c, c.attrib, {}, self.comp), _floats(c, c.attrib, "pos", 3, (0.0, 0.0, 0.0))),
+                )
+                # a frame's bodies are its parent body's children, in file order
+                sub: list = []
+                self._content(c, body, X_f, fcls, sub, is_world=is_world)
+                kids.extend(reversed(sub))
+            elif tag == "inertial":
+                if is_world:
+                    raise _error(c, "the world body cannot have an <inertial>")
+                if body.inertial is not None:
+                    raise _error(c, f"body {body.name!r} has two <inertial> elements")
+                body.inertial = c
+            elif tag in ("joint", "freejoint"):
+                if is_world:
+                    raise _error(c, "joints are not allowed in the world body; put them in a <body>")
+                body.joints.append(self._joint(c, X_frame, cls))
+            elif tag == "geom":
+                own = c.attrib
+                dflt = self.defaults.of(c, "geom", own.get("class", cls))
+                body.geoms.append((c, own, dflt, X_frame))
+                _count(self.ignored, "geom (contact/visual shape)")
+            elif tag == "site":
+                self._site(c, body, X_frame, cls)
+            elif tag in _UNSUPPORTED:
+                raise _error(
+                    c,
+                    f"{_UNSUPPORTED[tag]}; simjax does not read it: compile the model with MuJoCo and "
+                    "save the expanded XML (mujoco.mj_saveLastXML) to load it",
+                )
+            elif tag in ("camera", "light"):
+                _count(self.ignored, tag)
+            else:
+                _count(self.ignored, f"<{tag}> in a body")
+        stack.extend(reversed(kids))
+
+    def _site(self, el: _El, body: _Body, X_frame: _Frame, cls: str) -> None:
+        own = el.attrib
+        dflt = self.defaults.of(el, "site", own.get("class", cls))
+        attrs = {**dflt, **own}
+        sid = self.n_sites
+        self.n_sites += 1
+        name = self._unique("site", el, own.get("name"), sid)
+        R = _rotation(el, own, dflt, self.comp)
+        if "fromto" in attrs:
+            ft = _floats(el, attrs, "fromto", 6)
+            pos, R = 0.5 * (ft[:3] + ft[3:]), _z_to(ft[:3] - ft[3:]) if np.any(ft[:3] != ft[3:]) else R
+        else:
+            pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
+        R, pos = _compose(X_frame, (R, pos))
+        body.sites.append((name, pos, el, (R, pos)))
+
+    def _joint(self, el: _El, X_frame: _Frame, cls: str) -> _Joint:
+        jid = len(self.joints)
+        own = el.attrib
+        if el.tag == "freejoint":
+            attrs, jtype = dict(own), "free"
+        else:
+            attrs = {**self.defaults.of(el, "joint", own.get("class", cls)), **own}
+            jtype = attrs.get("type", "hinge")
+        name = self._unique("joint", el, own.get("name"), jid)
+        if jtype not in SUPPORTED_JOINTS:
+            raise _error(
+                el,
+                f"joint {name!r}: unknown joint type {jtype!r}; "
+                f"supported types: {', '.join(SUPPORTED_JOINTS)}",
+            )
+        j = _Joint(el, name, jtype, jid)
+        self.joints.append(j)
+        for key, what in (
+            ("damping", "damping"),
+            ("stiffness", "stiffness"),
+            ("armature", "armature"),
+            ("frictionloss", "frictionloss"),
+        ):
+            if _number(el, attrs, key, 0.0) != 0.0:
+                _count(self.ignored, f"joint {what}")
+        if "springdamper" in attrs and np.any(_floats(el, attrs, "springdamper", 2) != 0):
+            _count(self.ignored, "joint springdamper")
+        if jtype == "free":
+            j.align = _choice(el, attrs, "align", ("false", "true", "auto"), "auto")
+            if attrs.get("limited") == "true":
+                raise _error(el, f"joint {name!r}: limits should not be defined in free joint")
+            return j
+        R_f, p_f = X_frame
+        if jtype in ("hinge", "slide"):
+            axis = R_f @ _floats(el, attrs, "axis", 3, (0.0, 0.0, 1.0))
+            n = float(np.linalg.norm(axis))
+            if n < _EPS:
+                raise _error(el, f"joint {name!r}: axis too small (axis={attrs.get('axis')!r})")
+            j.axis = axis / n
+        j.pos = R_f @ _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0)) + p_f
+        scale = math.pi / 180.0 if (self.comp.degree and jtype == "hinge") else 1.0
+        j.ref = _number(el, attrs, "ref", 0.0) * scale if jtype != "ball" else 0.0
+        rng = _floats(el, attrs, "range", 2, (0.0, 0.0))
+        limited = _choice(el, attrs, "limited", ("true", "false", "auto"), "auto")
+        if limited == "auto":
+            has_range = not (rng[0] == 0 and rng[1] == 0)
+            if not self.comp.autolimits and has_range:
+                raise _error(
+                    el,
+                    f'joint {name!r} has range but not limited; set <compiler autolimits="true">, '
+                    'give limited="true" or "false", or remove the range',
+                )
+            j.limited = bool(rng[0] < rng[1])
+        else:
+            j.limited = limited == "true"
+        if j.limited:
+            if jtype != "ball" and rng[0] >= rng[1]:
+                raise _error(
+                    el,
+                    f"joint {name!r}: range[0] should be smaller than range[1] "
+                    f"(range={attrs.get('range')!r})",
+                )
+            j.range = (float(rng[0] * scale), float(rng[1] * scale))
+            _count(self.ignored, "joint range (limit constraint)")
+        return j
+
+    def _check_joints(self, body: _Body) -> None:
+        """MuJoCo's rules: at most 6 dofs, a free joint alone and only in a child of the world,
+        no rotation after a ball joint."""
+        js = body.joints
+        if not js:
+            return
+        dofs = sum(SUPPORTED_JOINTS[j.type][1] for j in js)
+        if dofs > 6:
+            raise _error(
+                body.el, f"body {body.name!r}: more than 6 dofs ({dofs}) in its joints {[j.name for j in js]}"
+            )
+        free = [j for j in js if j.type == "free"]
+        if free and body.parent is not None and body.parent.id != 0:
+            raise _error(
+                free[0].el, f"joint {free[0].name!r}: a free joint can only be used in a top-level body"
+            )
+        seen_ball = False
+        for j in js:
+            if seen_ball and j.type in ("ball", "hinge"):
+                raise _error(j.el, f"body {body.name!r}: joint {j.name!r} is a rotation after a ball joint")
+            seen_ball = seen_ball or j.type == "ball"
+        if body.mocap:
+            raise _error(body.el, f"mocap body {body.name!r} must be a fixed child of the world (no joints)")
+
+
+# ----------------------------------------------------------------------------- inertia
+
+
+def _geom_mass(
+    el: _El,
+    own: dict[str, str],
+    dflt: dict[str, str],
+    X_frame: _Frame,
+    comp: _Compiler,
+    body: _Body,
+    skipped: list[str],
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(mass, pos, R, principal inertia)`` of a geom in its body frame (MuJoCo's
+    ``mjCGeom::Compile``, ``GetVolume`` and ``SetInertia``); None if it is outside
+    ``inertiagrouprange``, or needs mesh data in a static body (listed in ``skipped``)."""
+    attrs = {**dflt, **own}
+    gtype = attrs.get("type", "sphere")
+    if gtype not in _GEOM_SIZES:
+        raise _error(el, f"unknown geom type {gtype!r}; MuJoCo's types: {', '.join(_GEOM_SIZES)}")
+    group = int(_number(el, attrs, "group", 0.0))
+    if not comp.inertiagrouprange[0] <= group <= comp.inertiagrouprange[1]:
+        return None
+    R = _rotation(el, own, dflt, comp)
+    static = _is_static(body)
+    if gtype == "plane":  # no volume; only allowed in bodies that do not move
+        if not static:
+            raise _error(el, f"a plane geom is only allowed in static bodies (body {body.name!r} moves)")
+        R, pos = _compose(X_frame, (R, _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))))
+        return 0.0, pos, R, np.zeros(3)
+    if gtype in ("mesh", "sdf", "hfield") or attrs.get("mesh"):
+        # a mesh's volume, inertia box and frame offset need the mesh file, never read here
+        if "mass" in attrs and _number(el, attrs, "mass", None) == 0.0:
+            return None
+        if static:
+            skipped.append(body.name)
+            return None
+        what = gtype if gtype in ("mesh", "sdf", "hfield") else f"{gtype} (fitted to a mesh)"
+        raise _error(
+            el,
+            f"body {body.name!r} takes its mass and inertia from this {what} geom, which needs the "
+            "mesh data; give the body an <inertial> element (MuJoCo's compiled body_mass/body_inertia)",
+        )
+    base = _floats(el, dflt, "size", 3, (0.0, 0.0, 0.0), at_most=True)
+    size = _floats(el, own, "size", 3, base, at_most=True) if "size" in own else base
+    if "fromto" in attrs:
+        if gtype not in ("capsule", "cylinder", "ellipsoid", "box"):
+            raise _error(el, f"fromto requires a capsule, cylinder, box or ellipsoid geom, not {gtype}")
+        pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
+        if np.any(pos != 0):
+            raise _error(el, "both pos and fromto defined in geom")
+        ft = _floats(el, attrs, "fromto", 6)
+        vec = ft[:3] - ft[3:]
+        half = float(np.linalg.norm(vec)) / 2
+        if half < _EPS:
+            raise _error(el, "fromto points too close in geom")
+        size = size.copy()
+        if gtype in ("ellipsoid", "box"):
+            size[2], size[1] = half, size[0]
+        else:
+            size[1] = half
+        pos, R = 0.5 * (ft[:3] + ft[3:]), _z_to(vec)
+    else:
+        pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
+    for i in range(_GEOM_SIZES[gtype]):
+        if size[i] <= 0:
+            raise _error(el, f"size {i} must be positive in a {gtype} geom (size={attrs.get('size')!r})")
+    shell = _flag(el, attrs, "shellinertia", False)
+    volume = _volume(gtype, size, shell)
+    if "mass" in attrs:
+        mass = _number(el, attrs, "mass", None)
+        if mass == 0 or volume <= _EPS:
+            mass = 0.0
+    else:
+        density = _number(el, attrs, "density", 1000.0)
+        mass = density * volume
+    if mass < 0:
+        raise _error(el, "mass, inertia or density are negative in geom")
+    inertia = _principal_inertia(gtype, size, mass, shell) if mass > 0 else np.zeros(3)
+    R, pos = _compose(X_frame, (R, pos))
+    return mass, pos, R, inertia
+
+
+def _volume(gtype: str, s: np.ndarray, shell: bool) -> float:
+    """Volume (or, for ``shellinertia``, surface area) of a primitive geom."""
+    pi = math.pi
+    if gtype == "sphere":
+        return 4 * pi * s[0] ** 2 if shell else 4 * pi * s[0] ** 3 / 3
+    if gtype == "capsule":
+        r, h = s[0], 2 * s[1]
+        return 4 * pi * r * r + 2 * pi * r * h if shell else pi * (r * r * h + 4 * r**3 / 3)
+    if gtype == "cylinder":
+        r, h = s[0], 2 * s[1]
+        return 2 * pi * r * r + 2 * pi * r * h if shell else pi * r * r * h
+    if gtype == "ellipsoid":
+        if shell:  # Thomsen's approximation, as MuJoCo
+            p = 1.6075
+            t = (s[0] * s[1]) ** p + (s[1] * s[2]) ** p + (s[2] * s[0]) ** p
+            return 4 * pi * (t / 3) ** (1 / p)
+        return 4 * pi * s[0] * s[1] * s[2] / 3
+    if gtype == "box":
+        return 8 * (s[0] * s[1] + s[1] * s[2] + s[2] * s[0]) if shell else 8 * s[0] * s[1] * s[2]
+    return 0.0
+
+
+def _principal_inertia(gtype: str, s: np.ndarray, m: float, shell: bool) -> np.ndarray:
+    """Inertia about the geom's center along its axes (MuJoCo's ``mjCGeom::SetInertia``)."""
+    if gtype == "sphere":
+        return np.full(3, (2 * m * s[0] ** 2 / 3) if shell else (2 * m * s[0] ** 2 / 5))
+    if gtype == "capsule":
+        r, hh = s[0], s[1]
+        h = 2 * hh
+        if not shell:
+            ms = m * 4 * r / (4 * r + 3 * h)  # the two hemispheres
+            mc = m - ms
+            ixx = mc * (3 * r * r + h * h) / 12 + 2 * ms * r * r / 5 + ms * h * (3 * r + 2 * h) / 8
+            return np.array([ixx, ixx, mc * r * r / 2 + 2 * ms * r * r / 5])
+        a_s, a_c = 4 * math.pi * r * r, 2 * math.pi * r * h
+        ms = m * a_s / (a_s + a_c)
+        mc = m - ms
+        hs_com, hs_pos = r / 2, hh + r / 2
+        ixx = mc * (6 * r * r + h * h) / 12 + 2 * ms * r * r / 3 + ms * (hs_pos**2 - hs_com**2)
+        return np.array([ixx, ixx, mc * r * r + 2 * ms * r * r / 3])
+    if gtype == "cylinder":
+        r, hh = s[0], s[1]
+        h = 2 * hh
+        if not shell:
+            ixx = m * (3 * r * r + h * h) / 12
+            return np.array([ixx, ixx, m * r * r / 2])
+        a_d, a_c = math.pi * r * r, 2 * math.pi * r * h
+        md = m * a_d / (2 * a_d + a_c)
+        mc = m - 2 * md
+        ixx = mc * (6 * r * r + h * h) / 12 + 2 * (md * r * r / 4 + md * hh * hh)
+        return np.array([ixx, ixx, mc * r * r + 2 * md * r * r / 2])
+    s2 = s * s
+    if gtype == "ellipsoid":
+        if not shell:
+            return m * np.array([s2[1] + s2[2], s2[0] + s2[2], s2[0] + s2[1]]) / 5
+        eps = 1e-6  # shell = expanded ellipsoid minus the solid one (MuJoCo's approximation)
+        va = 4 * math.pi * s[0] * s[1] * s[2] / 3
+        e = s + eps
+        vb = 4 * math.pi * e[0] * e[1] * e[2] / 3
+        rho = m / (vb - va)
+        e2 = e * e
+        ia = va * rho * np.array([s2[1] + s2[2], s2[0] + s2[2], s2[0] + s2[1]]) / 5
+        ib = vb * rho * np.array([e2[1] + e2[2], e2[0] + e2[2], e2[0] + e2[1]]) / 5
+        return ib - ia
+    if gtype == "box":
+        if not shell:
+            return m * np.array([s2[1] + s2[2], s2[0] + s2[2], s2[0] + s2[1]]) / 3
+        lx, ly, lz = 2 * s
+        a0, a1, a2 = lx * ly, ly * lz, lz * lx
+        at = 2 * (a0 + a1 + a2)
+        m0, m1, m2 = m * a0 / at, m * a1 / at, m * a2 / at
+        i0 = np.array([m0 * ly * ly, m0 * lx * lx, m0 * (lx * lx + ly * ly)]) / 12
+        i1 = np.array([m1 * (ly * ly + lz * lz), m1 * lz * lz, m1 * ly * ly]) / 12
+        i2 = np.array([m2 * lz * lz, m2 * (lx * lx + lz * lz), m2 * lx * lx]) / 12
+        return 2 * np.array(
+            [
+                m0 * s2[2] + m2 * s2[1] + i0[0] + i1[0] + i2[0],
+                m0 * s2[2] + m1 * s2[0] + i0[1] + i1[1] + i2[1],
+                m1 * s2[0] + m2 * s2[1] + i0[2] + i1[2] + i2[2],
+            ]
+        )
+    return np.zeros(3)
+
+
+def _is_static(body: _Body) -> bool:
+    """Whether the body is welded to the world (no joint between them)."""
+    b: _Body | None = body
+    while b is not None and b.id != 0:
+        if b.joints:
+            return False
+        b = b.parent
+    return True
+
+
+def _body_inertia(body: _Body, comp: _Compiler, skipped: list[str]) -> None:
+    """Mass, center of mass and inertia about it (body frame) of a body, as MuJoCo's
+    ``mjCBody::Compile`` and ``InertiaFromGeom`` compute them."""
+    el = body.inertial
+    explicit = el is not None
+    mass, com, I_c, iR = 0.0, np.zeros(3), np.zeros((3, 3)), None
+    if el is not None:
+        a = el.attrib
+        com = _floats(el, a, "pos", 3)
+        mass = _number(el, a, "mass", None)
+        if "fullinertia" in a:
+            if any(k in a for k in ("quat", *_ALT)):
+                raise _error(el, "fullinertia and an inertial orientation cannot both be specified")
+            if "diaginertia" in a:
+                raise _error(el, "fullinertia and diaginertia cannot both be specified")
+            xx, yy, zz, xy, xz, yz = _floats(el, a, "fullinertia", 6)
+            I_c = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+        else:
+            iR = _rotation(el, a, {}, comp)
+            I_c = iR @ np.diag(_floats(el, a, "diaginertia", 3, (0.0, 0.0, 0.0))) @ iR.T
+    if comp.inertiafromgeom == "true" or (comp.inertiafromgeom == "auto" and not explicit):
+        sel = [g for g in (_geom_mass(*geom, comp, body, skipped) for geom in body.geoms) if g is not None]
+        if len(sel) == 1:
+            mass, com, iR, d = sel[0]
+            I_c = iR @ np.diag(d) @ iR.T
+        elif len(sel) > 1:
+            mass = sum(g[0] for g in sel)
+            if mass < _EPS:
+                raise _error(body.el, f"body {body.name!r}: mass is too small, cannot compute center of mass")
+            com = sum(g[0] * g[1] for g in sel) / mass
+            I_c, iR = np.zeros((3, 3)), None
+            for m_g, p_g, R_g, d_g in sel:
+                r = p_g - com
+                I_c += R_g @ np.diag(d_g) @ R_g.T + m_g * (float(r @ r) * np.eye(3) - np.outer(r, r))
+    I_c = 0.5 * (I_c + I_c.T)
+    # boundmass, boundinertia, balanceinertia act on the principal moments
+    mass = max(mass, comp.boundmass)
+    lam, V = np.linalg.eigh(I_c)
+    lam = np.maximum(lam, comp.boundinertia) if comp.boundinertia > 0 else lam
+    where = el if el is not None else body.el
+    if mass < 0 or np.any(lam < -1e-12 * max(1.0, float(np.abs(lam).max()))):
+        raise _error(where, f"body {body.name!r}: mass and inertia cannot be negative")
+    lam = np.maximum(lam, 0.0)
+    tol = 1e-12 * float(lam.sum())
+    if lam[0] + lam[1] < lam[2] - tol:
+        if not comp.balanceinertia:
+            raise _error(
+                where, f"body {body.name!r}: inertia must satisfy A + B >= C; use 'balanceinertia' to fix"
+            )
+        lam = np.full(3, lam.mean())
+    body.mass, body.com, body.I_com = float(mass), np.asarray(com, dtype=float), (V * lam) @ V.T
+    if iR is None:  # principal axes (MuJoCo's eigen-decomposition may order them differently)
+        iR = V if np.linalg.det(V) > 0 else V * np.array([1.0, 1.0, -1.0])
+    body.iR = iR
+
+
+# ----------------------------------------------------------------------------- the loader
+
+
+def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> LoadedModel:
+    """Load a MuJoCo MJCF model as a simjax System.
+
+    Args:
+        path: The ``.xml`` file. ``<include>``d files are read; meshes, textures and other
+            assets are never opened.
+        warn_ignored: Emit one warning line summarising what simjax leaves out that carries
+            physics (tendons, actuators, joint damping, stiffness and armature, contact pairs,
+            gravity compensation, ...); every ignored part, cameras and geoms included, is
+            counted in ``model.ignored``.
+
+    Returns:
+        A :class:`LoadedModel`: ``bodies`` by MuJoCo body name (``"world"`` is Ground),
+        ``joints`` (the mobilized body each joint moves) by joint name, one
+        :class:`Coordinate` per hinge and slide joint (named as the joint; its ``range``
+        when the joint is limited, in radians or metres), ``markers`` (the sites),
+        ``constraints`` (the equalities, by name) and the default State: MuJoCo's ``qpos0``
+        (hinge and slide joints at ``ref``, ball joints at the identity, free bodies where
+        the file puts them).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ModelFileError: Malformed XML, an ``<include>`` of a missing file, an unknown joint
+            or geom type, an unknown default class, repeated names, an equality naming a
+            missing body, joint or site, a moving body without mass, a moving body whose
+            inertia would come from a mesh, or a construct simjax does not read
+            (``<composite>``, ``<flexcomp>``, ``<replicate>``, ``<attach>``). The message
+            names the file, the line and the element.
+    """
+    import simjax as sj
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"MJCF file not found: {path!r}")
+    root = _read_with_includes(path)
+    if root.tag != "mujoco":
+        raise _error(root, f"an MJCF file's top element must be <mujoco>, found <{root.tag}>")
+
+    ignored: dict[str, int] = {}
+    notes: list[str] = []
+    comp = _Compiler()
+    gravity = np.array([0.0, 0.0, -9.81])
+    for el in root.children:
+        if el.tag == "compiler":
+            comp.read(el, notes)
+        elif el.tag == "option":
+            gravity = _read_option(el, gravity, ignored)
+        elif el.tag in ("tendon", "actuator", "deformable", "asset", "keyframe", "sensor", "custom"):
+            _count(ignored, el.tag, len(el.children))
+        elif el.tag == "contact":
+            for c in el.children:
+                _count(ignored, "contact pair" if c.tag == "pair" else f"contact {c.tag}")
+        elif el.tag not in _READ:
+            _count(ignored, el.tag if el.tag in _QUIET else f"<{el.tag}>")
+    defaults = _Defaults([el for el in root.children if el.tag == "default"])
+    reader = _Reader(root, comp, defaults, ignored)
+    bodies = reader.bodies
+
+    skipped: list[str] = []
+    for b in bodies[1:]:
+        _body_inertia(b, comp, skipped)
+    if skipped:
+        names = sorted(set(skipped))
+        notes.append(
+            f"{len(names)} static bodies take no mass from their mesh/hfield geoms (never opened; they do "
+            f"not move, so the dynamics is the same): {names[:6]}{' ...' if len(names) > 6 else ''}"
+        )
+    if comp.settotalmass > 0:
+        total = sum(b.mass for b in bodies[1:])
+        scale = comp.settotalmass / max(_MINVAL, total)
+        for b in bodies[1:]:
+            b.mass *= scale
+            b.I_com = b.I_com * scale
+    for b in bodies[1:]:
+        _align_free(b, comp)
+        if b.mocap:
+            _count(ignored, "mocap body (welded to ground)")
+    _check_massive(bodies)
+
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    sj.Force.UniformGravity(forces, matter, [float(g) for g in gravity])
+
+    taken = {"ground"}
+
+    def body_name(name: str) -> str:
+        n = name if name not in taken else f"{name}_body"
+        while n in taken:
+            n += "_"
+        taken.add(n)
+        return n
+
+    mobods: dict[str, MobilizedBody] = {"world": matter.Ground()}
+    by_id: list[MobilizedBody] = [matter.Ground()]
+    joint_mobods: dict[str, MobilizedBody] = {}
+    coordinates: dict[str, Coordinate] = {}
+    for b in bodies[1:]:
+        assert b.parent is not None
+        mob = _mobilize(sj, b, by_id[b.parent.id], body_name, joint_mobods, coordinates, notes)
+        mobods[b.name] = mob
+        by_id.append(mob)
+
+    markers: dict[str, Marker] = {}
+    for b in bodies:
+        for name, pos, _, _ in b.sites:
+            markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
+
+    constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
+    state = system.realize_topology()
+    model = LoadedModel(
+        system=system,
+        matter=matter,
+        forces=forces,
+        default_state=state,
+        bodies=mobods,
+        joints=joint_mobods,
+        coordinates=coordinates,
+        markers=markers,
+        constraints=constraints,
+        ignored=ignored,
+        notes=notes,
+        path=path,
+        source="mjcf",
+    )
+    if assembled:  # every constraint holds at qpos0 by construction: nothing to assemble
+        model.state = state
+    loud = [f"{n} {k}" for k, n in ignored.items() if k not in _QUIET]
+    if warn_ignored and (loud or notes):
+        msg = f"load_mjcf({os.path.basename(path)}):"
+        if loud:
+            msg += " not modelled and ignored: " + ", ".join(loud)
+        warnings.warn("; ".join([msg, *notes]), stacklevel=2)
+    return model
+
+
+def _read_option(el: _El, gravity: np.ndarray, ignored: dict[str, int]) -> np.ndarray:
+    a = el.attrib
+    g = _floats(el, a, "gravity", 3, gravity)
+    for key in ("density", "viscosity"):
+        if _number(el, a, key, 0.0) != 0.0:
+            _count(ignored, f"option {key} (fluid forces)")
+    if "wind" in a and np.any(_floats(el, a, "wind", 3) != 0):
+        _count(ignored, "option wind (fluid forces)")
+    for c in el.children:
+        if c.tag == "flag" and c.get("gravity") == "disable":
+            g = np.zeros(3)
+    return g
+
+
+def _align_free(b: _Body, comp: _Compiler) -> None:
+    """MuJoCo's free-joint alignment: a childless body moved by one free joint with
+    ``align="true"`` (or ``"auto"`` under ``<compiler alignfree="true">``) gets its inertial
+    frame as its body frame."""
+    js = b.joints
+    if not (len(js) == 1 and js[0].type == "free" and not b.children):
+        return
+    if not (js[0].align == "true" or (js[0].align == "auto" and comp.alignfree)):
+        return
+    X_i = (b.iR, b.com)
+    b.X = _compose(b.X, X_i)
+    inv = _invert(X_i)
+    b.com, b.I_com, b.iR = np.zeros(3), b.iR.T @ b.I_com @ b.iR, np.eye(3)
+    b.sites = [(n, _compose(inv, X)[1], el, _compose(inv, X)) for n, _, el, X in b.sites]
+
+
+def _check_massive(bodies: list[_Body]) -> None:
+    """Every moving body (with its welded descendants) needs mass (MuJoCo's rule; else the
+    mass matrix is singular)."""
+    for b in bodies[1:]:
+        if not b.joints:
+            continue
+        total, stack = 0.0, [b]
+        while stack:
+            x = stack.pop()
+            total += x.mass
+            stack.extend(c for c in x.children if not c.joints)
+        if total < _MINVAL:
+            raise _error(
+                b.el,
+                f"body {b.name!r} moves (joints {[j.name for j in b.joints]}) but has no mass: give it "
+                "an <inertial> or a geom with volume (mass and inertia of moving bodies must be larger "
+                "than mjMINVAL)",
+            )
+
+
+def _mass_properties(b: _Body) -> tuple[sp.MassProperties, str | None]:
+    if b.mass <= 0:
+        return sp.MassProperties(0.0), None
+    c = b.com
+    I_o = b.I_com + b.mass * (float(c @ c) * np.eye(3) - np.outer(c, c))
+    I_o = 0.5 * (I_o + I_o.T)
+    try:
+        return sp.MassProperties(b.mass, c, I_o), None
+    except ValueError as e:
+        if "triangle" not in str(e):
+            raise _error(b.inertial or b.el, f"body {b.name!r}: invalid inertia ({e})") from None
+        return sp.MassProperties(b.mass, c, I_o, strict=False), (
+            f"body {b.name!r}: inertia at the edge of the triangle inequality (kept as MuJoCo has it)"
+        )
+
+
+def _mobilize(
+    sj: Any,
+    b: _Body,
+    parent: MobilizedBody,
+    body_name: Callable[[str], str],
+    joint_mobods: dict[str, MobilizedBody],
+    coordinates: dict[str, Coordinate],
+    notes: list[str],
+) -> MobilizedBody:
+    """The mobilized body (or chain) for one MuJoCo body; returns the one carrying it."""
+    mp, note = _mass_properties(b)
+    if note:
+        notes.append(note)
+    R0, p0 = b.X
+    T = sj.Transform
+    if not b.joints:
+        return sj.MobilizedBody.Weld(parent, T(R0, p0), sj.Body(mp), T(), name=body_name(b.name))
+    j0 = b.joints[0]
+    if j0.type == "free":
+        mob = sj.MobilizedBody.Free(parent, T(), sj.Body(mp), T(), name=body_name(b.name))
+        mob.set_default_q(np.concatenate([_rot_to_quat(R0), p0]))
+        joint_mobods[j0.name] = mob
+        return mob
+    z, x = np.array([0.0, 0.0, 1.0]), np.array([1.0, 0.0, 0.0])
+    cur, R_pre, p_pre = parent, R0, p0
+    for k, j in enumerate(b.joints):
+        last = k == len(b.joints) - 1
+        body = sj.Body(mp) if last else sj.Body.Massless()
+        name = body_name(b.name if last else f"{b.name}/{j.name}")
+        if j.type == "hinge":
+            Ra = align_axis(z, j.axis)
+            Rref = _axis_angle(z, -j.ref)
+            X_PF, X_BM = T(R_pre @ Ra @ Rref, p_pre + R_pre @ j.pos), T(Ra, j.pos)
+            mob = sj.MobilizedBody.Pin(cur, X_PF, body, X_BM, name=name)
+        elif j.type == "slide":
+            Ra = align_axis(x, j.axis)
+            X_PF, X_BM = T(R_pre @ Ra, p_pre - j.ref * (R_pre @ j.axis)), T(Ra)
+            mob = sj.MobilizedBody.Slider(cur, X_PF, body, X_BM, name=name)
+        else:  # ball
+            X_PF, X_BM = T(R_pre, p_pre + R_pre @ j.pos), T(np.eye(3), j.pos)
+            mob = sj.MobilizedBody.Ball(cur, X_PF, body, X_BM, name=name)
+        if j.type in ("hinge", "slide"):
+            if j.ref != 0.0:
+                mob.set_default_q([j.ref])
+            motion = "rotational" if j.type == "hinge" else "translational"
+            coordinates[j.name] = Coordinate(
+                j.name, mob, 0, motion, default_value=j.ref, range=j.range, joint=j.name
+            )
+        joint_mobods[j.name] = mob
+        cur, R_pre, p_pre = mob, np.eye(3), np.zeros(3)
+    return cur
+
+
+def _add_equalities(
+    sj: Any,
+    root: _El,
+    reader: _Reader,
+    defaults: _Defaults,
+    matter: Any,
+    by_id: list[MobilizedBody],
+    joint_mobods: dict[str, MobilizedBody],
+    ignored: dict[str, int],
+) -> tuple[dict[str, Any], bool]:
+    """``<equality>`` elements as constraints; also whether the default State satisfies
+    them all by construction."""
+    bodies = {b.name: b for b in reader.bodies}
+    joints = {j.name: j for j in reader.joints}
+    sites = {name: (b, X) for b in reader.bodies for name, _, _, X in b.sites}
+    # body poses in the world at qpos0 (joints contribute nothing there)
+    X0: list[_Frame] = [_IDENTITY]
+    for b in reader.bodies[1:]:
+        assert b.parent is not None
+        X0.append(_compose(X0[b.parent.id], b.X))
+
+    def body_of(el: _El, attr: str, default: str | None) -> _Body:
+        name = el.get(attr, default)
+        if name is None:
+            raise _error(el, f'<{el.tag}> needs {attr}="..." naming a body')
+        if name not in bodies:
+            raise _error(el, f"{attr}={name!r} is not a body of this model ({len(bodies) - 1} bodies)")
+        return bodies[name]
+
+    def site_of(el: _El, attr: str) -> tuple[_Body, _Frame]:
+        name = el.get(attr)
+        if name not in sites:
+            raise _error(el, f"{attr}={name!r} is not a site of this model ({len(sites)} sites)")
+        return sites[name]
+
+    def joint_of(el: _El, attr: str) -> _Joint:
+        name = el.get(attr)
+        if name not in joints:
+            raise _error(el, f"{attr}={name!r} is not a joint of this model ({len(joints)} joints)")
+        j = joints[name]
+        if j.type not in ("hinge", "slide"):
+            raise _error(
+                el, f"{attr}={name!r} is a {j.type} joint; a joint equality needs hinge or slide joints"
+            )
+        return j
+
+    out: dict[str, Any] = {}
+    satisfied = True
+    eq_id = 0
+    for section in (c for c in root.children if c.tag == "equality"):
+        for el in section.children:
+            own = el.attrib
+            attrs = {**defaults.of(el, "equality", own.get("class", "main")), **own}
+            name = own.get("name") or f"{el.tag}#{eq_id}"
+            eq_id += 1
+            if name in out:
+                raise _error(el, f"repeated equality name {name!r}")
+            try:
+                if el.tag == "connect":
+                    if "site1" in own or "site2" in own:
+                        (b1, X1), (b2, X2) = site_of(el, "site1"), site_of(el, "site2")
+                        p1, p2 = X1[1], X2[1]
+                        satisfied = False
+                    else:
+                        b1, b2 = body_of(el, "body1", None), body_of(el, "body2", "world")
+                        p1 = _floats(el, attrs, "anchor", 3)
+                        # the anchor on body 2 is where body 1's anchor is at qpos0 (MuJoCo's set0)
+                        R2, o2 = X0[b2.id]
+                        p2 = R2.T @ (X0[b1.id][0] @ p1 + X0[b1.id][1] - o2)
+                    con = sj.Constraint.Ball(by_id[b1.id], p1, by_id[b2.id], p2)
+                elif el.tag == "weld":
+                    if "site1" in own or "site2" in own:
+                        (b1, F1), (b2, F2) = site_of(el, "site1"), site_of(el, "site2")
+                        satisfied = False
+                    else:
+                        b1, b2 = body_of(el, "body1", None), body_of(el, "body2", "world")
+                        anchor = _floats(el, attrs, "anchor", 3, (0.0, 0.0, 0.0))
+                        rel = _floats(el, attrs, "relpose", 7, (0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+                        if np.any(
+                            rel[3:] != 0
+                        ):  # user relative pose: body 2's anchor and orientation in body 1
+                            F1 = (_quat_to_rot(rel[3:] / np.linalg.norm(rel[3:])), rel[:3])
+                            satisfied = False
+                        else:  # the relative pose at qpos0 (MuJoCo's set0)
+                            X_21 = _compose(_invert(X0[b1.id]), X0[b2.id])
+                            F1 = (X_21[0], X_21[0] @ anchor + X_21[1])
+                        F2 = (np.eye(3), anchor)
+                    if _number(el, attrs, "torquescale", 1.0) != 1.0:
+                        _count(ignored, "weld torquescale")
+                    con = sj.Constraint.Weld(by_id[b1.id], sj.Transform(*F1), by_id[b2.id], sj.Transform(*F2))
+                elif el.tag == "joint":
+                    j1 = joint_of(el, "joint1")
+                    j2 = joint_of(el, "joint2") if el.get("joint2") else None
+                    c = _floats(el, attrs, "polycoef", 5, (0.0, 1.0, 0.0, 0.0, 0.0), at_most=True)
+                    if j2 is not None and j2.name == j1.name:
+                        raise _error(el, f"joint1 and joint2 are the same joint {j1.name!r}")
+                    if c[0] != 0.0:
+                        satisfied = False
+                    con = _joint_coupler(sj, matter, c, j1, j2, joint_mobods)
+                else:
+                    _count(ignored, f"equality {el.tag}")
+                    continue
+            except ValueError as e:
+                if isinstance(e, ModelFileError):
+                    raise
+                raise _error(el, str(e)) from None
+            if not _flag(el, attrs, "active", True):
+                con.set_disabled_by_default(True)
+            out[name] = con
+    return out, satisfied
+
+
+def _joint_coupler(
+    sj: Any, matter: Any, c: np.ndarray, j1: _Joint, j2: _Joint | None, joint_mobods: dict[str, MobilizedBody]
+) -> Any:
+    """``q1 - ref1 = c0 + c1 d + c2 d^2 + c3 d^3 + c4 d^4`` with ``d = q2 - ref2`` (MuJoCo's
+    joint equality, measured from qpos0)."""
+    y0 = j1.ref
+    c0, c1, c2, c3, c4 = (float(v) for v in c)
+    if j2 is None:
+        return sj.Constraint.CoordinateCoupler(matter, lambda q: q[0] - y0 - c0, [joint_mobods[j1.name]], [0])
+    x0 = j2.ref
+
+    def f(q: Any) -> Any:
+        d = q[1] - x0
+        return q[0] - y0 - (c0 + d * (c1 + d * (c2 + d * (c3 + d * c4))))
+
+    return sj.Constraint.CoordinateCoupler(matter, f, [joint_mobods[j1.name], joint_mobods[j2.name]], [0, 0])

@@ -1,0 +1,780 @@
+"""``sj.io.load_osim``: OpenSim 3.x and 4.x ``.osim`` models as simjax Systems.
+
+OpenSim builds its Simbody system from the file in a fixed way, and so does this loader:
+
+* every Joint becomes the mobilizer of its child body, with the parent frame as the inboard
+  frame F and the child frame as the outboard frame M (frames are PhysicalOffsetFrames given
+  by a translation and body-fixed X-Y-Z angles);
+* PinJoint → Pin (about z), SliderJoint → Slider (along x), BallJoint → Ball and FreeJoint →
+  Free in Euler-angle mode (OpenSim's coordinates are body-fixed X-Y-Z angles and the speeds
+  are Simbody's u), UniversalJoint, GimbalJoint, PlanarJoint, EllipsoidJoint, WeldJoint →
+  the Simbody kinds of the same name, CustomJoint → ``MobilizedBody.FunctionBased`` with the
+  SpatialTransform's six axes and functions;
+* CoordinateCouplerConstraint → ``Constraint.CoordinateCoupler`` (``dependent = scale ·
+  f(independent)``), WeldConstraint → ``Constraint.Weld``, PointConstraint →
+  ``Constraint.Ball``; locked coordinates → ``Constraint.ConstantCoordinate``, prescribed
+  ones → ``Constraint.PrescribedMotion``.
+
+Forces (muscles, actuators, springs, contact), geometry, wrap objects, controllers and probes
+are not modelled; they are counted in ``model.ignored`` and reported in one warning line.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import _spatial as sp
+from .._bodies import Body, MobilizedBody
+from .._constraints import Constraint
+from .._forces import Force
+from .._functions import Constant, Linear, Polynomial
+from .._matter import SimbodyMatterSubsystem
+from .._system import GeneralForceSubsystem, MultibodySystem
+from . import _osim_functions as fn
+from ._loaded import Coordinate, LoadedModel, Marker
+from ._xml import XmlDoc
+
+FUNCTION_TAGS = (
+    "Constant",
+    "LinearFunction",
+    "PolynomialFunction",
+    "SimmSpline",
+    "NaturalCubicSpline",
+    "PiecewiseLinearFunction",
+    "PiecewiseConstantFunction",
+    "MultiplierFunction",
+    "Sine",
+    "GCVSpline",
+    "StepFunction",
+)
+
+JOINT_KINDS = {
+    "WeldJoint": ("Weld", []),
+    "PinJoint": ("Pin", ["rotational"]),
+    "SliderJoint": ("Slider", ["translational"]),
+    "BallJoint": ("Ball", ["rotational"] * 3),
+    "FreeJoint": ("Free", ["rotational"] * 3 + ["translational"] * 3),
+    "UniversalJoint": ("Universal", ["rotational"] * 2),
+    "GimbalJoint": ("Gimbal", ["rotational"] * 3),
+    "PlanarJoint": ("Planar", ["rotational", "translational", "translational"]),
+    "EllipsoidJoint": ("Ellipsoid", ["rotational"] * 3),
+    "CustomJoint": ("FunctionBased", None),
+}
+
+FRAME_TAGS = ("Ground", "Body", "PhysicalOffsetFrame")
+
+
+_SIGNIFICANT = float(np.finfo(float).eps ** (7 / 8))  # SimTK's "significant" for double
+
+
+def rotation_body_xyz(angles: np.ndarray) -> np.ndarray:
+    """``Rx(a) Ry(b) Rz(c)``: OpenSim's frame orientations (body-fixed X-Y-Z)."""
+    a, b, c = (float(x) for x in angles)
+    ca, sa, cb, sb, cc, sc = np.cos(a), np.sin(a), np.cos(b), np.sin(b), np.cos(c), np.sin(c)
+    Rx = np.array([[1, 0, 0], [0, ca, -sa], [0, sa, ca]])
+    Ry = np.array([[cb, 0, sb], [0, 1, 0], [-sb, 0, cb]])
+    Rz = np.array([[cc, -sc, 0], [sc, cc, 0], [0, 0, 1]])
+    return Rx @ Ry @ Rz
+
+
+@dataclass
+class _X:
+    """A rigid transform as NumPy arrays (frame in its parent)."""
+
+    R: np.ndarray = field(default_factory=lambda: np.eye(3))
+    p: np.ndarray = field(default_factory=lambda: np.zeros(3))
+
+    def __matmul__(self, other: _X) -> _X:
+        return _X(self.R @ other.R, self.R @ other.p + self.p)
+
+    def transform(self) -> sp.Transform:
+        return sp.Transform(self.R, self.p)
+
+
+@dataclass
+class _Coord:
+    name: str
+    el: ET.Element
+    default: float = 0.0
+    speed: float = 0.0
+    range: tuple[float, float] = (-np.inf, np.inf)
+    clamped: bool = False
+    locked: bool = False
+    prescribed: bool = False
+    prescribed_fn: Any = None
+    motion_type: str | None = None
+
+
+@dataclass
+class _Joint:
+    name: str
+    kind: str
+    el: ET.Element
+    parent: tuple[str, _X]
+    child: tuple[str, _X]
+    coords: list[_Coord]
+    axes: list[tuple[list[str], np.ndarray, Any, ET.Element]] = field(default_factory=list)
+    radii: np.ndarray | None = None
+
+
+def load_osim(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> LoadedModel:
+    """Load an OpenSim model (``.osim``, format 3.x or 4.x) as a simjax System.
+
+    Args:
+        path: The ``.osim`` file.
+        warn_ignored: Emit one warning line summarising the parts simjax does not model
+            (muscles, actuators, contact, ...); they are always listed in ``model.ignored``.
+
+    Returns:
+        A :class:`LoadedModel`: ``model.system``, ``model.state`` (the default State:
+        coordinate default values and speeds, Euler-angle mode, constraints assembled),
+        handles by name in ``model.bodies``, ``model.joints``, ``model.coordinates``,
+        ``model.markers``, ``model.constraints``. Coordinate values are OpenSim's (radians
+        and metres), so ``model.q_from_table(sj.io.read_mot(...))`` applies an OpenSim
+        motion.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        ModelFileError: Malformed XML or an element simjax cannot build (the message names
+            the file, line and element).
+    """
+    doc = XmlDoc(path, what="OpenSim model")
+    return _OsimReader(doc, warn_ignored).build()
+
+
+class _OsimReader:
+    def __init__(self, doc: XmlDoc, warn: bool = True):
+        self.doc, self.warn = doc, warn
+        root = doc.root
+        if root.tag == "OpenSimDocument":
+            try:
+                self.version = int(root.get("Version", "40000"))
+            except ValueError:
+                self.version = 40000
+            model = root.find("Model")
+        elif root.tag == "Model":
+            self.version = 40000
+            model = root
+        else:
+            raise doc.error(
+                root, "not an OpenSim model: the root element must be <OpenSimDocument> or <Model>"
+            )
+        if model is None:
+            raise doc.error(root, "no <Model> element inside <OpenSimDocument>")
+        self.model = model
+        self.old = self.version < 40000 and model.find("JointSet") is None
+        self.ignored: Counter[str] = Counter()
+        self.notes: list[str] = []
+        self.frames: dict[str, tuple[ET.Element, str | None, _X]] = {}  # path -> (el, parent path, X)
+        self.body_els: dict[str, ET.Element] = {}
+        self.ground_name = "ground"
+
+    # ------------------------------------------------------------------ helpers
+    def _set_objects(self, set_tag: str) -> list[ET.Element]:
+        s = self.model.find(set_tag)
+        if s is None:
+            return []
+        objs = s.find("objects")
+        return list(objs) if objs is not None else []
+
+    def _function(self, owner: ET.Element, wrapper: str) -> Any:
+        """The function stored under ``owner`` as ``<wrapper><Kind>`` (3.x) or
+        ``<Kind name="wrapper">`` (4.x)."""
+        doc = self.doc
+        w = owner.find(wrapper)
+        if w is not None:
+            kids = [
+                c
+                for c in w
+                if c.tag in FUNCTION_TAGS or c.tag.endswith("Function") or c.tag.endswith("Spline")
+            ]
+            if not kids:
+                kids = list(w)
+            if not kids:
+                raise doc.error(w, f"<{wrapper}> holds no function")
+            return self._parse_function(kids[0])
+        for c in owner:
+            if c.get("name") == wrapper or (c.tag in FUNCTION_TAGS and c.get("name") in (None, "", wrapper)):
+                return self._parse_function(c)
+        raise doc.error(owner, f"missing the function <{wrapper}>")
+
+    def _parse_function(self, el: ET.Element) -> Any:
+        doc, tag = self.doc, el.tag
+        if tag == "Constant":
+            return Constant(doc.float(el, "value", 0.0))
+        if tag == "LinearFunction":
+            c = doc.floats(el, "coefficients", default=[1.0, 0.0])
+            if c.size != 2:
+                raise doc.error(
+                    el,
+                    f"<coefficients> of a LinearFunction needs 2 numbers (slope, intercept), found {c.size}",
+                )
+            return Linear(c)
+        if tag == "PolynomialFunction":
+            return Polynomial(doc.floats(el, "coefficients", default=[0.0]))
+        if tag in (
+            "SimmSpline",
+            "NaturalCubicSpline",
+            "PiecewiseLinearFunction",
+            "PiecewiseConstantFunction",
+        ):
+            x, y = doc.floats(el, "x"), doc.floats(el, "y")
+            try:
+                return getattr(fn, tag)(x, y)
+            except ValueError as e:
+                raise doc.error(el, str(e)) from None
+        if tag == "MultiplierFunction":
+            inner = self._function(el, "function")
+            return fn.MultiplierFunction(inner, doc.float(el, "scale", 1.0))
+        if tag == "Sine":
+            return fn.Sine(
+                doc.float(el, "amplitude", 1.0),
+                doc.float(el, "omega", 1.0),
+                doc.float(el, "phase", 0.0),
+                doc.float(el, "offset", 0.0),
+            )
+        raise doc.error(
+            el,
+            f"function type {tag} is not supported; supported: Constant, LinearFunction, PolynomialFunction, "
+            "SimmSpline, NaturalCubicSpline, PiecewiseLinearFunction, PiecewiseConstantFunction, "
+            "MultiplierFunction, Sine (refit it as a SimmSpline in OpenSim)",
+        )
+
+    # ------------------------------------------------------------------ frames
+    def _register(self, el: ET.Element, path: str, parent: str | None, X: _X) -> None:
+        self.frames[path] = (el, parent, X)
+
+    def _offset(self, el: ET.Element, owner_path: str) -> None:
+        """Register a PhysicalOffsetFrame owned by ``owner_path``."""
+        name = el.get("name") or ""
+        path = f"{owner_path}/{name}"
+        parent = self.doc.text(el, "socket_parent")
+        if parent is None:
+            raise self.doc.error(el, "a PhysicalOffsetFrame needs <socket_parent> (its parent frame)")
+        X = _X(
+            rotation_body_xyz(self.doc.floats(el, "orientation", 3, [0, 0, 0])),
+            self.doc.floats(el, "translation", 3, [0, 0, 0]),
+        )
+        self._register(el, path, self._resolve(parent, path, el), X)
+        for sub in self._owned_frames(el):
+            self._offset(sub, path)
+
+    def _owned_frames(self, el: ET.Element) -> list[ET.Element]:
+        out = []
+        for cont in ("frames", "components"):
+            c = el.find(cont)
+            if c is not None:
+                out += [f for f in c if f.tag == "PhysicalOffsetFrame"]
+        return out
+
+    def _resolve(self, path: str, relative_to: str, el: ET.Element) -> str:
+        """An absolute component path for a socket's ``path`` seen from ``relative_to``."""
+        path = path.strip()
+        if path.startswith("/"):
+            return path.rstrip("/") or "/"
+        parts = [p for p in relative_to.split("/") if p]
+        for seg in path.split("/"):
+            if seg in ("", "."):
+                continue
+            if seg == "..":
+                if parts:
+                    parts.pop()
+            else:
+                parts.append(seg)
+        return "/" + "/".join(parts)
+
+    def _frame_on_body(self, path: str, el: ET.Element, seen: tuple[str, ...] = ()) -> tuple[str, _X]:
+        """``(body name, X_B_frame)`` of the frame at ``path`` (follows offset frames)."""
+        entry = self.frames.get(path)
+        if entry is None:
+            # OpenSim accepts a bare name that is unique in the model.
+            tail = path.rstrip("/").split("/")[-1]
+            cands = [p for p in self.frames if p.split("/")[-1] == tail]
+            if len(cands) == 1:
+                entry, path = self.frames[cands[0]], cands[0]
+            else:
+                raise self.doc.error(
+                    el,
+                    f"refers to frame {path!r}, which is not in the model"
+                    + (f" (ambiguous: {cands})" if cands else "")
+                    + "; name a body (/bodyset/NAME), /ground or a PhysicalOffsetFrame",
+                )
+        fel, parent, X = entry
+        if fel.tag in ("Body", "Ground"):
+            return fel.get("name") or "", _X()
+        if path in seen:
+            raise self.doc.error(fel, "PhysicalOffsetFrames refer to each other in a loop")
+        body, X_B_parent = self._frame_on_body(parent or "", fel, (*seen, path))
+        return body, X_B_parent @ X
+
+    # ------------------------------------------------------------------ reading
+    def _read_bodies(self) -> dict[str, sp.MassProperties]:
+        doc = self.doc
+        masses: dict[str, sp.MassProperties] = {}
+        ground = self.model.find("Ground")
+        if ground is not None:
+            self.ground_name = ground.get("name") or "ground"
+            self._register(ground, "/ground", None, _X())
+            for f in self._owned_frames(ground):
+                self._offset(f, "/ground")
+        for b in self._set_objects("BodySet"):
+            name = b.get("name")
+            if not name:
+                raise doc.error(b, "a Body needs a name")
+            if name in self.body_els:
+                raise doc.error(b, f"a second body named {name!r}; body names must be unique")
+            self.body_els[name] = b
+            self._register(b, f"/bodyset/{name}", None, _X())
+            if self.old and name == "ground":
+                self.ground_name = name
+                continue
+            m = doc.float(b, "mass", 0.0)
+            com = doc.floats(b, "mass_center", 3, [0, 0, 0])
+            if b.find("inertia") is not None:
+                I6 = doc.floats(b, "inertia", 6)
+            else:
+                # OpenSim's 3.x -> 4.x update passes these through a stream with 6
+                # significant digits; do the same so the model matches OpenSim's.
+                I6 = np.array(
+                    [
+                        float(f"{doc.float(b, f'inertia_{k}', 0.0):.6g}")
+                        for k in ("xx", "yy", "zz", "xy", "xz", "yz")
+                    ]
+                )
+            if m < 0 or not np.isfinite(m):
+                raise doc.error(b, f"mass must be finite and >= 0, found {m}")
+            if abs(m) <= _SIGNIFICANT:
+                if np.abs(I6).max() > 0:
+                    self.notes.append(
+                        f"body {name!r} is massless: its inertia is taken as zero (as OpenSim does)"
+                    )
+                masses[name] = sp.MassProperties(0.0, com, sp.Inertia(0.0))
+                continue
+            xx, yy, zz, xy, xz, yz = I6
+            Ic = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+            Io = Ic + m * (float(com @ com) * np.eye(3) - np.outer(com, com))
+            try:  # OpenSim (a release build of Simbody) runs inertias that break the triangle
+                # inequality, as some published models have: keep them as they are.
+                masses[name] = sp.MassProperties(m, com, Io, strict=False)
+            except ValueError as e:
+                raise doc.error(b, f"invalid mass properties: {e}") from None
+        for name, b in self.body_els.items():
+            for f in self._owned_frames(b):
+                self._offset(f, f"/bodyset/{name}")
+        return masses
+
+    def _read_coordinate(self, c: ET.Element) -> _Coord:
+        doc = self.doc
+        rng = doc.floats(c, "range", 2, [-10.0, 10.0])  # OpenSim's default range
+        co = _Coord(
+            name=c.get("name") or "",
+            el=c,
+            default=doc.float(c, "default_value", 0.0),
+            speed=doc.float(c, "default_speed_value", 0.0),
+            range=(float(rng[0]), float(rng[1])),
+            clamped=doc.bool(c, "clamped", False),
+            locked=doc.bool(c, "locked", False),
+            prescribed=doc.bool(c, "prescribed", False),
+            motion_type=None,  # OpenSim 4 derives it from the joint (3.x files may list one)
+        )
+        if not co.name:
+            raise doc.error(c, "a Coordinate needs a name")
+        if co.prescribed:
+            pf = c.find("prescribed_function")
+            if pf is not None and len(pf):
+                co.prescribed_fn = self._parse_function(pf[0])
+            else:
+                co.prescribed = False
+        return co
+
+    def _joint_coords(self, j: ET.Element) -> list[_Coord]:
+        if self.old:
+            cs = j.find("CoordinateSet/objects")
+            els = list(cs) if cs is not None else []
+        else:
+            cs = j.find("coordinates")
+            els = list(cs) if cs is not None else []
+        return [self._read_coordinate(c) for c in els if c.tag == "Coordinate"]
+
+    def _read_joints(self) -> list[_Joint]:
+        doc = self.doc
+        joints: list[_Joint] = []
+        if self.old:
+            for bname, b in self.body_els.items():
+                holder = b.find("Joint")
+                if holder is None or not len(holder):
+                    continue
+                j = holder[0]
+                if doc.bool(j, "reverse", False):
+                    raise doc.error(
+                        j,
+                        "reversed joints (<reverse>true</reverse>) are not supported; re-save the "
+                        "model in OpenSim 4 with the joint's parent and child swapped",
+                    )
+                parent = doc.text(j, "parent_body")
+                if not parent:
+                    raise doc.error(j, "missing <parent_body>")
+                if parent not in self.body_els:
+                    raise doc.error(j, f"<parent_body> {parent!r} is not a body of the model")
+                Xp = _X(
+                    rotation_body_xyz(doc.floats(j, "orientation_in_parent", 3, [0, 0, 0])),
+                    doc.floats(j, "location_in_parent", 3, [0, 0, 0]),
+                )
+                Xc = _X(
+                    rotation_body_xyz(doc.floats(j, "orientation", 3, [0, 0, 0])),
+                    doc.floats(j, "location", 3, [0, 0, 0]),
+                )
+                joints.append(self._joint(j, (parent, Xp), (bname, Xc)))
+        else:
+            for j in self._set_objects("JointSet"):
+                name = j.get("name") or ""
+                jpath = f"/jointset/{name}"
+                for f in self._owned_frames(j):
+                    self._offset(f, jpath)
+            for j in self._set_objects("JointSet"):
+                name = j.get("name") or ""
+                jpath = f"/jointset/{name}"
+                sp_, sc_ = doc.text(j, "socket_parent_frame"), doc.text(j, "socket_child_frame")
+                if not sp_ or not sc_:
+                    raise doc.error(j, "a joint needs <socket_parent_frame> and <socket_child_frame>")
+                pa = self._frame_on_body(self._resolve(sp_, jpath, j), j)
+                ch = self._frame_on_body(self._resolve(sc_, jpath, j), j)
+                joints.append(self._joint(j, pa, ch))
+        return joints
+
+    def _joint(self, j: ET.Element, parent: tuple[str, _X], child: tuple[str, _X]) -> _Joint:
+        doc = self.doc
+        if j.tag not in JOINT_KINDS:
+            raise doc.error(
+                j,
+                f"joint type {j.tag} is not supported; supported: {', '.join(JOINT_KINDS)}",
+            )
+        kind, motion = JOINT_KINDS[j.tag]
+        coords = self._joint_coords(j)
+        jt = _Joint(j.get("name") or "", kind, j, parent, child, coords)
+        if motion is not None and len(coords) != len(motion):
+            raise doc.error(j, f"a {j.tag} has {len(motion)} coordinates, found {len(coords)}")
+        if motion is not None:
+            for c, mt in zip(coords, motion, strict=True):
+                c.motion_type = mt
+        if j.tag == "EllipsoidJoint":
+            jt.radii = doc.floats(j, "radii_x_y_z", 3)
+        if j.tag == "CustomJoint":
+            st = j.find("SpatialTransform")
+            if st is None:
+                raise doc.error(j, "a CustomJoint needs a <SpatialTransform>")
+            axes = {a.get("name"): a for a in st.findall("TransformAxis")}
+            names = [c.name for c in coords]
+            for k, an in enumerate(
+                ("rotation1", "rotation2", "rotation3", "translation1", "translation2", "translation3")
+            ):
+                a = axes.get(an)
+                if a is None:
+                    jt.axes.append(([], np.eye(3)[k % 3], Constant(0.0, arg_size=0), st))
+                    continue
+                cn = (doc.text(a, "coordinates") or "").split()
+                for n in cn:
+                    if n not in names:
+                        raise doc.error(
+                            a,
+                            f"TransformAxis uses coordinate {n!r}, which is not a coordinate of "
+                            f"joint {jt.name!r} (its coordinates: {names})",
+                        )
+                axis = doc.floats(a, "axis", 3)
+                if np.linalg.norm(axis) == 0:
+                    raise doc.error(a, "<axis> must not be zero")
+                has_fn = a.find("function") is not None or any(c.tag in FUNCTION_TAGS for c in a)
+                f = self._function(a, "function") if has_fn else (Linear([1.0, 0.0]) if cn else Constant(0.0))
+                if isinstance(f, Constant):
+                    f = Constant(float(f.value), arg_size=len(cn))
+                elif not cn:
+                    f = Constant(float(f(np.zeros(1))), arg_size=0)
+                jt.axes.append((cn, axis, f, a))
+            # OpenSim: the first axis using a coordinate decides; a linear function of slope
+            # +-1 there
+            # makes it rotational or translational, any other function coupled.
+            for c in coords:
+                if c.motion_type is not None:
+                    continue
+                for k, (cn, _axis, f, _el) in enumerate(jt.axes):
+                    if c.name in cn:
+                        lin = isinstance(f, Linear) and abs(float(f.coefficients[0])) == 1.0
+                        c.motion_type = ("rotational" if k < 3 else "translational") if lin else "coupled"
+                        break
+                else:
+                    c.motion_type = "coupled"
+        return jt
+
+    # ------------------------------------------------------------------ building
+    def build(self) -> LoadedModel:
+        doc = self.doc
+        masses = self._read_bodies()
+        joints = self._read_joints()
+
+        system = MultibodySystem()
+        matter = SimbodyMatterSubsystem(system)
+        forces = GeneralForceSubsystem(system)
+        g = doc.floats(self.model, "gravity", 3, [0.0, -9.80665, 0.0])
+        if np.any(g != 0):
+            Force.UniformGravity(forces, matter, g)
+
+        bodies: dict[str, MobilizedBody] = {self.ground_name: matter.Ground()}
+        joint_of: dict[str, MobilizedBody] = {}
+        coordinates: dict[str, Coordinate] = {}
+        by_child: dict[str, _Joint] = {}
+        for jt in joints:
+            cb = jt.child[0]
+            if cb == self.ground_name:
+                raise doc.error(
+                    jt.el, "a joint's child frame is on ground; simjax needs ground as the parent"
+                )
+            if cb in by_child:
+                raise doc.error(
+                    jt.el,
+                    f"body {cb!r} is the child of two joints ({by_child[cb].name!r} and "
+                    f"{jt.name!r}); close loops with a constraint instead",
+                )
+            if cb not in masses:
+                raise doc.error(jt.el, f"the child frame is on {cb!r}, which is not a body of the model")
+            by_child[cb] = jt
+        # Bodies without a joint get a free joint to ground, as OpenSim does.
+        for name in masses:
+            if name not in by_child:
+                el = self.body_els[name]
+                c = [
+                    _Coord(f"{name}_{s}", el, motion_type=mt)
+                    for s, mt in zip(
+                        ("rx", "ry", "rz", "tx", "ty", "tz"),
+                        ["rotational"] * 3 + ["translational"] * 3,
+                        strict=True,
+                    )
+                ]
+                by_child[name] = _Joint(f"{name}_free", "Free", el, (self.ground_name, _X()), (name, _X()), c)
+                self.ignored["missing joint (Free added)"] += 1
+
+        # Parents before children, in the file's order where possible.
+        order: list[_Joint] = []
+        placed = {self.ground_name}
+        pending = list(by_child.values())
+        while pending:
+            ready = [jt for jt in pending if jt.parent[0] in placed]
+            if not ready:
+                bad = pending[0]
+                raise doc.error(
+                    bad.el,
+                    f"the parent {bad.parent[0]!r} of joint {bad.name!r} is never connected to "
+                    "ground (a loop of joints or a missing joint); close loops with a constraint",
+                )
+            for jt in ready:
+                order.append(jt)
+                placed.add(jt.child[0])
+            pending = [jt for jt in pending if jt.child[0] not in placed]
+
+        for jt in order:
+            parent = bodies[jt.parent[0]]
+            X_PF, X_BM = jt.parent[1].transform(), jt.child[1].transform()
+            body = Body(masses[jt.child[0]])
+            name = jt.child[0]
+            if jt.kind == "FunctionBased":
+                functions = [a[2] for a in jt.axes]
+                cidx = [[[c.name for c in jt.coords].index(n) for n in a[0]] for a in jt.axes]
+                mob = MobilizedBody.FunctionBased(
+                    parent,
+                    X_PF,
+                    body,
+                    X_BM,
+                    n_mobilities=len(jt.coords),
+                    functions=functions,
+                    coordinate_indices=cidx,
+                    axes=[a[1] for a in jt.axes],
+                    name=name,
+                )
+            elif jt.kind == "Ellipsoid":
+                mob = MobilizedBody.Ellipsoid(parent, X_PF, body, X_BM, radii=jt.radii, name=name)
+            else:
+                mob = getattr(MobilizedBody, jt.kind)(parent, X_PF, body, X_BM, name=name)
+            bodies[name] = mob
+            joint_of[jt.name] = mob
+
+        # Coordinates in the file's order (OpenSim's CoordinateSet order).
+        for jt in [*joints, *(j for j in by_child.values() if j not in joints)]:
+            mob = bodies[jt.child[0]]
+            for k, c in enumerate(jt.coords):
+                if c.name in coordinates:
+                    raise doc.error(
+                        c.el, f"a second coordinate named {c.name!r}; coordinate names must be unique"
+                    )
+                coordinates[c.name] = Coordinate(
+                    name=c.name,
+                    body=mob,
+                    which=k,
+                    motion_type=c.motion_type or "rotational",
+                    default_value=c.default,
+                    default_speed_value=c.speed,
+                    range=c.range,
+                    clamped=c.clamped,
+                    locked=c.locked,
+                    prescribed=c.prescribed,
+                    joint=jt.name,
+                )
+
+        constraints: dict[str, Any] = {}
+        for jt in joints:
+            for k, c in enumerate(jt.coords):
+                mob = bodies[jt.child[0]]
+                if c.prescribed and c.prescribed_fn is not None:
+                    constraints[f"{c.name}_prescribed"] = Constraint.PrescribedMotion(
+                        matter, c.prescribed_fn, mob, k
+                    )
+                elif c.locked:
+                    constraints[f"{c.name}_locked"] = Constraint.ConstantCoordinate(mob, k, c.default)
+        self._read_constraints(matter, bodies, coordinates, constraints)
+        markers = self._read_markers(bodies)
+        self._count_ignored()
+
+        state = system.realize_topology()
+        state = matter.set_use_euler_angles(state, True)
+        q = np.asarray(state.q, dtype=float).copy()
+        u = np.asarray(state.u, dtype=float).copy()
+        for c in coordinates.values():
+            q[c.q_index(state)] = c.default_value
+            u[c.u_index(state)] = c.default_speed_value
+        state = state.with_q(q).with_u(u)
+        model = LoadedModel(
+            system=system,
+            matter=matter,
+            forces=forces,
+            default_state=state,
+            bodies=bodies,
+            joints=joint_of,
+            coordinates=coordinates,
+            markers=markers,
+            constraints=constraints,
+            ignored=dict(sorted(self.ignored.items())),
+            notes=self.notes,
+            path=doc.path,
+            source="osim",
+        )
+        if (self.ignored or self.notes) and self.warn:
+            msg = [f"load_osim({doc.name}):"]
+            if self.ignored:
+                msg.append(
+                    "not modelled by simjax (left out): "
+                    + ", ".join(f"{n} {k}" for k, n in sorted(self.ignored.items()))
+                )
+            msg += self.notes
+            warnings.warn(" ".join(msg[:1]) + " " + "; ".join(msg[1:]), stacklevel=3)
+        return model
+
+    def _coord_ref(self, el: ET.Element, name: str, coordinates: dict[str, Coordinate]) -> Coordinate:
+        c = coordinates.get(name)
+        if c is None:
+            raise self.doc.error(
+                el,
+                f"names coordinate {name!r}, which is not in the model "
+                f"(coordinates: {list(coordinates)[:10]}...)",
+            )
+        return c
+
+    def _read_constraints(self, matter, bodies, coordinates, out) -> None:
+        doc = self.doc
+        for c in self._set_objects("ConstraintSet"):
+            name = c.get("name") or f"constraint{len(out)}"
+            if c.find("isEnforced") is not None:
+                enabled = doc.bool(c, "isEnforced", True)
+            else:
+                enabled = not doc.bool(c, "isDisabled", False)
+            cpath = f"/constraintset/{name}"
+            for f in self._owned_frames(c):
+                self._offset(f, cpath)
+            if c.tag == "CoordinateCouplerConstraint":
+                ind = (doc.text(c, "independent_coordinate_names") or "").split()
+                dep = (doc.text(c, "dependent_coordinate_name") or "").strip()
+                if not ind or not dep:
+                    raise doc.error(c, "needs <independent_coordinate_names> and <dependent_coordinate_name>")
+                cs = [self._coord_ref(c, n, coordinates) for n in [*ind, dep]]
+                f = self._function(c, "coupled_coordinates_function")
+                scale = doc.float(c, "scale_factor", 1.0)
+                con = Constraint.CoordinateCoupler(
+                    matter,
+                    fn.CoupledFunction(f, scale, len(ind)),
+                    [x.body for x in cs],
+                    [x.which for x in cs],
+                )
+            elif c.tag in ("WeldConstraint", "PointConstraint"):
+                if self.old or c.find("body_1") is not None:
+                    b1, b2 = doc.text(c, "body_1"), doc.text(c, "body_2")
+                    for b in (b1, b2):
+                        if b not in bodies:
+                            raise doc.error(c, f"names body {b!r}, which is not in the model")
+                    X1 = _X(
+                        rotation_body_xyz(doc.floats(c, "orientation_body_1", 3, [0, 0, 0])),
+                        doc.floats(c, "location_body_1", 3, [0, 0, 0]),
+                    )
+                    X2 = _X(
+                        rotation_body_xyz(doc.floats(c, "orientation_body_2", 3, [0, 0, 0])),
+                        doc.floats(c, "location_body_2", 3, [0, 0, 0]),
+                    )
+                    f1, f2 = (b1, X1), (b2, X2)
+                elif c.tag == "WeldConstraint":
+                    s1, s2 = doc.text(c, "socket_frame1"), doc.text(c, "socket_frame2")
+                    if not s1 or not s2:
+                        raise doc.error(c, "a WeldConstraint needs <socket_frame1> and <socket_frame2>")
+                    f1 = self._frame_on_body(self._resolve(s1, cpath, c), c)
+                    f2 = self._frame_on_body(self._resolve(s2, cpath, c), c)
+                else:
+                    s1, s2 = doc.text(c, "socket_body_1"), doc.text(c, "socket_body_2")
+                    if not s1 or not s2:
+                        raise doc.error(c, "a PointConstraint needs <socket_body_1> and <socket_body_2>")
+                    b1, X1 = self._frame_on_body(self._resolve(s1, cpath, c), c)
+                    b2, X2 = self._frame_on_body(self._resolve(s2, cpath, c), c)
+                    p1, p2 = (
+                        doc.floats(c, "location_body_1", 3, [0, 0, 0]),
+                        doc.floats(c, "location_body_2", 3, [0, 0, 0]),
+                    )
+                    f1, f2 = (b1, X1 @ _X(p=p1)), (b2, X2 @ _X(p=p2))
+                m1, m2 = bodies[f1[0]], bodies[f2[0]]
+                if c.tag == "WeldConstraint":
+                    con = Constraint.Weld(m1, f1[1].transform(), m2, f2[1].transform())
+                else:
+                    con = Constraint.Ball(m1, f1[1].p, m2, f2[1].p)
+            else:
+                self.ignored[c.tag] += 1
+                continue
+            if not enabled:
+                con.set_disabled_by_default(True)
+            out[name] = con
+
+    def _read_markers(self, bodies: dict[str, MobilizedBody]) -> dict[str, Marker]:
+        doc = self.doc
+        markers: dict[str, Marker] = {}
+        for m in self._set_objects("MarkerSet"):
+            name = m.get("name") or ""
+            loc = doc.floats(m, "location", 3, [0, 0, 0])
+            if self.old or m.find("body") is not None:
+                b = doc.text(m, "body") or ""
+                if b not in bodies:
+                    raise doc.error(m, f"marker {name!r} is on body {b!r}, which is not in the model")
+                body, X = b, _X()
+            else:
+                s = doc.text(m, "socket_parent_frame")
+                if not s:
+                    raise doc.error(m, "a Marker needs <socket_parent_frame>")
+                body, X = self._frame_on_body(self._resolve(s, f"/markerset/{name}", m), m)
+                if body not in bodies:
+                    raise doc.error(m, f"marker {name!r} is on {body!r}, which is not a body of the model")
+            station = X.R @ loc + X.p
+            markers[name] = Marker(name, bodies[body], station, fixed=doc.bool(m, "fixed", False))
+        return markers
+
+    def _count_ignored(self) -> None:
+        for set_tag in ("ForceSet", "ControllerSet", "ContactGeometrySet", "ProbeSet", "ComponentSet"):
+            for f in self._set_objects(set_tag):
+                self.ignored[f.tag] += 1

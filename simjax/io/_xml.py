@@ -1,0 +1,98 @@
+"""XML parsing with element line numbers, for error messages that name the file and line."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from typing import Any
+from xml.parsers import expat
+
+import numpy as np
+
+from ._loaded import ModelFileError
+
+
+class XmlDoc:
+    """A parsed file: the root element plus the line each element starts on."""
+
+    def __init__(self, path: str | os.PathLike[str], text: str | None = None, what: str = "model"):
+        self.path = os.fspath(path)
+        self.name = os.path.basename(self.path)
+        self._lines: dict[int, int] = {}
+        if text is None:
+            if not os.path.exists(self.path):
+                raise FileNotFoundError(f"{what} file not found: {self.path!r}")
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        else:
+            data = text.encode()
+        lines = self._lines
+        builder = ET.TreeBuilder()
+        p = expat.ParserCreate()
+        p.buffer_text = True
+
+        def start(tag: str, attrs: dict[str, str]) -> None:
+            el = builder.start(tag, attrs)
+            lines[id(el)] = p.CurrentLineNumber
+
+        p.StartElementHandler = start
+        p.EndElementHandler = builder.end
+        p.CharacterDataHandler = builder.data
+        try:
+            p.Parse(data, True)
+            self.root = builder.close()
+        except expat.ExpatError as e:
+            raise ModelFileError(
+                f"{self.name}:{e.lineno}:{e.offset}: malformed XML "
+                f"({expat.errors.messages[e.code]}); fix the file"
+            ) from None
+        except AssertionError:
+            raise ModelFileError(f"{self.name}: malformed XML (no root element); fix the file") from None
+
+    def line(self, el: ET.Element) -> int:
+        """Line the element starts on (0 if unknown)."""
+        return self._lines.get(id(el), 0)
+
+    def where(self, el: ET.Element) -> str:
+        """``file:line <Tag name="...">`` for messages."""
+        nm = el.get("name")
+        tag = f'<{el.tag} name="{nm}">' if nm is not None else f"<{el.tag}>"
+        return f"{self.name}:{self.line(el)} {tag}"
+
+    def error(self, el: ET.Element, msg: str) -> ModelFileError:
+        return ModelFileError(f"{self.where(el)}: {msg}")
+
+    # ------------------------------------------------------------------ values
+    def text(self, el: ET.Element, tag: str, default: str | None = None) -> str | None:
+        c = el.find(tag)
+        if c is None or c.text is None:
+            return default
+        return c.text.strip()
+
+    def floats(self, el: ET.Element, tag: str, n: int | None = None, default: Any = None) -> np.ndarray:
+        c = el.find(tag)
+        if c is None or c.text is None or not c.text.strip():
+            if default is None:
+                raise self.error(el, f"missing <{tag}>")
+            return np.asarray(default, dtype=float)
+        try:
+            v = np.array([float(x) for x in c.text.replace(",", " ").split()])
+        except ValueError:
+            raise self.error(c, f"<{tag}> must hold numbers, found {c.text.strip()[:60]!r}") from None
+        if n is not None and v.size != n:
+            raise self.error(c, f"<{tag}> needs {n} numbers, found {v.size}")
+        return v
+
+    def float(self, el: ET.Element, tag: str, default: float | None = None) -> float:
+        return float(self.floats(el, tag, 1, None if default is None else [default])[0])
+
+    def bool(self, el: ET.Element, tag: str, default: bool = False) -> bool:
+        t = self.text(el, tag)
+        if t is None or t == "":
+            return default
+        t = t.lower()
+        if t in ("true", "1", "yes"):
+            return True
+        if t in ("false", "0", "no"):
+            return False
+        raise self.error(el, f"<{tag}> must be true or false, found {t!r}")
