@@ -41,6 +41,14 @@ URDF = {
     "talos_reduced": "robots/talos_data/robots/talos_reduced.urdf",
 }
 
+MJCF = {
+    "humanoid_CMU": ("dm_control", "1.0.50", "dm_control/suite/humanoid_CMU.xml"),
+    "pendula": ("mujoco-mjx", "3.17.0", "mujoco/mjx/test_data/pendula.xml"),
+}
+MJCF_EXTRA = {
+    "humanoid_CMU": [f"dm_control/suite/common/{f}.xml" for f in ("materials", "skybox", "visual")],
+}
+
 
 def _median_time(fn, n=5):
     ts = []
@@ -118,6 +126,36 @@ def main() -> None:
                 first_realize_s=first,
                 realize_s=run,
                 peer="pinocchio buildModelFromUrdf",
+                peer_load_s=ref,
+            )
+        )
+    for name, (dist, ver, member) in MJCF.items():
+        try:
+            path = str(fetch(dist, ver, [member, *MJCF_EXTRA.get(name, [])])[member])
+        except BaseException as e:  # noqa: BLE001 - skip when offline
+            print(f"skipping {name}: {e}")
+            continue
+        sj.io.load_mjcf(path)
+        load = _median_time(lambda p=path: sj.io.load_mjcf(p))
+        m = sj.io.load_mjcf(path)
+        first, run = _realize_times(m)
+        ref = None
+        try:
+            import mujoco
+
+            ref = _median_time(lambda p=path: mujoco.MjModel.from_xml_path(p))
+        except ImportError:
+            pass
+        rows.append(
+            dict(
+                model=name,
+                kind="mjcf",
+                nb=len(m.bodies) - 1,
+                nq=int(m.default_state.q.size),
+                load_s=load,
+                first_realize_s=first,
+                realize_s=run,
+                peer="mujoco MjModel.from_xml_path",
                 peer_load_s=ref,
             )
         )
