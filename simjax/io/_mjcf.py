@@ -71,7 +71,6 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
-from xml.parsers import expat
 
 import numpy as np
 
@@ -79,6 +78,7 @@ from .. import _spatial as sp
 from .._bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError
 from ._urdf import align_axis
+from ._xml import parse_with_lines
 
 __all__ = ["load_mjcf"]
 
@@ -147,30 +147,11 @@ def _error(el: _El, msg: str) -> ModelFileError:
 
 
 def _parse_xml(path: str) -> _El:
-    with open(path, "rb") as fh:
-        data = fh.read()
-    parser = expat.ParserCreate()
-    stack: list[_El] = []
-    roots: list[_El] = []
-
-    def start(tag: str, attrib: dict[str, str]) -> None:
-        el = _El(tag, attrib, parser.CurrentLineNumber, path)
-        (stack[-1].children if stack else roots).append(el)
-        stack.append(el)
-
-    def end(tag: str) -> None:
-        stack.pop()
-
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
-    try:
-        parser.Parse(data, True)
-    except expat.ExpatError as e:
-        raise ModelFileError(
-            f"{path}:{e.lineno}:{e.offset + 1}: malformed XML ({expat.ErrorString(e.code)}); fix the "
-            "file (an MJCF model is plain XML: check for unclosed or mismatched tags)"
-        ) from None
-    return roots[0]
+    return parse_with_lines(
+        path,
+        lambda tag, attrib, line: _El(tag, attrib, line, path),
+        "an MJCF model is plain XML: check for unclosed or mismatched tags",
+    )
 
 
 def _read_with_includes(path: str) -> _El:

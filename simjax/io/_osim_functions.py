@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._functions import Function
+from .._functions import Function, Spline
 
 
 def _x0(x: Any) -> jax.Array:
@@ -113,21 +113,11 @@ class NaturalCubicSpline(_PiecewiseCubic):
 
     def __init__(self, x: Sequence[float], y: Sequence[float]):
         xs, ys = _knots("NaturalCubicSpline", x, y)
-        n = xs.size
-        h = np.diff(xs)
-        A = np.zeros((n, n))
-        r = np.zeros(n)
-        A[0, 0] = A[-1, -1] = 1.0
-        for i in range(1, n - 1):
-            A[i, i - 1], A[i, i], A[i, i + 1] = h[i - 1], 2 * (h[i - 1] + h[i]), h[i]
-            r[i] = 3 * ((ys[i + 1] - ys[i]) / h[i] - (ys[i] - ys[i - 1]) / h[i - 1])
-        c = np.linalg.solve(A, r)
-        b = np.empty(n)
-        b[:-1] = (ys[1:] - ys[:-1]) / h - h * (2 * c[:-1] + c[1:]) / 3
-        d = np.zeros(n)
-        d[:-1] = (c[1:] - c[:-1]) / (3 * h)
-        b[-1] = b[-2] + 2 * c[-2] * h[-1] + 3 * d[-2] * h[-1] ** 2
-        self.x, self.y, self.b, self.c, self.d = xs, ys, b, c, d
+        nat = Spline(xs, ys)  # the same natural spline; here with per-knot end slope
+        self.x, self.y = xs, ys
+        self.b = np.append(nat.b, nat.b_end)
+        self.c = np.append(nat.c, 0.0)
+        self.d = np.append(nat.d, 0.0)
 
 
 class PiecewiseLinearFunction(_PiecewiseCubic):

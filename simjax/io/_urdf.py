@@ -35,13 +35,13 @@ import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
-from xml.parsers import expat
 
 import numpy as np
 
 from .. import _spatial as sp
 from .._bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, ModelFileError
+from ._xml import parse_with_lines
 
 __all__ = ["load_urdf"]
 
@@ -82,30 +82,9 @@ class _Doc:
 
     def __init__(self, path: str):
         self.path = path
-        with open(path, "rb") as fh:
-            data = fh.read()
-        parser = expat.ParserCreate()
-        stack: list[_Element] = []
-        roots: list[_Element] = []
-
-        def start(tag: str, attrib: dict[str, str]) -> None:
-            el = _Element(tag, attrib, parser.CurrentLineNumber)
-            (stack[-1].children if stack else roots).append(el)
-            stack.append(el)
-
-        def end(tag: str) -> None:
-            stack.pop()
-
-        parser.StartElementHandler = start
-        parser.EndElementHandler = end
-        try:
-            parser.Parse(data, True)
-        except expat.ExpatError as e:
-            raise ModelFileError(
-                f"{path}:{e.lineno}:{e.offset + 1}: malformed XML ({expat.ErrorString(e.code)}); "
-                "fix the file (a URDF is plain XML: check for unclosed or mismatched tags)"
-            ) from None
-        self.root = roots[0]
+        self.root = parse_with_lines(
+            path, _Element, "a URDF is plain XML: check for unclosed or mismatched tags"
+        )
 
     def where(self, el: _Element) -> str:
         name = el.get("name")

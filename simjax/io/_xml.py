@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from typing import Any
 from xml.parsers import expat
 
@@ -96,3 +97,33 @@ class XmlDoc:
         if t in ("false", "0", "no"):
             return False
         raise self.error(el, f"<{tag}> must be true or false, found {t!r}")
+
+
+def parse_with_lines(path: str, make: Callable[[str, dict[str, str], int], Any], hint: str) -> Any:
+    """Parse ``path`` into a tree of the caller's element objects: ``make(tag, attrib,
+    line)`` builds one (it must have a ``children`` list); returns the root. Malformed XML
+    becomes a ``ModelFileError`` naming file:line:column, with ``hint`` after the fix."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    parser = expat.ParserCreate()
+    stack: list[Any] = []
+    roots: list[Any] = []
+
+    def start(tag: str, attrib: dict[str, str]) -> None:
+        el = make(tag, attrib, parser.CurrentLineNumber)
+        (stack[-1].children if stack else roots).append(el)
+        stack.append(el)
+
+    def end(tag: str) -> None:
+        stack.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    try:
+        parser.Parse(data, True)
+    except expat.ExpatError as e:
+        raise ModelFileError(
+            f"{path}:{e.lineno}:{e.offset + 1}: malformed XML ({expat.ErrorString(e.code)}); "
+            f"fix the file ({hint})"
+        ) from None
+    return roots[0]
