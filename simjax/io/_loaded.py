@@ -3,6 +3,7 @@ constraints) and a default State, with the glue between coordinate tables and St
 
 from __future__ import annotations
 
+import difflib
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -13,8 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._bodies import MobilizedBody
-from .._state import State
+from .._stage import Stage
+from ..build.bodies import MobilizedBody
+from ..model.state import State
+from ..studies.assembler import Assembler
+from ..studies.conditions import Markers
+from ._motion import CoordinateTable
 
 
 class ModelFileError(ValueError):
@@ -231,8 +236,6 @@ class LoadedModel:
     def table_from_q(self, time: Any, q: Any, in_degrees: bool = False, name: str = "simjax") -> Any:
         """A coordinate table (one column per coordinate, file order) from a ``(T, nq)``
         array of q, e.g. ``traj.q`` of a simulation; write it with ``sj.io.write_mot``."""
-        from ._motion import CoordinateTable
-
         q = np.asarray(q, dtype=float)
         t = np.asarray(time, dtype=float).reshape(-1)
         if q.ndim != 2 or q.shape[0] != t.size:
@@ -250,8 +253,6 @@ class LoadedModel:
     def make_markers(self, names: Sequence[str] | None = None, weights: Mapping[str, float] | None = None):
         """An ``sj.Markers`` assembly condition holding the model's markers (all, or the
         named ones, in that order) with optional weights by name (default 1)."""
-        from .._conditions import Markers
-
         cond = Markers()
         for n in names if names is not None else self.markers:
             m = self.marker(n)
@@ -262,8 +263,6 @@ class LoadedModel:
         """An ``sj.Assembler`` for this model: its constraints as errors, the ranges of
         clamped coordinates as bounds (``restrict_q``), locked coordinates held (``lock_q``),
         and, if given, a Markers condition (or marker names) as the goal."""
-        from .._assembler import Assembler
-
         asm = Assembler(self.system)
         for c in self.coordinates.values():
             if lock and c.locked:
@@ -321,8 +320,6 @@ def _coordinate_label(label: str) -> str:
 
 
 def _unknown(kind: str, name: str, known: Mapping[str, Any], path: str) -> str:
-    import difflib
-
     close = difflib.get_close_matches(name, list(known), n=3)
     hint = f"; did you mean {close}?" if close else f"; known: {list(known)[:8]}"
     return f"no {kind} named {name!r} in {path or 'the model'}{hint}"
@@ -332,8 +329,6 @@ def _assemble_default(model: LoadedModel) -> State:
     """Satisfy the constraints at the default State, moving q as little as possible (a
     least-squares projection, as OpenSim's ``initSystem`` assembles); keeps the unassembled
     State, with a warning, when that fails."""
-    from .._stage import Stage
-
     system, st = model.system, model.default_state
     name = model.path.rsplit("/", 1)[-1] or "model"
     try:

@@ -75,7 +75,8 @@ from typing import Any
 import numpy as np
 
 from .. import _spatial as sp
-from .._bodies import MobilizedBody
+from .. import build as sj
+from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError
 from ._urdf import align_axis
 from ._xml import parse_with_lines
@@ -992,8 +993,6 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> Loa
             (``<composite>``, ``<flexcomp>``, ``<replicate>``, ``<attach>``). The message
             names the file, the line and the element.
     """
-    import simjax as sj
-
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"MJCF file not found: {path!r}")

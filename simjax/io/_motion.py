@@ -1027,7 +1027,7 @@ def read_c3d(path: PathLike, *, units: str | None = "m", markers_only: bool = Tr
     if not os.path.exists(p):
         raise FileNotFoundError(f"read_c3d: no such file: {p!r}")
     try:
-        import ezc3d
+        import ezc3d  # noqa: PLC0415 (optional dependency, imported when used)
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             'read_c3d needs the optional package ezc3d: pip install "simjax[c3d]" (or pip install ezc3d)'

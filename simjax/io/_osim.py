@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 
 from .. import _spatial as sp
-from .._bodies import Body, MobilizedBody
-from .._constraints import Constraint
-from .._forces import Force
 from .._functions import Constant, Linear, Polynomial
-from .._matter import SimbodyMatterSubsystem
-from .._system import GeneralForceSubsystem, MultibodySystem
+from ..build.bodies import Body, MobilizedBody
+from ..build.constraints import Constraint
+from ..build.forces import Force
+from ..build.matter import SimbodyMatterSubsystem
+from ..build.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
 from ._loaded import Coordinate, LoadedModel, Marker
 from ._xml import XmlDoc
@@ -67,8 +67,6 @@ JOINT_KINDS = {
     "EllipsoidJoint": ("Ellipsoid", ["rotational"] * 3),
     "CustomJoint": ("FunctionBased", None),
 }
-
-FRAME_TAGS = ("Ground", "Body", "PhysicalOffsetFrame")
 
 
 _SIGNIFICANT = float(np.finfo(float).eps ** (7 / 8))  # SimTK's "significant" for double

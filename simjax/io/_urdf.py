@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from .. import _spatial as sp
-from .._bodies import MobilizedBody
+from .. import build as sj
+from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, ModelFileError
 from ._xml import parse_with_lines
 
@@ -315,8 +316,6 @@ def load_urdf(
             an invalid inertia, or a joint that moves only massless links (its mass matrix
             would be singular). The message names the file, the line and the element.
     """
-    import simjax as sj
-
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"URDF file not found: {path!r}")
@@ -545,8 +544,6 @@ def _add_mimics(
 ) -> dict[str, Any]:
     """One ``CoordinateCoupler`` per ``<mimic>``: ``q_self = multiplier * q_joint + offset``;
     the mimicking joints' default q is set so the default State satisfies them."""
-    import simjax as sj
-
     one_dof = ("revolute", "continuous", "prismatic")
     mimics: dict[str, tuple[str, float, float, _Element]] = {}
     for j in joints.values():

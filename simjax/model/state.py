@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._stage import Stage
+from .._stage import Stage
 
 
 class StageError(RuntimeError):

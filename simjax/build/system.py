@@ -16,10 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._context import Context
-from ._model import ForceGroup, Model, stack_transforms
-from ._stage import Stage
-from ._state import StageError, State
+from .._stage import Stage
+from ..dynamics.forces import calc_potential_energy
+from ..forward import projection as pj
+from ..forward.realize import realize
+from ..model.context import Context
+from ..model.model import ForceGroup, Model, stack_transforms
+from ..model.state import StageError, State
 
 _uids = itertools.count(1)
 
@@ -145,6 +148,7 @@ class MultibodySystem:
             version=self._version,
             uid=self._uid,
             constraint_objects=tuple(matter._constraints),
+            force_subsystems=tuple(s for s in self._subsystems if isinstance(s, ForceSubsystem)),
         )
 
     def summary(self, state: State | None = None) -> str:
@@ -220,7 +224,7 @@ class MultibodySystem:
 
         Stages already realized are reused; the cache gains every entry up to ``stage``.
         """
-        return self.model_for(state).realize(state, Stage(stage))
+        return realize(self.model_for(state), state, Stage(stage))
 
     def realize_model(self, state: State) -> State:
         """``realize(state, Stage.MODEL)``."""
@@ -251,10 +255,8 @@ class MultibodySystem:
         ``ValueError`` naming the worst constraint if the RMS position error is still
         above ``tol``. The returned State is realized to Position.
         """
-        from . import _projection as pj
-
         model = self.model_for(state)
-        out = model.realize(pj.project_q(model, state, iterations), Stage.POSITION)
+        out = realize(model, pj.project_q(model, state, iterations), Stage.POSITION)
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
         _check_accuracy(model, out, out.position_cache.qerr[:mp], tol, "position", 0)
         return out
@@ -263,10 +265,8 @@ class MultibodySystem:
         """Move u onto the velocity constraints (Simbody ``projectU``): the minimum-norm
         change of u that zeroes ``uerr`` (one exact least-squares step). Realized to
         Velocity; raises outside ``jit`` if the RMS error stays above ``tol``."""
-        from . import _projection as pj
-
         model = self.model_for(state)
-        out = model.realize(pj.project_u(model, state), Stage.VELOCITY)
+        out = realize(model, pj.project_u(model, state), Stage.VELOCITY)
         _check_accuracy(model, out, out.velocity_cache.uerr, tol, "velocity", 1)
         return out
 
@@ -277,8 +277,6 @@ class MultibodySystem:
     def calc_constraint_error_norms(self, state: State) -> tuple[jax.Array, jax.Array]:
         """RMS of the position errors and of the velocity errors (Simbody's default norm;
         quaternion rows excluded). Needs Velocity."""
-        from . import _projection as pj
-
         model = self.model_for(state)
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
         return pj.rms(state.qerr[:mp]), pj.rms(state.uerr)
@@ -290,7 +288,7 @@ class MultibodySystem:
 
     def calc_potential_energy(self, state: State) -> jax.Array:
         """Potential energy of every force element and force subsystem (needs Position)."""
-        return self.model_for(state).calc_potential_energy(state)
+        return calc_potential_energy(self.model_for(state), state)
 
     def calc_energy(self, state: State) -> jax.Array:
         """Kinetic plus potential energy (needs Velocity)."""
@@ -494,6 +492,11 @@ class GeneralForceSubsystem(Subsystem):
     def _add(self, element: Any) -> None:
         self._elements.append(element)
         self._system.invalidate_topology()
+
+    def realize_topology(self) -> None:
+        """Let each element allocate what it keeps in the State (e.g. DiscreteForces)."""
+        for e in self._elements:
+            e._declare(self)
 
     def _compile(self, instance: dict[str, np.ndarray]) -> list[ForceGroup]:
         by_cls: dict[Any, list[Any]] = {}

@@ -14,10 +14,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._topology import Topology
+from ..model.topology import Topology
 
-# Above this many bodies the O(nb^2) dense ancestor sums give way to level scans.
+# Above this many bodies the O(nb^2) dense ancestor sums give way to level scans. The
+# choice is made per call from the (static) topology, so it is part of what jit traces.
 DENSE_MAX_BODIES = 160
+
+
+def _use_dense(topo: Topology, dense: bool | None) -> bool:
+    return topo.nb <= DENSE_MAX_BODIES if dense is None else bool(dense)
 
 
 def _pad(x: jax.Array, row: jax.Array) -> jax.Array:
@@ -53,10 +58,13 @@ def compose_outward(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[j
     return R[:nb], p[:nb]
 
 
-def outward_sum(topo: Topology, x: jax.Array) -> jax.Array:
-    """``out[b] = sum of x[a]`` over a = b and its ancestors (Ground excluded). x: (nb, ...)."""
+def outward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.Array:
+    """``out[b] = sum of x[a]`` over a = b and its ancestors (Ground excluded). x: (nb, ...).
+
+    ``dense``: one matmul with the 0/1 ancestor matrix (True) or a scan over depth levels
+    (False); by default dense up to ``DENSE_MAX_BODIES`` bodies."""
     nb = topo.nb
-    if nb <= DENSE_MAX_BODIES:
+    if _use_dense(topo, dense):
         A = jnp.asarray(topo.ancestor, dtype=x.dtype)
         return jnp.tensordot(A, x, axes=1)
     body, par = topo.levels
@@ -71,13 +79,13 @@ def outward_sum(topo: Topology, x: jax.Array) -> jax.Array:
     return out[:nb].at[0].set(0)
 
 
-def inward_sum(topo: Topology, x: jax.Array) -> jax.Array:
+def inward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.Array:
     """``out[b] = sum of x[c]`` over c = b and its descendants. x: (nb, ...).
 
-    ``out[0]`` (Ground) is the sum over every body.
+    ``out[0]`` (Ground) is the sum over every body. ``dense`` as in ``outward_sum``.
     """
     nb = topo.nb
-    if nb <= DENSE_MAX_BODIES:
+    if _use_dense(topo, dense):
         A = np.asarray(topo.ancestor).copy()
         A[:, 0] = 1.0  # Ground is every body's ancestor for inward sums.
         return jnp.tensordot(jnp.asarray(A.T, dtype=x.dtype), x, axes=1)

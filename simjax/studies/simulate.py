@@ -23,7 +23,7 @@ differentiates.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import diffrax as dfx
 import equinox as eqx
@@ -32,14 +32,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _projection as pj
-from . import _realize as rz
-from ._stage import Stage
-from ._state import State
-
-if TYPE_CHECKING:
-    from ._model import Model
-    from ._system import MultibodySystem
+from .._stage import Stage
+from ..build.system import MultibodySystem
+from ..dynamics import stages as rz
+from ..forward import projection as pj
+from ..forward.realize import realize
+from ..model.model import Model, _replace
+from ..model.state import Cache, State
 
 _ADAPTIVE = {
     "tsit5": dfx.Tsit5,
@@ -109,9 +108,6 @@ class _Config(eqx.Module):
 
 def _with_disc(base: State, disc: Any) -> State:
     """``base`` with other discrete variables (stage dropped to Model: any stage may use them)."""
-    from ._model import _replace
-    from ._state import Cache
-
     return _replace(base, discrete=disc, stage=min(base.stage, Stage.MODEL), cache=Cache())
 
 
@@ -121,7 +117,7 @@ def _state_of(base: State, t, y) -> State:
 
 
 def _ydot(model: Model, base: State, t, y):
-    s = model.realize(_state_of(base, t, y), Stage.ACCELERATION)
+    s = realize(model, _state_of(base, t, y), Stage.ACCELERATION)
     return s.qdot, s.udot, s.zdot
 
 
@@ -134,7 +130,7 @@ def _project(model: Model, base: State, t, y, cfg: _Config):
         return (q, y[1], y[2]), jnp.zeros((), y[0].dtype)
     s = pj.project_q(model, s, cfg.projection_iterations)
     s = pj.project_u(model, s)
-    s = model.realize(s, Stage.VELOCITY)
+    s = realize(model, s, Stage.VELOCITY)
     return (s.q, s.u, y[2]), pj.rms(s.position_cache.qerr[:mp])
 
 
@@ -149,7 +145,7 @@ def _rk4(model, base, t, y, h):
 
 
 def _semi_explicit_euler(model, base, t, y, h):
-    s = model.realize(_state_of(base, t, y), Stage.ACCELERATION)
+    s = realize(model, _state_of(base, t, y), Stage.ACCELERATION)
     u1 = y[1] + h * s.udot
     qdot = rz.calc_qdot(model, s.with_u(u1))
     return (y[0] + h * qdot, u1, y[2] + h * s.zdot)
@@ -211,7 +207,7 @@ class ScheduledEvent(eqx.Module):
 
 def _apply_handler(model, base, disc, t, y, handler, terminate: bool):
     """Run a handler on the realized State; returns (y, disc, terminate)."""
-    s = model.realize(_state_of(_with_disc(base, disc), t, y), Stage.ACCELERATION)
+    s = realize(model, _state_of(_with_disc(base, disc), t, y), Stage.ACCELERATION)
     out, term = s, terminate
     if handler is not None:
         res = handler(s)
@@ -247,7 +243,7 @@ def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc):
     def W(tt, yy):
         out = []
         for e in trig:
-            st = model.realize(_state_of(b0, tt, yy), e.stage)
+            st = realize(model, _state_of(b0, tt, yy), e.stage)
             out.append(jnp.reshape(jnp.asarray(e.witness(st), yy[0].dtype), ()))
         return jnp.stack(out)
 
@@ -505,7 +501,7 @@ def _simulate(
     events: tuple[Any, ...],
     reporters: tuple[tuple[str, Any], ...],
 ) -> Trajectory:
-    base = model.realize(state, Stage.INSTANCE)
+    base = realize(model, state, Stage.INSTANCE)
     dtype = state.q.dtype
     y = (state.q, state.u, state.z)
     # start on the manifold (Simbody projects the initial state too)
@@ -597,7 +593,7 @@ def _simulate(
         b_out = _with_disc(base, L.disc)
 
         def report(t, y, d):
-            st = model.realize(_state_of(_with_disc(b_out, d), t, y), Stage.ACCELERATION)
+            st = realize(model, _state_of(_with_disc(b_out, d), t, y), Stage.ACCELERATION)
             return {name: fn(st) for name, fn in reporters}
 
         reports = jax.vmap(report)(jnp.asarray(times, dtype), ys, ds)

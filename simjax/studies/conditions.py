@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _spatial as sp
-from ._state import State
+from .. import _spatial as sp
+from .._stage import Stage
+from ..model.state import State
 
 
 class AssemblyCondition:
@@ -489,7 +490,7 @@ class Markers(_Observed):
     def _state(self, state: State | None) -> State:
         asm = self.get_assembler()
         s = asm.get_internal_state() if state is None else state
-        return asm.get_multibody_system().realize(s, _POSITION())
+        return asm.get_multibody_system().realize(s, Stage.POSITION)
 
 
 class OrientationSensors(_Observed):
@@ -570,7 +571,7 @@ class OrientationSensors(_Observed):
         """Per-sensor angles (rad) between sensor and observation, NaN for missing."""
         asm = self.get_assembler()
         s = asm.get_multibody_system().realize(
-            asm.get_internal_state() if state is None else state, _POSITION()
+            asm.get_internal_state() if state is None else state, Stage.POSITION
         )
         data = self.get_data()
         obs = self._item_obs(data["observations"])
@@ -618,9 +619,3 @@ class QValue(AssemblyCondition):
 
     def _goal_terms(self, state: State, data: dict[str, Any]):
         return jnp.sqrt(2.0) * self._errors(state, data), None, jnp.asarray(True)
-
-
-def _POSITION():  # noqa: N802
-    from ._stage import Stage
-
-    return Stage.POSITION

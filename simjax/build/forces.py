@@ -15,11 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _spatial as sp
-from ._context import Context
-from ._stage import Stage
-from ._state import State
-from ._system import GeneralForceSubsystem
+from .. import _spatial as sp
+from .._stage import Stage
+from ..model.context import Context
+from ..model.mobilizers import velocity_jacobian
+from ..model.state import State
+from .system import GeneralForceSubsystem
 
 
 def _scatter_point_forces(nb: int, bodies: np.ndarray, r_G: jax.Array, f: jax.Array) -> jax.Array:
@@ -36,6 +37,23 @@ def _bi(x: Any) -> int:
 
 class Force:
     """Base of every force element; construct a kind, e.g. ``Force.UniformGravity``."""
+
+    # the kinds (assigned at the end of this module)
+    UniformGravity: ClassVar[type[UniformGravity]]
+    Gravity: ClassVar[type[Gravity]]
+    TwoPointLinearSpring: ClassVar[type[TwoPointLinearSpring]]
+    TwoPointLinearDamper: ClassVar[type[TwoPointLinearDamper]]
+    TwoPointConstantForce: ClassVar[type[TwoPointConstantForce]]
+    ConstantForce: ClassVar[type[ConstantForce]]
+    ConstantTorque: ClassVar[type[ConstantTorque]]
+    GlobalDamper: ClassVar[type[GlobalDamper]]
+    MobilityLinearSpring: ClassVar[type[MobilityLinearSpring]]
+    MobilityLinearDamper: ClassVar[type[MobilityLinearDamper]]
+    MobilityConstantForce: ClassVar[type[MobilityConstantForce]]
+    MobilityLinearStop: ClassVar[type[MobilityLinearStop]]
+    LinearBushing: ClassVar[type[LinearBushing]]
+    DiscreteForces: ClassVar[type[DiscreteForces]]
+    Custom: ClassVar[type[Custom]]
 
     _params: ClassVar[tuple[str, ...]] = ()
 
@@ -69,6 +87,9 @@ class Force:
 
     def _static(self) -> Any:
         return None
+
+    def _declare(self, sub: GeneralForceSubsystem) -> None:
+        """Allocate discrete variables at ``realize_topology`` (override; most kinds have none)."""
 
     # -- evaluation (classmethods over a whole group) --------------------------------------
     @classmethod
@@ -744,8 +765,6 @@ class LinearBushing(Force):
         def X(qq):
             return sp.body_fixed(qq[:3], "xyz"), qq[3:]
 
-        from ._mobilizers import velocity_jacobian
-
         return velocity_jacobian(X, q)
 
     @classmethod
@@ -896,31 +915,19 @@ class Custom(Force):
         pe = jnp.zeros((), ctx.state.q.dtype) if f is None else jnp.asarray(f(ctx))
         return wgt * pe
 
-
-for _k in (
-    UniformGravity,
-    Gravity,
-    TwoPointLinearSpring,
-    TwoPointLinearDamper,
-    TwoPointConstantForce,
-    ConstantForce,
-    ConstantTorque,
-    GlobalDamper,
-    MobilityLinearSpring,
-    MobilityLinearDamper,
-    MobilityConstantForce,
-    MobilityLinearStop,
-    LinearBushing,
-    DiscreteForces,
-    Custom,
-):
-    setattr(Force, _k.__name__, _k)
-
-
-def _declare_discrete(sub: GeneralForceSubsystem) -> None:
-    for e in sub._elements:
-        if isinstance(e, DiscreteForces):
-            e._declare(sub)
-
-
-GeneralForceSubsystem.realize_topology = _declare_discrete  # type: ignore[method-assign]
+# The kinds as attributes of the base (Simbody's Force::Pin style); declared above.
+Force.UniformGravity = UniformGravity
+Force.Gravity = Gravity
+Force.TwoPointLinearSpring = TwoPointLinearSpring
+Force.TwoPointLinearDamper = TwoPointLinearDamper
+Force.TwoPointConstantForce = TwoPointConstantForce
+Force.ConstantForce = ConstantForce
+Force.ConstantTorque = ConstantTorque
+Force.GlobalDamper = GlobalDamper
+Force.MobilityLinearSpring = MobilityLinearSpring
+Force.MobilityLinearDamper = MobilityLinearDamper
+Force.MobilityConstantForce = MobilityConstantForce
+Force.MobilityLinearStop = MobilityLinearStop
+Force.LinearBushing = LinearBushing
+Force.DiscreteForces = DiscreteForces
+Force.Custom = Custom

@@ -4,24 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _realize as rz
-from . import _spatial as sp
-from ._context import Context
-from ._mobilizers import AbstractMobilizer
-from ._stage import Stage
-from ._state import Cache, State
-from ._topology import Topology
-
-if TYPE_CHECKING:
-    from ._forces import Force
-    from ._system import Subsystem
+from .. import _spatial as sp
+from .._stage import Stage
+from .mobilizers import AbstractMobilizer
+from .state import Cache, State
+from .topology import Topology
 
 
 @dataclass(eq=False)
@@ -29,7 +22,7 @@ class ForceGroup:
     """All force elements of one type in one force subsystem, evaluated together."""
 
     cls: type
-    elements: list[Force]
+    elements: list[Any]  # the force element handles (simjax.build.forces)
     subsystem: str
     statics: tuple[Any, ...] = ()
 
@@ -45,12 +38,13 @@ class Model:
     default_q_body: tuple[np.ndarray | None, ...]  # user defaults per body (base mode)
     default_u_body: tuple[np.ndarray | None, ...]
     force_groups: tuple[ForceGroup, ...]
-    subsystems: tuple[Subsystem, ...]
+    subsystems: tuple[Any, ...]  # every Subsystem after matter (simjax.build.system)
     discrete_decl: tuple[tuple[str, str, int, np.ndarray], ...]
     z_decl: tuple[tuple[str, np.ndarray], ...]
     version: int
     uid: int
     constraint_objects: tuple[Any, ...] = ()
+    force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
     _topos: dict[bool, Topology] = field(default_factory=dict)
     _cons: dict[bool, tuple[Any, ...]] = field(default_factory=dict)
 
@@ -96,7 +90,7 @@ class Model:
             k += len(z0)
         return out
 
-    def subsystem_by_name(self, name: str) -> Subsystem:
+    def subsystem_by_name(self, name: str) -> Any:
         """Look up a subsystem by name."""
         for s in self.subsystems:
             if s.name == name:
@@ -180,142 +174,6 @@ class Model:
         """Simbody-convention ``A_GB = [alpha; a of B's origin]`` in Ground, (nb, 6)."""
         pc, vc, ac = state.position_cache, state.velocity_cache, state.acceleration_cache
         return classical_acceleration(ac.A_O, vc.V_O, pc.p_GB)
-
-    # ------------------------------------------------------------------ forces
-    def calc_forces(self, state: State, pos: Any = None, vel: Any = None):
-        """Sum of every force element and force subsystem: body and mobility forces."""
-        topo = self.topology(state.use_euler_angles)
-        dt = state.q.dtype if jnp.issubdtype(state.q.dtype, jnp.floating) else jnp.result_type(float)
-        F = jnp.zeros((topo.nb, 6), dt)
-        tau = jnp.zeros(topo.nu, dt)
-        for grp in self.force_groups:
-            ctx = Context(self, state, grp.subsystem)
-            f, t = grp.cls.calc_group(ctx, grp, None)
-            F = F + f
-            tau = tau + t
-        from ._system import ForceSubsystem
-
-        for sub in self.subsystems:
-            if isinstance(sub, ForceSubsystem):
-                ctx = Context(self, state, sub.name)
-                out = sub.calc_force(ctx)
-                f, t = out if out is not None else (None, None)
-                if f is not None:
-                    F = F + jnp.asarray(f, dt).reshape(topo.nb, 6)
-                if t is not None:
-                    tau = tau + jnp.asarray(t, dt).reshape(topo.nu)
-        return F, tau
-
-    def calc_potential_energy(self, state: State) -> jax.Array:
-        """Potential energy of every force element and force subsystem (needs Position)."""
-        state.require(Stage.POSITION, "potential energy")
-        pe = jnp.zeros((), state.q.dtype)
-        for grp in self.force_groups:
-            pe = pe + grp.cls.potential_group(Context(self, state, grp.subsystem), grp, None)
-        for sub in self.subsystems:
-            pe = pe + jnp.asarray(sub.calc_potential_energy(Context(self, state, sub.name)))
-        return pe
-
-    def calc_zdot(self, state: State) -> jax.Array:
-        """Derivatives of every subsystem's z block."""
-        parts = [jnp.zeros(0, state.z.dtype)]
-        for name, z0 in self.z_decl:
-            sub = self.subsystem_by_name(name)
-            zd = sub.calc_zdot(Context(self, state, name))
-            parts.append(jnp.asarray(zd, state.z.dtype).reshape(len(z0)))
-        return jnp.concatenate(parts)
-
-    # ------------------------------------------------------------------ realize
-    def realize(self, state: State, stage: Stage) -> State:
-        """Realize ``state`` to ``stage`` (pure; see ``MultibodySystem.realize``).
-
-        Compiled once per (Model, State structure, stage); inside a user's ``jit`` it
-        inlines."""
-        stage = Stage(stage)
-        if stage > Stage.REPORT:
-            raise ValueError("realize: the highest stage is Stage.REPORT")
-        if stage <= state.stage:
-            return state
-        out = _realize_jit(self, state, stage)
-        if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and self.constraint_objects:
-            _check_consistent(out)
-        return out
-
-    def _realize_eager(self, state: State, stage: Stage) -> State:
-        cur = state
-        if cur.stage < Stage.MODEL:
-            cur = _with_stage(cur, Stage.MODEL, cur.cache)
-        for st in range(int(cur.stage) + 1, int(stage) + 1):
-            cur = self._realize_one(cur, Stage(st))
-        return cur
-
-    def _realize_one(self, state: State, st: Stage) -> State:
-        cache = state.cache
-        if st == Stage.POSITION:
-            pos = rz.realize_position(self, state)
-            if self.constraint_objects:
-                from ._constraints import position_errors
-
-                perr = position_errors(self, _with_stage(state, st, _replace(cache, position=pos)))
-                pos = _replace(pos, qerr=jnp.concatenate([perr, pos.qerr]))
-            cache = _replace(cache, position=pos)
-        elif st == Stage.VELOCITY:
-            vel = rz.realize_velocity(self, state, state.position_cache)
-            if self.constraint_objects:
-                from ._constraints import velocity_errors
-
-                uerr = velocity_errors(self, _with_stage(state, st, _replace(cache, velocity=vel)))
-                vel = _replace(vel, uerr=uerr)
-            cache = _replace(cache, velocity=vel)
-        elif st == Stage.DYNAMICS:
-            cache = _replace(
-                cache,
-                dynamics=rz.realize_dynamics(self, state, state.position_cache, state.velocity_cache),
-            )
-        elif st == Stage.ACCELERATION:
-            acc = rz.realize_acceleration(
-                self, state, state.position_cache, state.velocity_cache, state.dynamics_cache
-            )
-            # zdot needs the accelerations realized (a subsystem may read them).
-            tmp = _with_stage(state, st, _replace(cache, acceleration=acc))
-            zdot = self.calc_zdot(tmp)
-            cache = _replace(cache, acceleration=_replace(acc, zdot=zdot))
-        out = _with_stage(state, st, cache)
-        # User subsystems: their realize hooks and non-lazy cache entries of this stage.
-        entries: dict[str, dict[str, Any]] = {}
-        for sub in self.subsystems:
-            vals = sub._realize_stage(Context(self, out, sub.name), st)
-            if vals:
-                entries[sub.name] = vals
-        if entries:
-            subs = dict(out.cache.subsystems)
-            subs[int(st)] = entries
-            out = _with_stage(out, st, _replace(out.cache, subsystems=subs))
-        return out
-
-
-@eqx.filter_jit
-def _realize_jit(model: Model, state: State, stage: Stage) -> State:
-    return model._realize_eager(state, stage)
-
-
-def _check_consistent(state: State) -> None:
-    """Raise for inconsistent constraints when the result is concrete (outside jit)."""
-    ac = state.acceleration_cache
-    if isinstance(ac.udoterr, jax.core.Tracer) or ac.udoterr.size == 0:
-        return
-    err = np.asarray(ac.udoterr)
-    if err.ndim != 1:
-        return
-    tol = 1e-6 if err.dtype == np.float64 else 1e-2
-    scale = 1.0 + float(np.max(np.abs(np.asarray(ac.udot)), initial=0.0))
-    worst = int(np.argmax(np.abs(err)))
-    if not np.isfinite(err).all() or abs(err[worst]) > tol * scale:
-        raise ValueError(
-            "the constraints are inconsistent: no accelerations satisfy them all (acceleration "
-            f"error {err[worst]:.3g} in row {worst} after the least-squares solve). Two "
-            "constraints demand different motions of the same coordinates; disable or remove one"
-        )
 
 
 def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.Array:

@@ -12,19 +12,16 @@ The error norm is Simbody's default: the RMS of the raw position (velocity) erro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _constraints as cn
-from . import _realize as rz
-from ._stage import Stage
-from ._state import State
-
-if TYPE_CHECKING:
-    from ._model import Model
+from .._stage import Stage
+from ..constraints import kernels as cn
+from ..dynamics import stages as rz
+from ..model.model import Model
+from ..model.state import State
+from .realize import realize
 
 
 def min_norm_correction(A: jax.Array, r: jax.Array) -> jax.Array:
@@ -96,7 +93,7 @@ def project_q(model: Model, state: State, iterations: int = 6) -> State:
         return base.with_q(q0)
 
     def step(q, _):
-        s = model.realize(base.with_q(q), Stage.POSITION)
+        s = realize(model, base.with_q(q), Stage.POSITION)
         perr = s.position_cache.qerr[:mp]
         du = min_norm_correction(holonomic_rows(model, s), -perr)
         dq = rz.calc_qdot(model, s.with_u(du.astype(s.u.dtype)))
@@ -111,7 +108,7 @@ def project_u(model: Model, state: State) -> State:
     mp, mv, _ = model.constraint_counts(state.use_euler_angles)
     if mp + mv == 0:
         return state
-    s = model.realize(state, Stage.VELOCITY)
+    s = realize(model, state, Stage.VELOCITY)
     du = min_norm_correction(velocity_rows(model, s), -s.velocity_cache.uerr)
     return s.with_u(s.u + du)
 

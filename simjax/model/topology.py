@@ -11,7 +11,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ._mobilizers import AbstractMobilizer
+from .mobilizers import AbstractMobilizer
 
 
 @dataclass(frozen=True, eq=False)

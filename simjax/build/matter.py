@@ -8,13 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _realize as rz
-from . import _tree
-from ._bodies import Ground, MobilizedBody
-from ._model import classical_acceleration
-from ._stage import Stage
-from ._state import State
-from ._system import MultibodySystem, Subsystem
+from .._stage import Stage
+from ..constraints import kernels as cn
+from ..dynamics import stages as rz
+from ..model.model import _replace, classical_acceleration
+from ..model.state import Cache, State
+from ..tree import traversal as _tree
+from .bodies import Ground, MobilizedBody
+from .system import MultibodySystem, Subsystem
 
 
 class SimbodyMatterSubsystem(Subsystem):
@@ -85,8 +86,6 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def calc_g_and_b(self, state: State) -> tuple[jax.Array, jax.Array]:
         """``G = [P; V; A]`` (m, nu) and ``b`` (m,) with ``G udot = b`` (needs Velocity)."""
-        from . import _constraints as cn
-
         state.require(Stage.VELOCITY, "calc_g_and_b")
         model = self._model(state)
         pc, vc = state.position_cache, state.velocity_cache
@@ -112,8 +111,6 @@ class SimbodyMatterSubsystem(Subsystem):
     def calc_constraint_forces_from_multipliers(self, state: State, multipliers: Any):
         """Body forces (nb, 6) and mobility forces (nu,) equivalent to ``G^T lambda`` for the
         complete multiplier vector (the constraints apply their negatives)."""
-        from . import _constraints as cn
-
         state.require(Stage.POSITION, "calc_constraint_forces_from_multipliers")
         model = self._model(state)
         topo = model.topology(state.use_euler_angles)
@@ -153,9 +150,6 @@ class SimbodyMatterSubsystem(Subsystem):
                 R, p = mo.X_FM(qb, par)  # type: ignore[union-attr]
                 parts.append(jnp.asarray(mn.q_to_fit_transform(R, p, par), state.q.dtype))  # type: ignore[union-attr]
         q = jnp.concatenate([jnp.zeros(0, state.q.dtype)] + parts)
-        from ._model import _replace
-        from ._state import Cache
-
         return _replace(state, q=q, use_euler_angles=use, stage=Stage.TOPOLOGY, cache=Cache())
 
     def get_use_euler_angles(self, state: State) -> bool:

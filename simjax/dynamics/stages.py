@@ -11,24 +11,20 @@ dense Cholesky solve (Featherstone (2008), ch. 6), in Ground coordinates as in M
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _spatial as sp
-from . import _tree
-from ._state import (
-    AccelerationCache,
+from .. import _spatial as sp
+from ..model.model import Model
+from ..model.state import (
     DynamicsCache,
     PositionCache,
     State,
     VelocityCache,
 )
-
-if TYPE_CHECKING:
-    from ._model import Model
+from ..tree import traversal as _tree
+from .forces import calc_forces
 
 
 def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
@@ -212,7 +208,7 @@ def generalized_bias(
 
 def realize_dynamics(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> DynamicsCache:
     """Forces from every force subsystem, and the generalized bias forces."""
-    body_forces, mobility_forces = model.calc_forces(state, pos, vel)
+    body_forces, mobility_forces = calc_forces(model, state)
     a_bias = velocity_bias(model, state, pos, vel)
     bias = generalized_bias(model, state, pos, vel, a_bias, body_forces, mobility_forces)
     return DynamicsCache(body_forces=body_forces, mobility_forces=mobility_forces, bias=bias, a_bias=a_bias)
@@ -273,26 +269,3 @@ def qdotdot(model: Model, state: State, udot: jax.Array) -> jax.Array:
         r = jax.vmap(one)(q[g.q_idx], u[g.u_idx], udot[g.u_idx], mparams[g.bodies][:, :npar])
         out = out.at[g.q_idx.reshape(-1)].set(r.reshape(-1).astype(dt))
     return out
-
-
-def realize_acceleration(
-    model: Model, state: State, pos: PositionCache, vel: VelocityCache, dyn: DynamicsCache
-) -> AccelerationCache:
-    """Forward dynamics: ``M udot + G^T lambda = -bias``, ``G udot = b``; body
-    accelerations and qdotdot."""
-    from . import _constraints as cn
-    from ._model import classical_acceleration
-
-    M = mass_matrix(model, state, pos)
-    mp, mv, ma = model.constraint_counts(state.use_euler_angles)
-    if mp + mv + ma == 0:
-        udot = solve_mass_matrix(M, -dyn.bias)
-        lam = err = jnp.zeros(0, udot.dtype)
-    else:
-        A0 = classical_acceleration(dyn.a_bias, vel.V_O, pos.p_GB)
-        G, b = cn.g_and_b(model, state, A0)
-        udot, lam, err = cn.solve_constrained(M, -dyn.bias, G, b)
-    A, qdd = accelerations_from_udot(model, state, pos, dyn.a_bias, udot)
-    return AccelerationCache(
-        udot=udot, qdotdot=qdd, A_O=A, zdot=jnp.zeros_like(state.z), udoterr=err, multipliers=lam
-    )

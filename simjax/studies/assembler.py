@@ -50,9 +50,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._conditions import AssemblyCondition, SystemConstraints, _Observed
-from ._stage import Stage
-from ._state import State
+from .._stage import Stage
+from ..forward.realize import realize
+from ..model.state import State
+from .conditions import AssemblyCondition, SystemConstraints, _as_body_index, _Observed
 
 INF = math.inf
 
@@ -325,7 +326,6 @@ class Assembler:
 
     # ------------------------------------------------------------------ locks and bounds
     def _body(self, mobod: Any) -> int:
-        from ._conditions import _as_body_index
 
         b = _as_body_index(self._system, mobod, "Assembler")
         if b == 0:
@@ -387,7 +387,7 @@ class Assembler:
     def _canonical(self, state: State) -> State:
         """The State realized to exactly Time (one compiled solve for any input stage)."""
         st = state.with_q(state.q) if state.stage > Stage.TIME else state
-        return self._model.realize(st, Stage.TIME)
+        return realize(self._model, st, Stage.TIME)
 
     def get_internal_state(self) -> State:
         """The internal (Euler-angle) State."""
@@ -721,7 +721,7 @@ class Assembler:
         plan = self._require_plan()
         s = self._internal if state is None else self._matter.set_use_euler_angles(state, True)
         r, e, g, _ = _evaluate(
-            plan, s.q[plan.free], self._model.realize(s, Stage.TIME), self.get_parameters()
+            plan, s.q[plan.free], realize(self._model, s, Stage.TIME), self.get_parameters()
         )
         return 0.5 * r @ r + g
 
@@ -730,7 +730,7 @@ class Assembler:
         plan = self._require_plan()
         s = self._internal if state is None else self._matter.set_use_euler_angles(state, True)
         _, e, _, _ = _evaluate(
-            plan, s.q[plan.free], self._model.realize(s, Stage.TIME), self.get_parameters()
+            plan, s.q[plan.free], realize(self._model, s, Stage.TIME), self.get_parameters()
         )
         return _error_norm(e, plan.rms)
 
@@ -824,7 +824,7 @@ def _evaluate(plan: _Plan, x: jax.Array, base: State, params: dict[str, Any], fa
     Jacobians); otherwise plain autodiff (implicit differentiation, parameter gradients).
     """
     q = base.q.at[plan.free].set(x.astype(base.q.dtype))
-    s = plan.model.realize(base.with_q(q), Stage.POSITION)
+    s = realize(plan.model, base.with_q(q), Stage.POSITION)
     if fast:
         pc = s.position_cache
         sg = jax.lax.stop_gradient
@@ -849,14 +849,14 @@ def _evaluate(plan: _Plan, x: jax.Array, base: State, params: dict[str, Any], fa
 
 
 def _size_plan(plan: _Plan, internal: State, params: dict[str, Any]) -> None:
-    base = plan.model.realize(internal, Stage.TIME)
+    base = realize(plan.model, internal, Stage.TIME)
     x = base.q[plan.free]
     r, e, g, _ = jax.eval_shape(lambda x, b, p: _evaluate(plan, x, b, p), x, base, params)
     plan.nr, plan.ne = int(r.shape[0]), int(e.shape[0])
     scal = []
     for i, c in plan.goals:
         out = jax.eval_shape(
-            lambda b, p, c=c, i=i: c._goal_terms(plan.model.realize(b, Stage.POSITION), p["conditions"][i]),
+            lambda b, p, c=c, i=i: c._goal_terms(realize(plan.model, b, Stage.POSITION), p["conditions"][i]),
             base,
             params,
         )
@@ -865,7 +865,7 @@ def _size_plan(plan: _Plan, internal: State, params: dict[str, Any]) -> None:
     sizes = []
     for i, c in plan.errors:
         out = jax.eval_shape(
-            lambda b, p, c=c, i=i: c._errors(plan.model.realize(b, Stage.POSITION), p["conditions"][i]),
+            lambda b, p, c=c, i=i: c._errors(realize(plan.model, b, Stage.POSITION), p["conditions"][i]),
             base,
             params,
         )
@@ -935,7 +935,7 @@ def _make_solver(plan: _Plan, asm: Assembler):
 
     def solve(state: State, params: dict[str, Any]):
         internal = matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
-        base = model.realize(internal, Stage.TIME)
+        base = realize(model, internal, Stage.TIME)
         dt = base.q.dtype
         eps = float(jnp.finfo(dt).eps)
         lo, hi = jnp.asarray(lo_np, dt), jnp.asarray(hi_np, dt)
@@ -1084,7 +1084,7 @@ def _make_solver(plan: _Plan, asm: Assembler):
         )
         q_e = base.q.at[plan.free].set(x_out.astype(base.q.dtype))
         q_user = q_e if state.use_euler_angles else matter.set_use_euler_angles(internal.with_q(q_e), False).q
-        out = model.realize(state.with_q(q_user), Stage.POSITION)
+        out = realize(model, state.with_q(q_user), Stage.POSITION)
         info = AssemblyInfo(
             goal=goal_out,
             error_norm=err,

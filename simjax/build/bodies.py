@@ -8,16 +8,16 @@ query takes the State and reads its cache.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _mobilizers as mz
-from . import _spatial as sp
-from ._stage import Stage
-from ._state import State
+from .. import _spatial as sp
+from .._stage import Stage
+from ..model import mobilizers as mz
+from ..model.state import State
 
 
 class Body:
@@ -53,6 +53,30 @@ def _as_transform(X: Any, what: str) -> sp.Transform:
 class MobilizedBody:
     """Base handle of every mobilized body. Use a kind: ``MobilizedBody.Pin(parent,
     X_PF, body, X_BM)`` or ``MobilizedBody.Pin(parent, body)``."""
+
+    # the kinds (assigned at the end of this module)
+    Pin: ClassVar[type[Pin]]
+    Slider: ClassVar[type[Slider]]
+    Screw: ClassVar[type[Screw]]
+    Universal: ClassVar[type[Universal]]
+    Cylinder: ClassVar[type[Cylinder]]
+    BendStretch: ClassVar[type[BendStretch]]
+    Planar: ClassVar[type[Planar]]
+    Gimbal: ClassVar[type[Gimbal]]
+    Ball: ClassVar[type[Ball]]
+    Ellipsoid: ClassVar[type[Ellipsoid]]
+    Translation: ClassVar[type[Translation]]
+    SphericalCoords: ClassVar[type[SphericalCoords]]
+    Bushing: ClassVar[type[Bushing]]
+    Free: ClassVar[type[Free]]
+    LineOrientation: ClassVar[type[LineOrientation]]
+    FreeLine: ClassVar[type[FreeLine]]
+    Weld: ClassVar[type[Weld]]
+    FunctionBased: ClassVar[type[FunctionBased]]
+    Custom: ClassVar[type[Custom]]
+    Cartesian: ClassVar[type[Translation]]
+    Ground: ClassVar[type[Ground]]
+
 
     _mobilizer: mz.AbstractMobilizer
 
@@ -547,28 +571,25 @@ class Custom(MobilizedBody):
         )
         super().__init__(parent, *args, name=name, mobilizer=mob)
 
-
-for _k in (
-    Pin,
-    Slider,
-    Screw,
-    Universal,
-    Cylinder,
-    BendStretch,
-    Planar,
-    Gimbal,
-    Ball,
-    Ellipsoid,
-    Translation,
-    SphericalCoords,
-    Bushing,
-    Free,
-    LineOrientation,
-    FreeLine,
-    Weld,
-    FunctionBased,
-    Custom,
-):
-    setattr(MobilizedBody, _k.__name__, _k)
-MobilizedBody.Cartesian = Translation  # type: ignore[attr-defined]
-MobilizedBody.Ground = Ground  # type: ignore[attr-defined]
+# The kinds as attributes of the base (Simbody's MobilizedBody::Pin style); declared above.
+MobilizedBody.Pin = Pin
+MobilizedBody.Slider = Slider
+MobilizedBody.Screw = Screw
+MobilizedBody.Universal = Universal
+MobilizedBody.Cylinder = Cylinder
+MobilizedBody.BendStretch = BendStretch
+MobilizedBody.Planar = Planar
+MobilizedBody.Gimbal = Gimbal
+MobilizedBody.Ball = Ball
+MobilizedBody.Ellipsoid = Ellipsoid
+MobilizedBody.Translation = Translation
+MobilizedBody.SphericalCoords = SphericalCoords
+MobilizedBody.Bushing = Bushing
+MobilizedBody.Free = Free
+MobilizedBody.LineOrientation = LineOrientation
+MobilizedBody.FreeLine = FreeLine
+MobilizedBody.Weld = Weld
+MobilizedBody.FunctionBased = FunctionBased
+MobilizedBody.Custom = Custom
+MobilizedBody.Cartesian = Translation
+MobilizedBody.Ground = Ground

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from . import _spatial as sp
-from ._stage import Stage
-from ._state import State
-
-if TYPE_CHECKING:
-    from ._model import Model
+from .. import _spatial as sp
+from .._stage import Stage
+from .model import Model
+from .state import State
 
 
 class Context:

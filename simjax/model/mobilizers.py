@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _spatial as sp
+from .. import _spatial as sp
 
 Rp = tuple[jax.Array, jax.Array]
 
@@ -124,10 +124,6 @@ def _zero3(q: jax.Array) -> jax.Array:
 
 def _e(i: int, v: jax.Array) -> jax.Array:
     return jnp.zeros(3, dtype=v.dtype).at[i].set(v)
-
-
-def _colmat(cols: Sequence[jax.Array]) -> jax.Array:
-    return jnp.stack(cols, axis=1)
 
 
 # ----------------------------------------------------------------------------- 1-dof
@@ -296,12 +292,6 @@ class Translation(AbstractMobilizer):
 
     def q_to_fit_transform(self, R, p, params):
         return p
-
-
-def _N_from_H(X: Callable[[jax.Array], Rp], H: jax.Array, q: jax.Array, rows: slice) -> jax.Array:
-    """Square-case ``N = J^-1 H`` using the rows that J and H share (angular: ``rows``)."""
-    J = velocity_jacobian(X, q)
-    return jnp.linalg.solve(J[rows][:, : H.shape[1]], H[rows])
 
 
 @dataclass(frozen=True)
