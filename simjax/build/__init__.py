@@ -1,0 +1,12 @@
+"""The builder layer: what users construct before ``realize_topology()`` freezes a Model."""
+
+from .. import _spatial as _sp
+from .bodies import Body as Body
+from .bodies import MobilizedBody as MobilizedBody
+from .constraints import Constraint as Constraint
+from .forces import Force as Force
+from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
+from .system import GeneralForceSubsystem as GeneralForceSubsystem
+from .system import MultibodySystem as MultibodySystem
+
+Transform = _sp.Transform
