@@ -5,6 +5,7 @@ Enable float64 for Simbody-level accuracy: ``jax.config.update("jax_enable_x64",
 
 from . import io as io  # sj.io.load_osim, read_trc, ...
 from ._functions import Function as Function
+from ._results import RESULTS as RESULTS
 from ._spatial import Inertia as Inertia
 from ._spatial import MassProperties as MassProperties
 from ._spatial import Rotation as Rotation

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 class Function:
@@ -21,6 +22,21 @@ class Function:
 
     def __call__(self, x: Any) -> jax.Array:
         return self.calc_value(x)
+
+    # Equal by definition (kind and attribute values), so that two models built with equal
+    # functions (e.g. one file loaded twice) compare equal and share compiled code.
+    def _definition(self) -> tuple:
+        return (type(self), tuple(sorted((k, _frozen(v)) for k, v in vars(self).items())))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Function) or type(other) is not type(self):
+            return NotImplemented
+        return self._definition() == other._definition()
+
+    def __hash__(self) -> int:
+        return hash(self._definition())
 
     def calc_value(self, x: Any) -> jax.Array:
         """Value at ``x``."""
@@ -47,12 +63,12 @@ class Function:
         return Constant(value, arg_size)
 
     @staticmethod
-    def Linear(coefficients: Sequence[float]) -> Function:  # noqa: N802
+    def Linear(coefficients: ArrayLike) -> Function:  # noqa: N802
         """``f(x) = sum a_i x_i + a_n``."""
         return Linear(coefficients)
 
     @staticmethod
-    def Polynomial(coefficients: Sequence[float]) -> Function:  # noqa: N802
+    def Polynomial(coefficients: ArrayLike) -> Function:  # noqa: N802
         """``f(x) = a_0 x^n + ... + a_n`` (highest power first, as Simbody)."""
         return Polynomial(coefficients)
 
@@ -67,7 +83,7 @@ class Function:
         return Step(y0, y1, x0, x1)
 
     @staticmethod
-    def Spline(x: Sequence[float], y: Sequence[float]) -> Function:  # noqa: N802
+    def Spline(x: ArrayLike, y: ArrayLike) -> Function:  # noqa: N802
         """Natural cubic spline through the points."""
         return Spline(x, y)
 
@@ -77,6 +93,35 @@ def _x(x: Any) -> jax.Array:
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
     return jnp.atleast_1d(x)
+
+
+class _Same:
+    """An attribute value compared by identity (callables, arbitrary objects)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return hash(id(self.obj))
+
+
+def _frozen(v: Any) -> Any:
+    """A hashable stand-in for an attribute value: arrays by dtype, shape and bytes."""
+    if isinstance(v, (np.ndarray, jax.Array, np.generic)):
+        a = np.asarray(v)
+        return ("array", a.dtype.str, a.shape, a.tobytes())
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(_frozen(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple(sorted((str(k), _frozen(x)) for k, x in v.items())))
+    if v is None or isinstance(v, (bool, int, float, complex, str, bytes, Function)):
+        return v
+    return _Same(v)
 
 
 class Constant(Function):
@@ -94,7 +139,7 @@ class Constant(Function):
 class Linear(Function):
     """``f(x) = a_0 x_0 + ... + a_{n-1} x_{n-1} + a_n``."""
 
-    def __init__(self, coefficients: Sequence[float]):
+    def __init__(self, coefficients: ArrayLike):
         self.coefficients = np.asarray(coefficients, dtype=float)
         if self.coefficients.ndim != 1 or len(self.coefficients) < 1:
             raise ValueError("Function.Linear needs a 1-D list of n+1 coefficients")
@@ -111,7 +156,7 @@ class Linear(Function):
 class Polynomial(Function):
     """``f(x) = a_0 x^n + ... + a_n`` of one argument."""
 
-    def __init__(self, coefficients: Sequence[float]):
+    def __init__(self, coefficients: ArrayLike):
         self.coefficients = np.asarray(coefficients, dtype=float)
 
     def calc_value(self, x):
@@ -150,7 +195,7 @@ class Spline(Function):
 
     Outside the knots it extrapolates linearly (the natural end condition)."""
 
-    def __init__(self, x: Sequence[float], y: Sequence[float]):
+    def __init__(self, x: ArrayLike, y: ArrayLike):
         xs = np.asarray(x, dtype=float)
         ys = np.asarray(y, dtype=float)
         if xs.ndim != 1 or xs.shape != ys.shape or len(xs) < 2:

@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Float
 # ----------------------------------------------------------------------------- safe maths
 
 
-def safe_norm(x: Float[Array, ...], axis: int = -1) -> Float[Array, ...]:
+def safe_norm(x: Float[Array, " ..."], axis: int = -1) -> Float[Array, " ..."]:
     """Euclidean norm whose gradient is zero (not NaN) at ``x = 0``."""
     sq = jnp.sum(x * x, axis=axis, keepdims=True)
     is_zero = sq == 0
@@ -28,13 +28,13 @@ def safe_norm(x: Float[Array, ...], axis: int = -1) -> Float[Array, ...]:
     return jnp.squeeze(jnp.where(is_zero, 0.0, jnp.sqrt(sq_safe)), axis=axis)
 
 
-def safe_normalize(x: Float[Array, ...], axis: int = -1) -> Float[Array, ...]:
+def safe_normalize(x: Float[Array, " ..."], axis: int = -1) -> Float[Array, " ..."]:
     """``x / |x|``, returning ``x`` unchanged (and finite gradients) where ``|x| = 0``."""
     n = jnp.expand_dims(safe_norm(x, axis=axis), axis)
     return x / jnp.where(n == 0, 1.0, n)
 
 
-def skew(v: Float[Array, 3]) -> Float[Array, "3 3"]:
+def skew(v: Float[Array, " 3"]) -> Float[Array, "3 3"]:
     """Cross-product matrix: ``skew(a) @ b == cross(a, b)``."""
     z = jnp.zeros_like(v[0])
     return jnp.stack(
@@ -46,7 +46,7 @@ def skew(v: Float[Array, 3]) -> Float[Array, "3 3"]:
     )
 
 
-def vee(m: Float[Array, "3 3"]) -> Float[Array, 3]:
+def vee(m: Float[Array, "3 3"]) -> Float[Array, " 3"]:
     """Inverse of ``skew`` (uses the antisymmetric part)."""
     return 0.5 * jnp.stack([m[2, 1] - m[1, 2], m[0, 2] - m[2, 0], m[1, 0] - m[0, 1]])
 
@@ -117,7 +117,7 @@ def space_fixed(angles: Any, seq: str = "xyz") -> Float[Array, "3 3"]:
     return R
 
 
-def quat_to_rot(q: Float[Array, 4]) -> Float[Array, "3 3"]:
+def quat_to_rot(q: Float[Array, " 4"]) -> Float[Array, "3 3"]:
     """Rotation matrix of a quaternion ``[w, x, y, z]``; it is normalised first."""
     w, x, y, z = safe_normalize(q)
     return jnp.stack(
@@ -129,7 +129,7 @@ def quat_to_rot(q: Float[Array, 4]) -> Float[Array, "3 3"]:
     )
 
 
-def rot_to_quat(R: Float[Array, "3 3"]) -> Float[Array, 4]:
+def rot_to_quat(R: Float[Array, "3 3"]) -> Float[Array, " 4"]:
     """Quaternion ``[w, x, y, z]`` (with ``w >= 0``) of a rotation matrix.
 
     Uses all four branches of Shepperd's method selected with ``jnp.where`` so it is
@@ -151,19 +151,19 @@ def rot_to_quat(R: Float[Array, "3 3"]) -> Float[Array, 4]:
     return q * jnp.where(q[0] < 0, -1.0, 1.0)
 
 
-def quat_mul(a: Float[Array, 4], b: Float[Array, 4]) -> Float[Array, 4]:
+def quat_mul(a: Float[Array, " 4"], b: Float[Array, " 4"]) -> Float[Array, " 4"]:
     """Hamilton product ``a * b`` of ``[w, x, y, z]`` quaternions."""
     aw, av = a[0], a[1:]
     bw, bv = b[0], b[1:]
     return jnp.concatenate([jnp.stack([aw * bw - av @ bv]), aw * bv + bw * av + jnp.cross(av, bv)])
 
 
-def quat_qdot_from_w_parent(q: Float[Array, 4], w: Float[Array, 3]) -> Float[Array, 4]:
+def quat_qdot_from_w_parent(q: Float[Array, " 4"], w: Float[Array, " 3"]) -> Float[Array, " 4"]:
     """``qdot = 1/2 (0, w) * q`` for angular velocity ``w`` expressed in the parent frame."""
     return 0.5 * quat_mul(jnp.concatenate([jnp.zeros_like(w[:1]), w]), q)
 
 
-def quat_N_parent(q: Float[Array, 4]) -> Float[Array, "4 3"]:
+def quat_N_parent(q: Float[Array, " 4"]) -> Float[Array, "4 3"]:
     """Matrix N with ``qdot = N w`` for ``w`` in the parent (F) frame."""
     w, x, y, z = q
     return 0.5 * jnp.stack(
@@ -176,7 +176,7 @@ def quat_N_parent(q: Float[Array, 4]) -> Float[Array, "4 3"]:
     )
 
 
-def quat_N_child(q: Float[Array, 4]) -> Float[Array, "4 3"]:
+def quat_N_child(q: Float[Array, " 4"]) -> Float[Array, "4 3"]:
     """Matrix N with ``qdot = N w`` for ``w`` in the child (M) frame."""
     w, x, y, z = q
     return 0.5 * jnp.stack(
@@ -189,7 +189,7 @@ def quat_N_child(q: Float[Array, 4]) -> Float[Array, "4 3"]:
     )
 
 
-def rot_to_body_fixed_xyz(R: Float[Array, "3 3"]) -> Float[Array, 3]:
+def rot_to_body_fixed_xyz(R: Float[Array, "3 3"]) -> Float[Array, " 3"]:
     """Angles ``[a, b, c]`` with ``R = Rx(a) Ry(b) Rz(c)`` (the one with ``|b| <= pi/2``)."""
     b = jnp.arcsin(jnp.clip(R[0, 2], -1.0, 1.0))
     a = jnp.arctan2(-R[1, 2], R[2, 2])
@@ -197,7 +197,7 @@ def rot_to_body_fixed_xyz(R: Float[Array, "3 3"]) -> Float[Array, 3]:
     return jnp.stack([a, b, c])
 
 
-def axis_angle_to_rot(v: Float[Array, 3]) -> Float[Array, "3 3"]:
+def axis_angle_to_rot(v: Float[Array, " 3"]) -> Float[Array, "3 3"]:
     """Rotation of ``|v|`` radians about ``v`` (exponential map), smooth at ``v = 0``."""
     th2 = v @ v
     small = th2 < 1e-8
@@ -209,7 +209,7 @@ def axis_angle_to_rot(v: Float[Array, 3]) -> Float[Array, "3 3"]:
     return jnp.eye(3, dtype=K.dtype) + a * K + b * (K @ K)
 
 
-def rot_to_axis_angle(R: Float[Array, "3 3"]) -> Float[Array, 3]:
+def rot_to_axis_angle(R: Float[Array, "3 3"]) -> Float[Array, " 3"]:
     """Rotation vector (axis times angle in ``[0, pi]``) of ``R``, smooth at identity."""
     q = rot_to_quat(R)
     s = safe_norm(q[1:])
@@ -231,7 +231,7 @@ class Transform(eqx.Module):
     """
 
     R: Float[Array, "3 3"]
-    p: Float[Array, 3]
+    p: Float[Array, " 3"]
 
     def __init__(self, R: ArrayLike | None = None, p: ArrayLike | None = None):
         if R is None:
@@ -259,7 +259,7 @@ class Transform(eqx.Module):
         Rt = jnp.swapaxes(self.R, -1, -2)
         return Transform(Rt, -(Rt @ self.p))
 
-    def apply(self, station: Any) -> Float[Array, 3]:
+    def apply(self, station: Any) -> Float[Array, " 3"]:
         """Re-measure a station given in B into A: ``p_A = R p_B + p``."""
         return self.R @ jnp.asarray(station) + self.p
 
@@ -293,25 +293,25 @@ class Rotation:
 # ----------------------------------------------------------------------------- spatial
 
 
-def cross_motion(v: Float[Array, 6], m: Float[Array, 6]) -> Float[Array, 6]:
+def cross_motion(v: Float[Array, " 6"], m: Float[Array, " 6"]) -> Float[Array, " 6"]:
     """Spatial motion cross product ``v x m`` (``[angular; linear]``)."""
     w, vl = v[:3], v[3:]
     return jnp.concatenate([jnp.cross(w, m[:3]), jnp.cross(w, m[3:]) + jnp.cross(vl, m[:3])])
 
 
-def cross_force(v: Float[Array, 6], f: Float[Array, 6]) -> Float[Array, 6]:
+def cross_force(v: Float[Array, " 6"], f: Float[Array, " 6"]) -> Float[Array, " 6"]:
     """Spatial force cross product ``v x* f`` (``[torque; force]``)."""
     w, vl = v[:3], v[3:]
     return jnp.concatenate([jnp.cross(w, f[:3]) + jnp.cross(vl, f[3:]), jnp.cross(w, f[3:])])
 
 
-def shift_force_to_origin(F: Float[Array, 6], p: Float[Array, 3]) -> Float[Array, 6]:
+def shift_force_to_origin(F: Float[Array, " 6"], p: Float[Array, " 3"]) -> Float[Array, " 6"]:
     """Spatial force applied at point ``p`` -> the same force about the origin."""
     return jnp.concatenate([F[:3] + jnp.cross(p, F[3:]), F[3:]])
 
 
 def spatial_inertia_at_origin(
-    mass: Float[Array, ""], com: Float[Array, 3], I_com: Float[Array, "3 3"]
+    mass: Float[Array, ""], com: Float[Array, " 3"], I_com: Float[Array, "3 3"]
 ) -> Float[Array, "6 6"]:
     """6x6 spatial inertia about the origin of the frame the arguments are expressed in.
 

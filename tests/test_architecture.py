@@ -3,7 +3,8 @@ circle, never inside a function and never under ``TYPE_CHECKING``.
 
 Layers, lowest first (README "Architecture")::
 
-    _spatial, _functions, _stage     pure math and the Stage enum
+    _spatial, _functions, _stage,    pure math, the Stage enum, the RESULTS enum
+    _results
     model/        State, Topology, mobilizer kinds, Model (frozen data), Context
     tree/         traversal of the tree by levels
     dynamics/     kinematics, mass matrix, bias forces, applied forces
@@ -24,7 +25,7 @@ import simjax as sj
 
 ROOT = pathlib.Path(sj.__file__).parent
 LAYERS = [
-    {"simjax._spatial", "simjax._functions", "simjax._stage"},
+    {"simjax._spatial", "simjax._functions", "simjax._stage", "simjax._results"},
     {"simjax.model"},
     {"simjax.tree"},
     {"simjax.dynamics"},

@@ -13,11 +13,14 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
 from .. import _spatial as sp
 from .._stage import Stage
 from ..model import mobilizers as mz
+from ..model.model import Model
 from ..model.state import State
+from ..model.topology import Topology
 
 
 class Body:
@@ -54,7 +57,9 @@ class MobilizedBody:
     """Base handle of every mobilized body. Use a kind: ``MobilizedBody.Pin(parent,
     X_PF, body, X_BM)`` or ``MobilizedBody.Pin(parent, body)``."""
 
-    # the kinds (assigned at the end of this module)
+    # the kinds (assigned at the end of this module); Cartesian first, so that its annotation
+    # names the module's Translation class, not the class attribute declared below
+    Cartesian: ClassVar[type[Translation]]
     Pin: ClassVar[type[Pin]]
     Slider: ClassVar[type[Slider]]
     Screw: ClassVar[type[Screw]]
@@ -74,11 +79,14 @@ class MobilizedBody:
     Weld: ClassVar[type[Weld]]
     FunctionBased: ClassVar[type[FunctionBased]]
     Custom: ClassVar[type[Custom]]
-    Cartesian: ClassVar[type[Translation]]
     Ground: ClassVar[type[Ground]]
 
-
+    # the mobilizer a simple kind (Pin, Ball, ...) builds; None for the base and kinds with arguments
+    _mobilizer_kind: ClassVar[type[mz.AbstractMobilizer] | None] = None
     _mobilizer: mz.AbstractMobilizer
+    _matter: Any  # the SimbodyMatterSubsystem (build.matter imports this module)
+    index: int
+    name: str
 
     def __init__(
         self,
@@ -135,7 +143,9 @@ class MobilizedBody:
         matter._system.invalidate_topology()
 
     def _make_mobilizer(self) -> mz.AbstractMobilizer:
-        raise TypeError(f"{type(self).__name__} is not a mobilizer kind")
+        if self._mobilizer_kind is None:
+            raise TypeError(f"{type(self).__name__} is not a mobilizer kind")
+        return self._mobilizer_kind()
 
     # ------------------------------------------------------------------ topology info
     def get_mobilized_body_index(self) -> int:
@@ -165,10 +175,10 @@ class MobilizedBody:
         """Number of u of this mobilizer."""
         return len(self.get_u(state))
 
-    def _model(self, state: State):
+    def _model(self, state: State) -> Model:
         return self._matter._system.model_for(state)
 
-    def _topo(self, state: State):
+    def _topo(self, state: State) -> Topology:
         return self._model(state).topology(state.use_euler_angles)
 
     # ------------------------------------------------------------------ defaults (topology)
@@ -215,7 +225,7 @@ class MobilizedBody:
         arr = state.instance["matter"][name]
         return state.with_instance("matter", name, arr.at[self.index].set(jnp.asarray(value, arr.dtype)))
 
-    def get_mass(self, state: State) -> jax.Array:
+    def get_mass(self, state: State) -> Float[Array, ""]:
         """Mass (Instance variable)."""
         return self._inst(state, "mass")
 
@@ -225,15 +235,15 @@ class MobilizedBody:
         _check_concrete_positive(mass, f"{self.name}: mass")
         return self._set_inst(state, "mass", mass)
 
-    def get_mass_center(self, state: State) -> jax.Array:
+    def get_mass_center(self, state: State) -> Float[Array, " 3"]:
         """Mass center in the body frame."""
         return self._inst(state, "com")
 
-    def get_inertia_about_body_origin(self, state: State) -> jax.Array:
+    def get_inertia_about_body_origin(self, state: State) -> Float[Array, "3 3"]:
         """Inertia about the body origin, in the body frame (3, 3): mass x unit inertia."""
         return self._inst(state, "mass") * self._inst(state, "unit_inertia")
 
-    def get_unit_inertia_about_body_origin(self, state: State) -> jax.Array:
+    def get_unit_inertia_about_body_origin(self, state: State) -> Float[Array, "3 3"]:
         """Gyration matrix about the body origin (Instance variable ``unit_inertia``)."""
         return self._inst(state, "unit_inertia")
 
@@ -266,19 +276,19 @@ class MobilizedBody:
         return self._inst(state, "mobilizer_params")[: self._mobilizer.n_params]
 
     # ------------------------------------------------------------------ q and u
-    def get_q(self, state: State) -> jax.Array:
+    def get_q(self, state: State) -> Float[Array, " nq_body"]:
         """This mobilizer's q block."""
         return self._model(state).body_q(state, self.index)
 
-    def get_u(self, state: State) -> jax.Array:
+    def get_u(self, state: State) -> Float[Array, " nu_body"]:
         """This mobilizer's u block."""
         return self._model(state).body_u(state, self.index)
 
-    def get_one_q(self, state: State, which: int) -> jax.Array:
+    def get_one_q(self, state: State, which: int) -> Float[Array, ""]:
         """One coordinate of this mobilizer."""
         return self.get_q(state)[which]
 
-    def get_one_u(self, state: State, which: int) -> jax.Array:
+    def get_one_u(self, state: State, which: int) -> Float[Array, ""]:
         """One speed of this mobilizer."""
         return self.get_u(state)[which]
 
@@ -329,28 +339,28 @@ class MobilizedBody:
         pc = state.position_cache
         return sp.Transform(pc.R_GB[self.index], pc.p_GB[self.index])
 
-    def get_body_rotation(self, state: State) -> jax.Array:
+    def get_body_rotation(self, state: State) -> Float[Array, "3 3"]:
         """``R_GB`` (needs Position)."""
         return state.position_cache.R_GB[self.index]
 
-    def get_body_origin_location(self, state: State) -> jax.Array:
+    def get_body_origin_location(self, state: State) -> Float[Array, " 3"]:
         """Location of the body origin in Ground (needs Position)."""
         return state.position_cache.p_GB[self.index]
 
-    def get_body_velocity(self, state: State) -> jax.Array:
+    def get_body_velocity(self, state: State) -> Float[Array, " 6"]:
         """``V_GB = [w; v of origin]`` in Ground (needs Velocity)."""
         state.require(Stage.VELOCITY, f"{self.name}.get_body_velocity")
         return self._model(state).body_velocities(state)[self.index]
 
-    def get_body_angular_velocity(self, state: State) -> jax.Array:
+    def get_body_angular_velocity(self, state: State) -> Float[Array, " 3"]:
         """Angular velocity in Ground (needs Velocity)."""
         return self.get_body_velocity(state)[:3]
 
-    def get_body_origin_velocity(self, state: State) -> jax.Array:
+    def get_body_origin_velocity(self, state: State) -> Float[Array, " 3"]:
         """Velocity of the body origin in Ground (needs Velocity)."""
         return self.get_body_velocity(state)[3:]
 
-    def get_body_acceleration(self, state: State) -> jax.Array:
+    def get_body_acceleration(self, state: State) -> Float[Array, " 6"]:
         """``A_GB = [alpha; a of origin]`` in Ground (needs Acceleration)."""
         state.require(Stage.ACCELERATION, f"{self.name}.get_body_acceleration")
         return self._model(state).body_accelerations(state)[self.index]
@@ -361,24 +371,24 @@ class MobilizedBody:
         R, p = self._mob(state).X_FM(self.get_q(state), self.get_mobilizer_params(state))
         return sp.Transform(R, p)
 
-    def get_mobilizer_velocity(self, state: State) -> jax.Array:
+    def get_mobilizer_velocity(self, state: State) -> Float[Array, " 6"]:
         """``V_FM = H_FM(q) u``, in F at M's origin (needs Velocity)."""
         state.require(Stage.VELOCITY, f"{self.name}.get_mobilizer_velocity")
         H = self._mob(state).H_FM(self.get_q(state), self.get_mobilizer_params(state))
         return H @ self.get_u(state)
 
-    def find_station_location_in_ground(self, state: State, station: Any) -> jax.Array:
+    def find_station_location_in_ground(self, state: State, station: Any) -> Float[Array, " 3"]:
         """Ground location of a station given in this body's frame (needs Position)."""
         pc = state.position_cache
         return pc.p_GB[self.index] + pc.R_GB[self.index] @ jnp.asarray(station, pc.p_GB.dtype)
 
-    def find_station_velocity_in_ground(self, state: State, station: Any) -> jax.Array:
+    def find_station_velocity_in_ground(self, state: State, station: Any) -> Float[Array, " 3"]:
         """Ground velocity of a station on this body (needs Velocity)."""
         V = self.get_body_velocity(state)
         r = self.get_body_rotation(state) @ jnp.asarray(station, V.dtype)
         return V[3:] + jnp.cross(V[:3], r)
 
-    def find_station_acceleration_in_ground(self, state: State, station: Any) -> jax.Array:
+    def find_station_acceleration_in_ground(self, state: State, station: Any) -> Float[Array, " 3"]:
         """Ground acceleration of a station on this body (needs Acceleration)."""
         A = self.get_body_acceleration(state)
         V = self.get_body_velocity(state)
@@ -419,28 +429,96 @@ class Ground(MobilizedBody):
         matter._mobods.append(self)
 
 
-def _simple(name: str, mob_cls: type, doc: str) -> type:
-    def make(self):
-        return mob_cls()
+class Pin(MobilizedBody):
+    """Rotation about the common z axis of F and M."""
 
-    return type(name, (MobilizedBody,), {"_make_mobilizer": make, "__doc__": doc})
+    _mobilizer_kind = mz.Pin
 
 
-Pin = _simple("Pin", mz.Pin, "Rotation about the common z axis of F and M.")
-Slider = _simple("Slider", mz.Slider, "Translation along the common x axis of F and M.")
-Universal = _simple("Universal", mz.Universal, "Rotation about x then the new y.")
-Cylinder = _simple("Cylinder", mz.Cylinder, "Rotation about and translation along z.")
-BendStretch = _simple("BendStretch", mz.BendStretch, "Rotation about z, then translation along the new x.")
-Planar = _simple("Planar", mz.Planar, "Rotation about z plus translation in the x-y plane.")
-Gimbal = _simple("Gimbal", mz.Gimbal, "Body-fixed X-Y-Z Euler angles, u = qdot.")
-Ball = _simple("Ball", mz.Ball, "Spherical joint; quaternion q, u = angular velocity in F.")
-Translation = _simple("Translation", mz.Translation, "Cartesian translation p_FM = q.")
-SphericalCoords = _simple("SphericalCoords", mz.SphericalCoords, "Azimuth, zenith, radius.")
-Bushing = _simple("Bushing", mz.Bushing, "Six dofs: X-Y-Z angles then translation, u = qdot.")
-Free = _simple("Free", mz.Free, "Six dofs: quaternion and translation; u = [w, v] in F.")
-LineOrientation = _simple("LineOrientation", mz.LineOrientation, "Orientation of a line (M's z).")
-FreeLine = _simple("FreeLine", mz.FreeLine, "LineOrientation plus translation.")
-Weld = _simple("Weld", mz.Weld, "No relative motion.")
+class Slider(MobilizedBody):
+    """Translation along the common x axis of F and M."""
+
+    _mobilizer_kind = mz.Slider
+
+
+class Universal(MobilizedBody):
+    """Rotation about x then the new y."""
+
+    _mobilizer_kind = mz.Universal
+
+
+class Cylinder(MobilizedBody):
+    """Rotation about and translation along z."""
+
+    _mobilizer_kind = mz.Cylinder
+
+
+class BendStretch(MobilizedBody):
+    """Rotation about z, then translation along the new x."""
+
+    _mobilizer_kind = mz.BendStretch
+
+
+class Planar(MobilizedBody):
+    """Rotation about z plus translation in the x-y plane."""
+
+    _mobilizer_kind = mz.Planar
+
+
+class Gimbal(MobilizedBody):
+    """Body-fixed X-Y-Z Euler angles, u = qdot."""
+
+    _mobilizer_kind = mz.Gimbal
+
+
+class Ball(MobilizedBody):
+    """Spherical joint; quaternion q, u = angular velocity in F."""
+
+    _mobilizer_kind = mz.Ball
+
+
+class Translation(MobilizedBody):
+    """Cartesian translation p_FM = q."""
+
+    _mobilizer_kind = mz.Translation
+
+
+class SphericalCoords(MobilizedBody):
+    """Azimuth, zenith, radius."""
+
+    _mobilizer_kind = mz.SphericalCoords
+
+
+class Bushing(MobilizedBody):
+    """Six dofs: X-Y-Z angles then translation, u = qdot."""
+
+    _mobilizer_kind = mz.Bushing
+
+
+class Free(MobilizedBody):
+    """Six dofs: quaternion and translation; u = [w, v] in F."""
+
+    _mobilizer_kind = mz.Free
+
+
+class LineOrientation(MobilizedBody):
+    """Orientation of a line (M's z)."""
+
+    _mobilizer_kind = mz.LineOrientation
+
+
+class FreeLine(MobilizedBody):
+    """LineOrientation plus translation."""
+
+    _mobilizer_kind = mz.FreeLine
+
+
+class Weld(MobilizedBody):
+    """No relative motion."""
+
+    _mobilizer_kind = mz.Weld
+
+
 Cartesian = Translation
 
 
@@ -451,7 +529,7 @@ class Screw(MobilizedBody):
         self, parent: MobilizedBody, *args: Any, pitch: float | None = None, name: str | None = None
     ):
         if pitch is None and len(args) in (2, 4):
-            *args, pitch = args
+            args, pitch = args[:-1], args[-1]
         if pitch is None:
             raise TypeError("MobilizedBody.Screw needs a pitch: Screw(parent, X_PF, body, X_BM, pitch)")
         super().__init__(
@@ -464,7 +542,7 @@ class Ellipsoid(MobilizedBody):
 
     def __init__(self, parent: MobilizedBody, *args: Any, radii: Any = None, name: str | None = None):
         if radii is None and len(args) in (2, 4):
-            *args, radii = args
+            args, radii = args[:-1], args[-1]
         r = tuple(float(x) for x in (radii if radii is not None else (1.0, 1.0, 1.0)))
         if len(r) != 3 or min(r) <= 0:
             raise ValueError(f"MobilizedBody.Ellipsoid: radii must be 3 positive numbers, got {r}")
@@ -497,8 +575,8 @@ class FunctionBased(MobilizedBody):
         if n_mobilities is None and functions is None:
             # Simbody order: (parent, X_PF, body, X_BM, n, functions, coordIndices[, axes])
             args, rest = args[:3] if len(args) >= 6 else args[:1], args[3:] if len(args) >= 6 else args[1:]
-            n_mobilities, functions, coordinate_indices, *ax = rest
-            axes = ax[0] if ax else None
+            n_mobilities, functions, coordinate_indices, *more = rest
+            axes = more[0] if more else None
         if functions is None or len(functions) != 6:
             raise ValueError("MobilizedBody.FunctionBased needs exactly six functions")
         if coordinate_indices is None or len(coordinate_indices) != 6:
@@ -510,8 +588,11 @@ class FunctionBased(MobilizedBody):
                     raise ValueError(f"FunctionBased: function {k} uses coordinate {i}, outside 0..{n - 1}")
             _check_arity(functions[k], len(idx), k)
         ax = tuple(
-            tuple(float(x) for x in np.asarray(a, dtype=float))
-            for a in (axes if axes is not None else np.vstack([np.eye(3), np.eye(3)]))
+            (float(x), float(y), float(z))
+            for x, y, z in (
+                np.asarray(a, dtype=float)
+                for a in (axes if axes is not None else np.vstack([np.eye(3), np.eye(3)]))
+            )
         )
         n_ang = len({i for k in range(3) for i in coordinate_indices[k]})
         mob = mz.FunctionBased(
@@ -519,7 +600,7 @@ class FunctionBased(MobilizedBody):
             functions=tuple(functions),
             coordinate_indices=tuple(tuple(int(i) for i in idx) for idx in coordinate_indices),
             axes=ax,
-            n_angles_=n_ang,  # type: ignore[arg-type]
+            n_angles_=n_ang,
         )
         super().__init__(parent, *args, name=name, mobilizer=mob)
 
@@ -570,6 +651,7 @@ class Custom(MobilizedBody):
             q_fit=q_fit,
         )
         super().__init__(parent, *args, name=name, mobilizer=mob)
+
 
 # The kinds as attributes of the base (Simbody's MobilizedBody::Pin style); declared above.
 MobilizedBody.Pin = Pin

@@ -6,6 +6,7 @@ construct and query."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -16,19 +17,10 @@ import numpy as np
 from .. import _spatial as sp
 from .._functions import Function
 from .._stage import Stage
-from ..model.state import State
-from ..constraints.kernels import (
-    ConstraintContext,
-    _common_ancestor,
-    _Compiled,
-    _ddt,
-    _dummy_kin,
-    coefficient_forces,
-    coefficient_rows_to_G,
-    constraint_coefficients,
-    gather_kin,
-)
+from ..constraints import kernels as cn
+from ..constraints.kernels import ConstraintContext, _common_ancestor, _Compiled, _dummy_kin
 from ..forward.realize import realize
+from ..model.state import State
 from .bodies import MobilizedBody
 from .matter import SimbodyMatterSubsystem
 
@@ -40,7 +32,11 @@ class Constraint:
     ``_perr``/``_verr``/``_aerr`` (functions of a ``ConstraintContext``).
     """
 
-    # the kinds (assigned at the end of this module)
+    # the kinds (assigned at the end of this module); the aliases first, so that their
+    # annotations name the module's classes, not the class attributes declared below
+    ConstantDistance: ClassVar[type[Rod]]
+    CoincidentPoints: ClassVar[type[Ball]]
+    Spherical: ClassVar[type[Ball]]
     Ball: ClassVar[type[Ball]]
     Rod: ClassVar[type[Rod]]
     ConstantCoordinate: ClassVar[type[ConstantCoordinate]]
@@ -56,9 +52,6 @@ class Constraint:
     ConstantOrientation: ClassVar[type[ConstantOrientation]]
     Weld: ClassVar[type[Weld]]
     NoSlip1D: ClassVar[type[NoSlip1D]]
-    ConstantDistance: ClassVar[type[Rod]]
-    CoincidentPoints: ClassVar[type[Ball]]
-    Spherical: ClassVar[type[Ball]]
 
     _param_names: tuple[str, ...] = ()
 
@@ -159,26 +152,34 @@ class Constraint:
         return out[0], out[1], out[2]
 
     # --------------------------------------------------------------- level functions
-    def _funcs(self, c: _Compiled):
-        """(position, velocity, acceleration) error functions of ``Kin``."""
-        mobs = c.mobs
+    def _structure_key(self) -> tuple:
+        """Two constraints with equal keys have the same equations for the same constrained
+        bodies and mobilizers, so their errors are evaluated together (one ``vmap``).
+        Kinds whose error functions read instance attributes extend it (``_equation_key``)."""
+        fns: list[Any] = []
+        for f in (self._perr, self._verr, self._aerr):
+            if inspect.ismethod(f) and f.__self__ is self:
+                fns.append(f.__func__)
+            else:
+                fns.append(f)
+        shapes = tuple(sorted((k, v.shape) for k, v in self._defaults.items()))
+        return (
+            type(self),
+            len(self._bodies),
+            len(self._mobilizers),
+            shapes,
+            tuple(fns),
+            self._equation_key(),
+        )
 
-        def wrap(fn):
-            if fn is None:
-                return None
-            return lambda k: jnp.atleast_1d(jnp.asarray(fn(ConstraintContext(k, mobs)), k.p.dtype))
-
-        p0, v0, a0 = wrap(self._perr), wrap(self._verr), wrap(self._aerr)
-        z = lambda k: jnp.zeros(0, k.p.dtype)
-        perr = p0 or z
-        pv = _ddt(p0, mobs) if p0 else z
-        pa = _ddt(pv, mobs) if p0 else z
-        vv = v0 or z
-        va = _ddt(v0, mobs) if v0 else z
-        aa = a0 or z
-        verr = lambda k: jnp.concatenate([pv(k), vv(k)])
-        aerr = lambda k: jnp.concatenate([pa(k), va(k), aa(k)])
-        return perr, verr, aerr
+    def _equation_key(self) -> Any:
+        """The instance attributes the error functions read (override where they do).
+        The default keeps a kind whose bound error methods read unknown attributes apart
+        from every other constraint."""
+        bound = any(inspect.ismethod(f) for f in (self._perr, self._verr, self._aerr))
+        return (
+            ("instance", id(self)) if bound and type(self)._equation_key is Constraint._equation_key else ()
+        )
 
     # --------------------------------------------------------------- enabling
     def set_disabled_by_default(self, disabled: bool) -> Constraint:
@@ -367,8 +368,8 @@ class Constraint:
         state.require(Stage.POSITION, f"{self!r} constraint matrices")
         model = self._matter._system.model_for(state)
         c = self._check(state)
-        coef = constraint_coefficients(model, state, c)
-        G = coefficient_rows_to_G(model, state, c, coef)
+        g = cn.single_group(model, state.use_euler_angles, self.index)
+        G = cn.group_G(model, state, g, cn.group_coefficients(model, state, g))[0]
         mp_c, mv_c = c.mp, c.mv
         sel = {0: slice(0, mp_c), 1: slice(mp_c, mp_c + mv_c), 2: slice(mp_c + mv_c, None)}[level]
         return G[sel] * state.instance["matter"]["constraint_enabled"][self.index]
@@ -401,13 +402,13 @@ class Constraint:
         """``P N^-1`` (mp, nq): the position-error Jacobian ``d(perr)/dq``."""
         s = state
         model = self._matter._system.model_for(s)
-        c = self._check(s)
-        perr, _, _ = self._funcs(c)
+        self._check(s)
+        g = cn.single_group(model, s.use_euler_angles, self.index)
         s.require(Stage.POSITION, f"{self!r}.calc_position_constraint_matrix_pn_inv")
 
         def f(q):
             st = realize(model, s.with_q(q), Stage.POSITION)
-            return perr(gather_kin(model, st, c, level=0))
+            return g.funcs[0](jax.tree.map(lambda x: x[0], cn.gather_kin(model, st, g, 0)))
 
         return jax.jacfwd(f)(s.q) * s.instance["matter"]["constraint_enabled"][self.index]
 
@@ -421,13 +422,13 @@ class Constraint:
         the system are their negatives (``M udot = f - G^T lambda``)."""
         state.require(Stage.POSITION, f"{self!r}.calc_constraint_forces_from_multipliers")
         model = self._matter._system.model_for(state)
-        c = self._check(state)
-        coef = constraint_coefficients(model, state, c)
+        self._check(state)
+        g = cn.single_group(model, state.use_euler_angles, self.index)
         lam = (
             jnp.asarray(multipliers, state.q.dtype)
             * state.instance["matter"]["constraint_enabled"][self.index]
         )
-        return coefficient_forces(model, state, c, coef, lam)
+        return cn.group_forces(model, state, g, cn.group_coefficients(model, state, g), lam[None])
 
     def get_constraint_forces_as_vectors(self, state: State) -> tuple[jax.Array, jax.Array]:
         """The forces this constraint applies to the system, ``-(G_c^T lambda_c)`` as body
@@ -455,7 +456,6 @@ class Constraint:
         return jnp.sum(F * V) + tau @ state.u
 
 
-
 def _vec3(x: Any, what: str) -> np.ndarray:
     a = np.asarray(x, dtype=float).reshape(-1)
     if a.shape != (3,):
@@ -477,8 +477,6 @@ def _distinct(kind: str, b1: Any, b2: Any) -> None:
             f"Constraint.{kind}: body 1 and body 2 are the same body ({b1!r}); a constraint "
             "must connect two different bodies"
         )
-
-
 
 
 def _check_function(kind: str, fn: Any, n: int, what: str) -> Callable[[jax.Array], jax.Array]:
@@ -686,6 +684,9 @@ class ConstantCoordinate(Constraint):
             mobod._matter, mobilizers=(mobod,), params=dict(position=np.asarray(float(default_position)))
         )
 
+    def _equation_key(self) -> Any:
+        return self._which
+
     def _perr(self, ctx: ConstraintContext) -> jax.Array:
         return ctx.one_q(0, self._which) - ctx.param("position")
 
@@ -708,6 +709,9 @@ class ConstantSpeed(Constraint):
         super().__init__(
             mobod._matter, mobilizers=(mobod,), params=dict(speed=np.asarray(float(default_speed)))
         )
+
+    def _equation_key(self) -> Any:
+        return self._which
 
     def _verr(self, ctx: ConstraintContext) -> jax.Array:
         return ctx.one_u(0, self._which) - ctx.param("speed")
@@ -733,6 +737,9 @@ class ConstantAcceleration(Constraint):
             mobilizers=(mobod,),
             params=dict(acceleration=np.asarray(float(default_acceleration))),
         )
+
+    def _equation_key(self) -> Any:
+        return self._which
 
     def _aerr(self, ctx: ConstraintContext) -> jax.Array:
         return ctx.one_udot(0, self._which) - ctx.param("acceleration")
@@ -773,6 +780,9 @@ class CoordinateCoupler(Constraint):
         self._sel = tuple(sel)
         super().__init__(matter, mobilizers=tuple(uniq))
 
+    def _equation_key(self) -> Any:
+        return (self._fn, self._sel)
+
     def _perr(self, ctx: ConstraintContext) -> jax.Array:
         x = jnp.stack([ctx.one_q(m, k) for m, k in self._sel])
         return jnp.reshape(self._fn(x), (1,))
@@ -812,6 +822,9 @@ class SpeedCoupler(Constraint):
         self._fn = _check_function("SpeedCoupler", function, n, "speeds and coordinates")
         super().__init__(matter, mobilizers=tuple(uniq))
 
+    def _equation_key(self) -> Any:
+        return (self._fn, self._usel, self._qsel)
+
     def _verr(self, ctx: ConstraintContext) -> jax.Array:
         x = [ctx.one_u(m, k) for m, k in self._usel] + [ctx.one_q(m, k) for m, k in self._qsel]
         return jnp.reshape(self._fn(jnp.stack(x)), (1,))
@@ -826,6 +839,9 @@ class PrescribedMotion(Constraint):
         self._which = _which("PrescribedMotion", mobod, which_q, mobod.mobilizer.nq, "q's")
         self._fn = _check_function("PrescribedMotion", function, 1, "time argument")
         super().__init__(matter, mobilizers=(mobod,))
+
+    def _equation_key(self) -> Any:
+        return (self._which, self._fn)
 
     def _perr(self, ctx: ConstraintContext) -> jax.Array:
         return ctx.one_q(0, self._which) - jnp.reshape(self._fn(jnp.reshape(ctx.time, (1,))), ())
@@ -857,9 +873,9 @@ class Custom(Constraint):
             raise ValueError(
                 "Constraint.Custom: give position_errors, velocity_errors or acceleration_errors"
             )
-        self._perr = position_errors  # type: ignore[assignment]
-        self._verr = velocity_errors  # type: ignore[assignment]
-        self._aerr = acceleration_errors  # type: ignore[assignment]
+        self._perr = position_errors
+        self._verr = velocity_errors
+        self._aerr = acceleration_errors
         super().__init__(matter, bodies=bodies, mobilizers=mobilizers, params=params)
 
 

@@ -19,6 +19,7 @@ from .. import _spatial as sp
 from .._stage import Stage
 from ..model.context import Context
 from ..model.mobilizers import velocity_jacobian
+from ..model.model import ForceGroup, Identity, Model
 from ..model.state import State
 from .system import GeneralForceSubsystem
 
@@ -66,6 +67,9 @@ class Force:
         self._subsystem = forces
         self._slot: tuple[str, Any, int] | None = None
         self._disabled_by_default = False
+        # Position among this subsystem's elements of the same kind: names the State keys of
+        # kinds grouped one element per group (``Custom0``), the same in every process.
+        self._ordinal = sum(type(e).__name__ == type(self).__name__ for e in forces._elements)
         forces._add(self)
 
     # -- grouping and parameters ---------------------------------------------------------
@@ -74,7 +78,14 @@ class Force:
 
     @classmethod
     def _key_name(cls, key: Any) -> str:
+        """Prefix of the group's Instance-parameter keys in the State. Never an ``id()``: the
+        State's pytree structure, hence jit's cache key, must not depend on object ids."""
         return cls.__name__
+
+    def _structure_key(self) -> tuple:
+        """What of this element the compiled computation depends on besides its group's
+        statics and its parameter values (which are State data): part of ``Model`` equality."""
+        return (type(self), type(self)._key_name(self._group_key()))
 
     def _values(self) -> dict[str, Any]:
         """Default values of this element's Instance parameters (override)."""
@@ -139,7 +150,13 @@ class Force:
         return jnp.zeros((), ctx.state.q.dtype)
 
     # -- per-element queries ---------------------------------------------------------------
-    def _model_grp(self, state: State):
+    def _slot_index(self) -> int:
+        """This element's index in its group (set by ``realize_topology``)."""
+        if self._slot is None:
+            raise ValueError("this force was added after realize_topology(); realize it again")
+        return self._slot[2]
+
+    def _model_grp(self, state: State) -> tuple[Model, ForceGroup]:
         model = self._subsystem._system.model_for(state)
         if self._slot is None:
             raise ValueError("this force was added after realize_topology(); realize it again")
@@ -152,27 +169,27 @@ class Force:
         return f"{type(self)._key_name(self._group_key())}.{name}"
 
     def _get(self, state: State, name: str) -> jax.Array:
-        return state.instance[self._subsystem.name][self._param_name(name)][self._slot[2]]  # type: ignore[index]
+        return state.instance[self._subsystem.name][self._param_name(name)][self._slot_index()]
 
     def _set(self, state: State, name: str, value: Any) -> State:
         self._model_grp(state)
         key = self._param_name(name)
         arr = state.instance[self._subsystem.name][key]
         return state.with_instance(
-            self._subsystem.name, key, arr.at[self._slot[2]].set(jnp.asarray(value, arr.dtype))
-        )  # type: ignore[index]
+            self._subsystem.name, key, arr.at[self._slot_index()].set(jnp.asarray(value, arr.dtype))
+        )
 
     def calc_potential_energy(self, state: State) -> jax.Array:
         """This element's potential energy (needs Position)."""
         state.require(Stage.POSITION, f"{type(self).__name__}.calc_potential_energy")
         model, g = self._model_grp(state)
-        return g.cls.potential_group(Context(model, state, g.subsystem), g, self._slot[2])  # type: ignore[index]
+        return g.cls.potential_group(Context(model, state, g.subsystem), g, self._slot_index())
 
     def calc_force_contribution(self, state: State) -> tuple[jax.Array, jax.Array]:
         """This element's ``(body_forces (nb, 6), mobility_forces (nu,))`` (Velocity)."""
         state.require(Stage.VELOCITY, f"{type(self).__name__}.calc_force_contribution")
         model, g = self._model_grp(state)
-        return g.cls.calc_group(Context(model, state, g.subsystem), g, self._slot[2])  # type: ignore[index]
+        return g.cls.calc_group(Context(model, state, g.subsystem), g, self._slot_index())
 
     def calc_power(self, state: State) -> jax.Array:
         """Power this element delivers to the system, ``sum F.V + tau.u`` (Velocity)."""
@@ -300,7 +317,7 @@ class Gravity(Force):
 
     @classmethod
     def _key_name(cls, key):
-        return f"Gravity{id(key)}"
+        return f"{cls.__name__}{key._ordinal}"  # one group per element
 
     def _values(self):
         nb = self._matter.get_num_bodies()
@@ -812,7 +829,7 @@ class DiscreteForces(Force):
 
     @classmethod
     def _key_name(cls, key):
-        return f"DiscreteForces{id(key)}"
+        return f"{cls.__name__}{key._ordinal}"  # one group per element
 
     def _var(self, what: str) -> str:
         return f"{self._key_name(self)}.{what}"
@@ -864,6 +881,7 @@ class DiscreteForces(Force):
 
     @classmethod
     def calc_group(cls, ctx, grp, only):
+        """The forces stored in the State's discrete variables (one element per group)."""
         el = grp.elements[0]
         d = ctx.state.discrete[grp.subsystem]
         wgt = cls._weights(cls._P(ctx, grp), only)[0]
@@ -890,7 +908,11 @@ class Custom(Force):
 
     @classmethod
     def _key_name(cls, key):
-        return f"Custom{id(key)}"
+        return f"{cls.__name__}{key._ordinal}"  # one group per element
+
+    def _structure_key(self) -> tuple:
+        # the user's implementation object, by identity (its methods may read anything)
+        return (*super()._structure_key(), Identity(self.implementation))
 
     def depends_only_on_positions(self) -> bool:
         """Whether the force ignores u and z (forwarded from the implementation)."""
@@ -899,6 +921,7 @@ class Custom(Force):
 
     @classmethod
     def calc_group(cls, ctx, grp, only):
+        """The implementation's ``calc_force(ctx)`` (one element per group)."""
         impl = grp.elements[0].implementation
         wgt = cls._weights(cls._P(ctx, grp), only)[0]
         dt = ctx.state.q.dtype
@@ -909,11 +932,13 @@ class Custom(Force):
 
     @classmethod
     def potential_group(cls, ctx, grp, only):
+        """The implementation's ``calc_potential_energy(ctx)``, zero if it has none."""
         impl = grp.elements[0].implementation
         wgt = cls._weights(cls._P(ctx, grp), only)[0]
         f = getattr(impl, "calc_potential_energy", None)
         pe = jnp.zeros((), ctx.state.q.dtype) if f is None else jnp.asarray(f(ctx))
         return wgt * pe
+
 
 # The kinds as attributes of the base (Simbody's Force::Pin style); declared above.
 Force.UniformGravity = UniformGravity

@@ -7,12 +7,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
-from ..model.model import _replace, classical_acceleration
+from ..model.model import Model, _replace, classical_acceleration
 from ..model.state import Cache, State
+from ..model.topology import Topology
 from ..tree import traversal as _tree
 from .bodies import Ground, MobilizedBody
 from .system import MultibodySystem, Subsystem
@@ -57,10 +59,10 @@ class SimbodyMatterSubsystem(Subsystem):
             raise KeyError(f"no mobilized body named {index!r}")
         return self._mobods[index]
 
-    def _model(self, state: State):
+    def _model(self, state: State) -> Model:
         return self._system.model_for(state)
 
-    def _topo(self, state: State):
+    def _topo(self, state: State) -> Topology:
         return self._model(state).topology(state.use_euler_angles)
 
     def get_nq(self, state: State) -> int:
@@ -84,7 +86,7 @@ class SimbodyMatterSubsystem(Subsystem):
         """``(mp, mv, ma)`` rows of ``G`` (disabled constraints keep zero rows)."""
         return self._model(state).constraint_counts(state.use_euler_angles)
 
-    def calc_g_and_b(self, state: State) -> tuple[jax.Array, jax.Array]:
+    def calc_g_and_b(self, state: State) -> tuple[Float[Array, "m nu"], Float[Array, " m"]]:
         """``G = [P; V; A]`` (m, nu) and ``b`` (m,) with ``G udot = b`` (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_g_and_b")
         model = self._model(state)
@@ -92,39 +94,29 @@ class SimbodyMatterSubsystem(Subsystem):
         A0 = classical_acceleration(self._velocity_bias(state), vc.V_O, pc.p_GB)
         return cn.g_and_b(model, state, A0)
 
-    def calc_g(self, state: State) -> jax.Array:
+    def calc_g(self, state: State) -> Float[Array, "m nu"]:
         """The constraint matrix ``G = [P; V; A]`` (m, nu) (needs Velocity)."""
         return self.calc_g_and_b(state)[0]
 
-    def calc_bias_for_acceleration_constraints(self, state: State) -> jax.Array:
+    def calc_bias_for_acceleration_constraints(self, state: State) -> Float[Array, " m"]:
         """``b`` of ``G udot = b``: minus the acceleration errors at ``udot = 0``."""
         return self.calc_g_and_b(state)[1]
 
-    def multiply_by_g(self, state: State, ulike: Any) -> jax.Array:
+    def multiply_by_g(self, state: State, ulike: Any) -> Float[Array, " m"]:
         """``G v`` (needs Velocity)."""
         return self.calc_g(state) @ jnp.asarray(ulike)
 
-    def multiply_by_g_transpose(self, state: State, lam: Any) -> jax.Array:
+    def multiply_by_g_transpose(self, state: State, lam: Any) -> Float[Array, " nu"]:
         """``G^T lambda`` (needs Velocity)."""
         return self.calc_g(state).T @ jnp.asarray(lam)
 
-    def calc_constraint_forces_from_multipliers(self, state: State, multipliers: Any):
+    def calc_constraint_forces_from_multipliers(
+        self, state: State, multipliers: Any
+    ) -> tuple[Float[Array, "nb 6"], Float[Array, " nu"]]:
         """Body forces (nb, 6) and mobility forces (nu,) equivalent to ``G^T lambda`` for the
         complete multiplier vector (the constraints apply their negatives)."""
         state.require(Stage.POSITION, "calc_constraint_forces_from_multipliers")
-        model = self._model(state)
-        topo = model.topology(state.use_euler_angles)
-        mp, mv, _ = model.constraint_counts(state.use_euler_angles)
-        lam = jnp.asarray(multipliers, state.q.dtype)
-        F = jnp.zeros((topo.nb, 6), lam.dtype)
-        tau = jnp.zeros(topo.nu, lam.dtype)
-        en = state.instance["matter"]["constraint_enabled"]
-        for c in model.constraints(state.use_euler_angles):
-            rows = np.concatenate([c.rows[0], mp + c.rows[1], mp + mv + c.rows[2]])
-            coef = cn.constraint_coefficients(model, state, c)
-            f, t = cn.coefficient_forces(model, state, c, coef, lam[rows] * en[c.index])
-            F, tau = F + f, tau + t
-        return F, tau
+        return cn.constraint_forces(self._model(state), state, jnp.asarray(multipliers, state.q.dtype))
 
     # ------------------------------------------------------------------ model options
     def set_use_euler_angles(self, state: State, use: bool) -> State:
@@ -157,23 +149,23 @@ class SimbodyMatterSubsystem(Subsystem):
         return state.use_euler_angles
 
     # ------------------------------------------------------------------ mass matrix
-    def calc_mass_matrix(self, state: State) -> jax.Array:
+    def calc_mass_matrix(self, state: State) -> Float[Array, "nu nu"]:
         """Mass matrix ``M(q)`` (nu, nu) (needs Position). Simbody ``calcM``."""
         state.require(Stage.POSITION, "calc_mass_matrix")
         return rz.mass_matrix(self._model(state), state, state.position_cache)
 
     calc_m = calc_mass_matrix
 
-    def calc_m_inverse(self, state: State) -> jax.Array:
+    def calc_m_inverse(self, state: State) -> Float[Array, "nu nu"]:
         """``M(q)^-1`` (needs Position). Simbody ``calcMInv``."""
         M = self.calc_mass_matrix(state)
         return rz.solve_mass_matrix(M, jnp.eye(M.shape[0], dtype=M.dtype))
 
-    def multiply_by_m(self, state: State, a: Any) -> jax.Array:
+    def multiply_by_m(self, state: State, a: Any) -> Float[Array, " nu"]:
         """``M a`` (needs Position)."""
         return self.calc_mass_matrix(state) @ jnp.asarray(a)
 
-    def multiply_by_m_inv(self, state: State, v: Any) -> jax.Array:
+    def multiply_by_m_inv(self, state: State, v: Any) -> Float[Array, " nu"]:
         """``M^-1 v`` by Cholesky (needs Position)."""
         return rz.solve_mass_matrix(self.calc_mass_matrix(state), jnp.asarray(v))
 
@@ -209,7 +201,7 @@ class SimbodyMatterSubsystem(Subsystem):
         applied_mobility_forces: Any = None,
         applied_body_forces: Any = None,
         known_udot: Any = None,
-    ) -> jax.Array:
+    ) -> Float[Array, " nu"]:
         """Inverse dynamics ignoring constraints: ``M udot + C(q,u) - applied`` (needs
         Velocity). Simbody ``calcResidualForceIgnoringConstraints``; the applied forces are
         only those passed in."""
@@ -224,36 +216,32 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def calc_acceleration(
         self, state: State, applied_mobility_forces: Any = None, applied_body_forces: Any = None
-    ) -> jax.Array:
+    ) -> Float[Array, " nu"]:
         """Forward dynamics with only the given applied forces (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_acceleration")
         bias = self._applied_bias(state, applied_mobility_forces, applied_body_forces)
         return rz.solve_mass_matrix(self.calc_mass_matrix(state), -bias)
 
-    def calc_bias_forces(self, state: State) -> jax.Array:
+    def calc_bias_forces(self, state: State) -> Float[Array, " nu"]:
         """Coriolis, centrifugal and gyroscopic generalized forces ``C(q, u)`` (Velocity)."""
         state.require(Stage.VELOCITY, "calc_bias_forces")
         return self._applied_bias(state, None, None)
 
-    def calc_gravity_and_applied_generalized_forces(self, state: State) -> jax.Array:
+    def calc_gravity_and_applied_generalized_forces(self, state: State) -> Float[Array, " nu"]:
         """Applied forces of every force element mapped to u: ``J^T F + tau`` (Dynamics)."""
         dc = state.dynamics_cache
         return self.multiply_by_system_jacobian_transpose(state, dc.body_forces) + dc.mobility_forces
 
     # ------------------------------------------------------------------ jacobians
-    def calc_system_jacobian(self, state: State) -> jax.Array:
+    def calc_system_jacobian(self, state: State) -> Float[Array, "nb*6 nu"]:
         """``J`` (nb*6, nu): body spatial velocities ``V_GB = J u`` stacked by body, each
         ``[w; v of body origin]`` in Ground (needs Position)."""
         state.require(Stage.POSITION, "calc_system_jacobian")
-        pc = state.position_cache
         topo = self._topo(state)
-        D = jnp.asarray(topo.dof_ancestor, pc.p_GB.dtype)  # (nb, nu)
-        w = pc.cdof[None, :, :3]
-        v = pc.cdof[None, :, 3:] + jnp.cross(w, pc.p_GB[:, None, :])
-        J = jnp.concatenate([w * D[..., None], v * D[..., None]], axis=-1)  # (nb, nu, 6)
-        return jnp.swapaxes(J, 1, 2).reshape(topo.nb * 6, topo.nu)
+        J = rz.frame_jacobians(self._model(state), state, np.arange(topo.nb))
+        return J.reshape(topo.nb * 6, topo.nu)
 
-    def multiply_by_system_jacobian_transpose(self, state: State, body_forces: Any) -> jax.Array:
+    def multiply_by_system_jacobian_transpose(self, state: State, body_forces: Any) -> Float[Array, " nu"]:
         """``J^T F`` for body forces ``[torque about origin; force]`` (nb, 6) (Position)."""
         state.require(Stage.POSITION, "multiply_by_system_jacobian_transpose")
         pc = state.position_cache
@@ -266,28 +254,26 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def calc_frame_jacobian(
         self, state: State, body: MobilizedBody | int, frame_origin: Any = None
-    ) -> jax.Array:
+    ) -> Float[Array, "6 nu"]:
         """``J_F`` (6, nu): ``[w_B; v of the frame origin]`` in Ground = ``J_F u``.
 
         ``frame_origin`` is given in the body frame (default: the body origin)."""
         state.require(Stage.POSITION, "calc_frame_jacobian")
         pc = state.position_cache
         b = _idx(body)
-        topo = self._topo(state)
         st = jnp.zeros(3, pc.p_GB.dtype) if frame_origin is None else jnp.asarray(frame_origin, pc.p_GB.dtype)
         r = pc.p_GB[b] + pc.R_GB[b] @ st
-        mask = jnp.asarray(topo.dof_ancestor[b], pc.p_GB.dtype)
-        w = pc.cdof[:, :3]
-        v = pc.cdof[:, 3:] + jnp.cross(w, r)
-        return (jnp.concatenate([w, v], axis=1) * mask[:, None]).T
+        return rz.frame_jacobians(self._model(state), state, np.array([b]), r[None])[0]
 
-    def calc_station_jacobian(self, state: State, body: MobilizedBody | int, station: Any) -> jax.Array:
+    def calc_station_jacobian(
+        self, state: State, body: MobilizedBody | int, station: Any
+    ) -> Float[Array, "3 nu"]:
         """``J_S`` (3, nu): Ground velocity of a body station = ``J_S u`` (Position)."""
         return self.calc_frame_jacobian(state, body, station)[3:]
 
     def calc_bias_for_frame_jacobian(
         self, state: State, body: MobilizedBody | int, frame_origin: Any = None
-    ) -> jax.Array:
+    ) -> Float[Array, " 6"]:
         """``Jdot u`` (6,) for the frame Jacobian: the frame's acceleration at ``udot = 0``."""
         state.require(Stage.VELOCITY, "calc_bias_for_frame_jacobian")
         b = _idx(body)
@@ -299,18 +285,18 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def calc_bias_for_station_jacobian(
         self, state: State, body: MobilizedBody | int, station: Any
-    ) -> jax.Array:
+    ) -> Float[Array, " 3"]:
         """``Jdot_S u`` (3,): the station's acceleration at ``udot = 0``."""
         return self.calc_bias_for_frame_jacobian(state, body, station)[3:]
 
-    def calc_bias_for_system_jacobian(self, state: State) -> jax.Array:
+    def calc_bias_for_system_jacobian(self, state: State) -> Float[Array, " nb*6"]:
         """``Jdot u`` (nb*6,): body accelerations at ``udot = 0``, stacked (Velocity)."""
         state.require(Stage.VELOCITY, "calc_bias_for_system_jacobian")
         pc, vc = state.position_cache, state.velocity_cache
         return classical_acceleration(self._velocity_bias(state), vc.V_O, pc.p_GB).reshape(-1)
 
     # ------------------------------------------------------------------ kinematic maps
-    def calc_qdot(self, state: State, u: Any = None) -> jax.Array:
+    def calc_qdot(self, state: State, u: Any = None) -> Float[Array, " nq"]:
         """``qdot = N(q) u`` (needs Position); default ``u`` is the State's."""
         state.require(Stage.POSITION, "calc_qdot")
         s = state if u is None else state.with_u(u)
@@ -318,68 +304,62 @@ class SimbodyMatterSubsystem(Subsystem):
 
     multiply_by_n = calc_qdot
 
-    def calc_qdotdot(self, state: State, udot: Any) -> jax.Array:
+    def calc_qdotdot(self, state: State, udot: Any) -> Float[Array, " nq"]:
         """``qdotdot = Ndot u + N udot`` (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_qdotdot")
         return rz.qdotdot(self._model(state), state, jnp.asarray(udot))
 
     # ------------------------------------------------------------------ mass, momentum, energy
-    def calc_system_mass(self, state: State) -> jax.Array:
+    def calc_system_mass(self, state: State) -> Float[Array, ""]:
         """Total mass of the mobilized bodies."""
         return jnp.sum(state.instance["matter"]["mass"][1:])
 
-    def calc_system_mass_center_location_in_ground(self, state: State) -> jax.Array:
+    def calc_system_mass_center_location_in_ground(self, state: State) -> Float[Array, " 3"]:
         """System center of mass in Ground (needs Position)."""
         pc = state.position_cache
         m = state.instance["matter"]["mass"]
         return jnp.sum(m[1:, None] * pc.com_G[1:], axis=0) / jnp.sum(m[1:])
 
-    def calc_system_mass_center_velocity_in_ground(self, state: State) -> jax.Array:
+    def calc_system_mass_center_velocity_in_ground(self, state: State) -> Float[Array, " 3"]:
         """Velocity of the system center of mass (needs Velocity)."""
         return self.calc_system_momentum_about_ground_origin(state)[3:] / self.calc_system_mass(state)
 
-    def calc_system_momentum_about_ground_origin(self, state: State) -> jax.Array:
+    def calc_system_momentum_about_ground_origin(self, state: State) -> Float[Array, " 6"]:
         """``[angular momentum about Ground's origin; linear momentum]`` (Velocity)."""
         pc, vc = state.position_cache, state.velocity_cache
         return jnp.einsum("bij,bj->i", pc.I_O[1:], vc.V_O[1:])
 
-    def calc_system_central_momentum(self, state: State) -> jax.Array:
+    def calc_system_central_momentum(self, state: State) -> Float[Array, " 6"]:
         """Momentum with the angular part about the system center of mass (Velocity)."""
         h = self.calc_system_momentum_about_ground_origin(state)
         c = self.calc_system_mass_center_location_in_ground(state)
         return jnp.concatenate([h[:3] - jnp.cross(c, h[3:]), h[3:]])
 
-    def calc_kinetic_energy(self, state: State) -> jax.Array:
+    def calc_kinetic_energy(self, state: State) -> Float[Array, ""]:
         """Kinetic energy ``1/2 sum V^T I V`` (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_kinetic_energy")
         pc, vc = state.position_cache, state.velocity_cache
         return 0.5 * jnp.einsum("bi,bij,bj->", vc.V_O, pc.I_O, vc.V_O)
 
     # ------------------------------------------------------------------ batched conveniences
-    def get_body_transforms(self, state: State) -> tuple[jax.Array, jax.Array]:
+    def get_body_transforms(self, state: State) -> tuple[Float[Array, "nb 3 3"], Float[Array, "nb 3"]]:
         """``(R_GB (nb,3,3), p_GB (nb,3))`` for every body (needs Position)."""
         pc = state.position_cache
         return pc.R_GB, pc.p_GB
 
-    def get_body_velocities(self, state: State) -> jax.Array:
+    def get_body_velocities(self, state: State) -> Float[Array, "nb 6"]:
         """``V_GB`` of every body (nb, 6) (needs Velocity)."""
         state.require(Stage.VELOCITY, "get_body_velocities")
         return self._model(state).body_velocities(state)
 
-    def get_body_accelerations(self, state: State) -> jax.Array:
+    def get_body_accelerations(self, state: State) -> Float[Array, "nb 6"]:
         """``A_GB`` of every body (nb, 6) (needs Acceleration)."""
         state.require(Stage.ACCELERATION, "get_body_accelerations")
         return self._model(state).body_accelerations(state)
 
     def normalize_quaternions(self, state: State) -> State:
         """New State with every quaternion normalised (a Position-level projection)."""
-        topo = self._topo(state)
-        qs = np.asarray(topo.quaternion_slots)
-        if not len(qs):
-            return state
-        qn = state.q[qs]
-        qn = qn / jnp.linalg.norm(qn, axis=-1, keepdims=True)
-        return state.with_q(state.q.at[qs.reshape(-1)].set(qn.reshape(-1)))
+        return state.with_q(rz.normalize_quaternions(self._model(state), state, state.q))
 
 
 def _idx(body: MobilizedBody | int) -> int:

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, cast
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
+from .._results import RESULTS
 from .._stage import Stage
 from ..dynamics.forces import calc_potential_energy
 from ..forward import projection as pj
 from ..forward.realize import realize
 from ..model.context import Context
-from ..model.model import ForceGroup, Model, stack_transforms
+from ..model.model import ForceGroup, Identity, Model, stack_transforms
 from ..model.state import StageError, State
 
 _uids = itertools.count(1)
@@ -247,34 +250,66 @@ class MultibodySystem:
         return self.realize(state, Stage.ACCELERATION)
 
     # ------------------------------------------------------------------ projection
-    def project_q(self, state: State, tol: float = 1e-4, iterations: int = 10) -> State:
+    def project_q(
+        self,
+        state: State,
+        tol: float = 1e-4,
+        iterations: int = 10,
+        *,
+        throw: bool = True,
+        return_result: bool = False,
+    ) -> State | tuple[State, RESULTS]:
         """Move q onto the position constraints (Simbody ``projectQ``): the minimum-norm
         Gauss-Newton correction in u-space, ``iterations`` steps, quaternions normalised.
 
-        Differentiable (a static number of steps). Outside ``jit`` it raises a
-        ``ValueError`` naming the worst constraint if the RMS position error is still
-        above ``tol``. The returned State is realized to Position.
+        Differentiable (a static number of steps). The returned State is realized to
+        Position. If the RMS position error is still above ``tol`` (or non-finite):
+
+        * ``throw=True`` raises: outside ``jit`` a ``ValueError`` naming the worst
+          constraint; under ``jit``/``vmap``/``grad`` a runtime error through
+          ``equinox.error_if`` naming the error's size and the tolerance.
+        * ``throw=False`` never raises.
+
+        ``return_result=True`` returns ``(state, result)``, ``result`` an ``sj.RESULTS``
+        item: ``successful`` or ``projection_failed`` (batched under ``vmap``).
         """
         model = self.model_for(state)
         out = realize(model, pj.project_q(model, state, iterations), Stage.POSITION)
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
-        _check_accuracy(model, out, out.position_cache.qerr[:mp], tol, "position", 0)
-        return out
+        err = out.position_cache.qerr[:mp]
+        return _finish_projection(model, out, err, tol, "position", 0, throw, return_result)
 
-    def project_u(self, state: State, tol: float = 1e-4) -> State:
+    def project_u(
+        self, state: State, tol: float = 1e-4, *, throw: bool = True, return_result: bool = False
+    ) -> State | tuple[State, RESULTS]:
         """Move u onto the velocity constraints (Simbody ``projectU``): the minimum-norm
         change of u that zeroes ``uerr`` (one exact least-squares step). Realized to
-        Velocity; raises outside ``jit`` if the RMS error stays above ``tol``."""
+        Velocity; ``throw`` and ``return_result`` as in :meth:`project_q`."""
         model = self.model_for(state)
         out = realize(model, pj.project_u(model, state), Stage.VELOCITY)
-        _check_accuracy(model, out, out.velocity_cache.uerr, tol, "velocity", 1)
-        return out
+        err = out.velocity_cache.uerr
+        return _finish_projection(model, out, err, tol, "velocity", 1, throw, return_result)
 
-    def project(self, state: State, tol: float = 1e-4, iterations: int = 10) -> State:
-        """``project_q`` then ``project_u`` (Simbody ``System::project``)."""
-        return self.project_u(self.project_q(state, tol, iterations), tol)
+    def project(
+        self,
+        state: State,
+        tol: float = 1e-4,
+        iterations: int = 10,
+        *,
+        throw: bool = True,
+        return_result: bool = False,
+    ) -> State | tuple[State, RESULTS]:
+        """``project_q`` then ``project_u`` (Simbody ``System::project``); ``throw`` and
+        ``return_result`` as in :meth:`project_q` (the result is the first failure)."""
+        s, rq = cast(
+            tuple[State, RESULTS], self.project_q(state, tol, iterations, throw=throw, return_result=True)
+        )
+        s, ru = cast(tuple[State, RESULTS], self.project_u(s, tol, throw=throw, return_result=True))
+        if not return_result:
+            return s
+        return s, RESULTS.where(rq == RESULTS.successful, ru, rq)
 
-    def calc_constraint_error_norms(self, state: State) -> tuple[jax.Array, jax.Array]:
+    def calc_constraint_error_norms(self, state: State) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """RMS of the position errors and of the velocity errors (Simbody's default norm;
         quaternion rows excluded). Needs Velocity."""
         model = self.model_for(state)
@@ -282,15 +317,15 @@ class MultibodySystem:
         return pj.rms(state.qerr[:mp]), pj.rms(state.uerr)
 
     # ------------------------------------------------------------------ reports
-    def calc_kinetic_energy(self, state: State) -> jax.Array:
+    def calc_kinetic_energy(self, state: State) -> Float[Array, ""]:
         """Kinetic energy ``1/2 u^T M u`` (needs Velocity)."""
         return self.get_matter_subsystem().calc_kinetic_energy(state)
 
-    def calc_potential_energy(self, state: State) -> jax.Array:
+    def calc_potential_energy(self, state: State) -> Float[Array, ""]:
         """Potential energy of every force element and force subsystem (needs Position)."""
         return calc_potential_energy(self.model_for(state), state)
 
-    def calc_energy(self, state: State) -> jax.Array:
+    def calc_energy(self, state: State) -> Float[Array, ""]:
         """Kinetic plus potential energy (needs Velocity)."""
         return self.calc_kinetic_energy(state) + self.calc_potential_energy(state)
 
@@ -301,6 +336,54 @@ class MultibodySystem:
     def context(self, state: State, subsystem: str | None = None) -> Context:
         """A read-only ``Context`` view of a State (what user callables receive)."""
         return Context(self.model_for(state), state, subsystem)
+
+
+_PROJECTION_FIX = (
+    "The constraints may be unsatisfiable from this state: start from a configuration closer to "
+    "satisfying them (assemble it with sj.Assembler), raise `iterations`, or loosen `tol`",
+    "The velocity constraints may contradict each other at this configuration: check them (and "
+    "that q satisfies the position constraints: project_q first), or loosen `tol`",
+)
+_DECADES = (-15, 15)  # error sizes named under jit: 1e-15 .. 1e15 by decade
+
+
+def _finish_projection(
+    model: Model, state: State, err: jax.Array, tol: float, what: str, level: int, throw: bool, want: bool
+) -> State | tuple[State, RESULTS]:
+    """Check a projection's RMS error against ``tol``: raise (``throw``) and/or return the
+    ``RESULTS`` item (``want``)."""
+    traced = isinstance(err, jax.core.Tracer)
+    if throw and traced:
+        norm = pj.rms(err)
+        state = _projection_error_if(state, ~(norm <= tol), norm, tol, what, level)  # NaN fails
+    elif throw:
+        _check_accuracy(model, state, err, tol, what, level)
+    if not want:
+        return state
+    failed = ~(pj.rms(err) <= tol)  # NaN fails (under jit, XLA shares the norm with the check above)
+    # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+    return state, RESULTS.where(failed, RESULTS.projection_failed, RESULTS.successful)  # type: ignore[arg-type]
+
+
+def _projection_error_if(
+    state: State, failed: jax.Array, norm: jax.Array, tol: float, what: str, level: int
+) -> State:
+    """``equinox.error_if`` for a traced projection: runtime messages can't hold runtime
+    values, so the message is picked by the error's decade."""
+    lo, hi = _DECADES
+    fn = "project_q" if level == 0 else "project_u"
+    head = f"projection failed ({fn}): the RMS {what} constraint error is "
+    tail = f" > tolerance {tol:g}. {_PROJECTION_FIX[level]} (outside jit the error names the worst "
+    tail += "constraint)"
+    msgs = [head + "non-finite (NaN/inf)" + tail]
+    for k in range(lo, hi + 1):
+        size = f"between 1e{k} and 1e{k + 1}"
+        size = f"below 1e{lo + 1}" if k == lo else f"above 1e{hi}" if k == hi else size
+        msgs.append(head + size + tail)
+    decade = jnp.clip(jnp.floor(jnp.log10(jnp.where(norm > 0, norm, 1.0))), lo, hi)
+    index = jnp.where(jnp.isfinite(norm), (decade - lo).astype(jnp.int32) + 1, 0)
+    # under vmap the message is the largest index of the batch: count failures only
+    return eqx.branched_error_if(state, failed, jnp.where(failed, index, 0), msgs)
 
 
 def _check_accuracy(model: Model, state: State, err: jax.Array, tol: float, what: str, level: int) -> None:
@@ -319,9 +402,15 @@ def _check_accuracy(model: Model, state: State, err: jax.Array, tol: float, what
             name = repr(model.constraint_objects[c.index])
     raise ValueError(
         f"projection failed: the RMS {what} constraint error is {norm:.3g} > tolerance {tol:g}; "
-        f"worst is {name} (error {e[worst]:.3g}). The constraints may be unsatisfiable from this "
-        "state; start from a configuration closer to satisfying them"
+        f"worst is {name} (error {e[worst]:.3g}). {_PROJECTION_FIX[level]}"
     )
+
+
+def _callable_key(fn: Any) -> Any:
+    """A user callable by identity; a bound method by its object's identity and function."""
+    if hasattr(fn, "__self__") and hasattr(fn, "__func__"):
+        return (Identity(fn.__self__), fn.__func__)
+    return Identity(fn)
 
 
 class Subsystem:
@@ -344,6 +433,27 @@ class Subsystem:
     def get_system(self) -> MultibodySystem:
         """The owning System."""
         return self._system
+
+    # hooks called while realizing (traced); realize_topology runs at build time only
+    _TRACED_HOOKS: ClassVar[tuple[str, ...]] = (
+        *(f"realize_{st.name.lower()}" for st in Stage if Stage.MODEL <= st <= Stage.REPORT),
+        "calc_zdot",
+        "calc_potential_energy",
+        "calc_force",
+    )
+
+    def _structure_key(self) -> tuple:
+        """What of this subsystem the compiled computation depends on (``Model`` equality):
+        its kind, name and cache-entry declarations; the object itself (by identity) when
+        its class overrides a hook that runs while realizing (user code may read anything)."""
+        for hook in self._TRACED_HOOKS:
+            owner = next((c for c in type(self).__mro__ if hook in c.__dict__), None)
+            if owner is not None and owner not in (Subsystem, ForceSubsystem):
+                return (type(self), self.name, Identity(self))
+        cache = tuple(
+            (n, int(e), int(lt), _callable_key(fn)) for n, (e, lt, fn) in self._declared_cache.items()
+        )
+        return (type(self), self.name, cache)
 
     # allocation (call from realize_topology) -------------------------------------------
     def realize_topology(self) -> None:
@@ -422,7 +532,7 @@ class Subsystem:
         """New State with a discrete variable changed (the stage falls back)."""
         return state.with_discrete(self.name, name, value)
 
-    def get_z(self, state: State) -> jax.Array:
+    def get_z(self, state: State) -> Float[Array, " nz_sub"]:
         """This subsystem's z block."""
         return state.z[self._system.model_for(state).z_slices[self.name]]
 

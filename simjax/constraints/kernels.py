@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
+from ..dynamics.stages import frame_jacobians
 from ..model.model import Model
 from ..model.state import State
 
@@ -274,109 +275,225 @@ def _common_ancestor(parent: tuple[int, ...], bodies: list[int]) -> int:
     return max(common, key=lambda x: len(path(x)))
 
 
+def _spec(shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """A shape-only stand-in for an array, for ``jax.eval_shape`` inputs."""
+    return jax.ShapeDtypeStruct(shape, dtype)  # type: ignore[return-value]  # typed as what it stands for
+
+
 def _dummy_kin(k: int, mobs: tuple[Any, ...], params: dict[str, np.ndarray]) -> Kin:
     f = jnp.result_type(float)
-    z3 = jax.ShapeDtypeStruct((k, 3), f)
+    z3 = _spec((k, 3), f)
     return Kin(
-        R=jax.ShapeDtypeStruct((k, 3, 3), f),
+        R=_spec((k, 3, 3), f),
         p=z3,
         w=z3,
         v=z3,
         alpha=z3,
         a=z3,
-        q=tuple(jax.ShapeDtypeStruct((m.nq,), f) for m in mobs),
-        u=tuple(jax.ShapeDtypeStruct((m.nu,), f) for m in mobs),
-        udot=tuple(jax.ShapeDtypeStruct((m.nu,), f) for m in mobs),
-        t=jax.ShapeDtypeStruct((), f),
-        params={n: jax.ShapeDtypeStruct(v.shape, f) for n, v in params.items()},
-        mparams=tuple(jax.ShapeDtypeStruct((max(m.n_params, 1),), f) for m in mobs),
+        q=tuple(_spec((m.nq,), f) for m in mobs),
+        u=tuple(_spec((m.nu,), f) for m in mobs),
+        udot=tuple(_spec((m.nu,), f) for m in mobs),
+        t=_spec((), f),
+        params={n: _spec(v.shape, f) for n, v in params.items()},
+        mparams=tuple(_spec((max(m.n_params, 1),), f) for m in mobs),
     )
 
 
-# ============================================================================ assembly
+# ============================================================================ groups
 
 
-def gather_kin(model: Model, state: State, c: _Compiled, level: int, udot: Any = None) -> Kin:
-    """The Kin of constraint ``c`` from a State realized to Position (level 0), Velocity
-    (1) or Dynamics (2, accelerations at ``udot = 0`` unless ``udot`` given with the body
-    accelerations it implies)."""
+def level_functions(cons: Any, mobs: tuple[Any, ...]):
+    """(position, velocity, acceleration) error functions of one constraint's ``Kin``:
+    ``perr``; ``uerr = [d/dt perr; verr]``; ``udoterr = [d2/dt2 perr; d/dt verr; aerr]``
+    from the lowest-level errors ``cons._perr/_verr/_aerr`` (functions of a
+    ``ConstraintContext``), derivatives by forward-mode autodiff; and, fourth, the
+    acceleration-only errors ``aerr`` alone."""
+
+    def wrap(fn):
+        if fn is None:
+            return None
+        return lambda k: jnp.atleast_1d(jnp.asarray(fn(ConstraintContext(k, mobs)), k.p.dtype))
+
+    p0, v0, a0 = wrap(cons._perr), wrap(cons._verr), wrap(cons._aerr)
+    z = lambda k: jnp.zeros(0, k.p.dtype)
+    perr = p0 or z
+    pv = _ddt(p0, mobs) if p0 else z
+    pa = _ddt(pv, mobs) if p0 else z
+    vv = v0 or z
+    va = _ddt(v0, mobs) if v0 else z
+    aa = a0 or z
+    verr = lambda k: jnp.concatenate([pv(k), vv(k)])
+    aerr = lambda k: jnp.concatenate([pa(k), va(k), aa(k)])
+    return perr, verr, aerr, aa
+
+
+@dataclass(frozen=True, eq=False)
+class ConstraintGroup:
+    """Constraints with the same equations and structure, evaluated with one ``vmap``.
+
+    Leading axis ``n`` = number of members. ``rows`` holds each member's global row
+    indices per level (holonomic rows among the mp, nonholonomic among the mv,
+    acceleration-only among the ma)."""
+
+    funcs: tuple[Callable[[Kin], jax.Array], ...]  # perr, verr, aerr, aerr alone (one Kin)
+    mobs: tuple[Any, ...]
+    index: np.ndarray  # (n,) constraint indices
+    bodies: np.ndarray  # (n, k+1) ancestor first
+    mob_bodies: np.ndarray  # (n, number of constrained mobilizers)
+    q_idx: tuple[np.ndarray, ...]  # per constrained mobilizer: (n, nq)
+    u_idx: tuple[np.ndarray, ...]  # per constrained mobilizer: (n, nu)
+    mp: int
+    mv: int
+    ma: int
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray]
+    params: tuple[str, ...]
+
+    @property
+    def n(self) -> int:
+        """Number of member constraints."""
+        return len(self.index)
+
+    def all_rows(self, mp: int, mv: int) -> np.ndarray:
+        """(n, mp_c + mv_c + ma_c) rows of ``G = [P; V; A]`` of every member."""
+        return np.concatenate([self.rows[0], mp + self.rows[1], mp + mv + self.rows[2]], axis=1)
+
+
+def _group(model: Model, members: list[_Compiled]) -> ConstraintGroup:
+    c0 = members[0]
+    cons = model.constraint_objects[c0.index]
+    stack = lambda xs, w: np.stack(xs).reshape(len(members), w).astype(int)
+    return ConstraintGroup(
+        funcs=level_functions(cons, c0.mobs),
+        mobs=c0.mobs,
+        index=np.array([c.index for c in members], dtype=int),
+        bodies=stack([c.bodies for c in members], len(c0.bodies)),
+        mob_bodies=stack([np.asarray(c.mob_bodies, int) for c in members], len(c0.mob_bodies)),
+        q_idx=tuple(stack([c.q_idx[j] for c in members], len(c0.q_idx[j])) for j in range(len(c0.mobs))),
+        u_idx=tuple(stack([c.u_idx[j] for c in members], len(c0.u_idx[j])) for j in range(len(c0.mobs))),
+        mp=c0.mp,
+        mv=c0.mv,
+        ma=c0.ma,
+        rows=tuple(stack([c.rows[lv] for c in members], len(c0.rows[lv])) for lv in range(3)),  # type: ignore[arg-type]
+        params=tuple(sorted(cons._defaults)),
+    )
+
+
+def constraint_groups(model: Model, euler: bool) -> tuple[ConstraintGroup, ...]:
+    """The Model's constraints grouped by equations and structure (cached on the Model):
+    members of a group share error functions (``Constraint._structure_key``), mobilizer
+    kinds and numbers of bodies, so one ``vmap`` evaluates them all."""
+    if euler not in model._groups:
+        by_key: dict[Any, list[_Compiled]] = {}
+        for c in model.constraints(euler):
+            key = (model.constraint_objects[c.index]._structure_key(), c.mobs, len(c.bodies))
+            by_key.setdefault(key, []).append(c)
+        model._groups[euler] = tuple(_group(model, m) for m in by_key.values())
+    return model._groups[euler]
+
+
+def single_group(model: Model, euler: bool, index: int) -> ConstraintGroup:
+    """A group holding only constraint ``index`` (per-constraint queries)."""
+    return _group(model, [model.constraints(euler)[index]])
+
+
+def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: Any = None) -> Kin:
+    """The members' ``Kin`` (leading axis n) from a State realized to Position (level 0),
+    Velocity (1) or, with the classical body accelerations ``A`` (nb, 6), Dynamics (2);
+    udot is zero (the errors are affine in it)."""
     pc = state.position_cache
-    b = c.bodies
+    b = g.bodies
     dt = pc.p_GB.dtype
+    n = g.n
     R, p = pc.R_GB[b], pc.p_GB[b]
-    z = jnp.zeros((len(b), 3), dt)
+    z = jnp.zeros(b.shape + (3,), dt)
     w = v = alpha = a = z
     inst = state.instance["matter"]
-    q = tuple(state.q[i] for i in c.q_idx)
-    u = tuple(jnp.zeros(len(i), dt) for i in c.u_idx)
-    ud = tuple(jnp.zeros(len(i), dt) for i in c.u_idx)
+    q = tuple(state.q[i] for i in g.q_idx)
+    u = tuple(jnp.zeros(i.shape, dt) for i in g.u_idx)
+    ud = tuple(jnp.zeros(i.shape, dt) for i in g.u_idx)
     if level >= 1:
         V = model.body_velocities(state)[b]
-        w, v = V[:, :3], V[:, 3:]
-        u = tuple(state.u[i] for i in c.u_idx)
+        w, v = V[..., :3], V[..., 3:]
+        u = tuple(state.u[i] for i in g.u_idx)
     if level >= 2:
-        A = udot  # classical accelerations of all bodies, given by the caller
         alpha, a = A[b, :3], A[b, 3:]
-    params = {
-        n[len(f"constraint{c.index}.") :]: val
-        for n, val in inst.items()
-        if n.startswith(f"constraint{c.index}.")
-    }
+    params = {name: jnp.stack([inst[f"constraint{i}.{name}"] for i in g.index]) for name in g.params}
     mparams = tuple(
-        inst["mobilizer_params"][mb][: max(m.n_params, 1)] for mb, m in zip(c.mob_bodies, c.mobs, strict=True)
+        inst["mobilizer_params"][g.mob_bodies[:, j]][:, : max(m.n_params, 1)] for j, m in enumerate(g.mobs)
     )
-    return Kin(
-        R=R, p=p, w=w, v=v, alpha=alpha, a=a, q=q, u=u, udot=ud, t=state.t, params=params, mparams=mparams
-    )
+    t = jnp.broadcast_to(state.t, (n,))
+    return Kin(R=R, p=p, w=w, v=v, alpha=alpha, a=a, q=q, u=u, udot=ud, t=t, params=params, mparams=mparams)
 
 
-def constraint_coefficients(model: Model, state: State, c: _Compiled):
-    """Coefficients of the (affine) acceleration errors of one constraint with respect
-    to the constrained bodies' ``[alpha; a]`` (m, k, 6) and the constrained udots."""
-    cons = model.constraint_objects[c.index]
-    _, _, aerr = cons._funcs(c)
-    level = 1 if state.stage >= Stage.VELOCITY else 0
-    kin = gather_kin(model, state, c, level=level, udot=None)
-
-    def f(alpha, a, ud):
-        return aerr(eqx.tree_at(lambda k: (k.alpha, k.a, k.udot), kin, (alpha, a, ud)))
-
-    Calpha, Ca, Cud = jax.jacfwd(f, argnums=(0, 1, 2))(kin.alpha, kin.a, kin.udot)
-    return jnp.concatenate([Calpha, Ca], axis=-1), Cud
+def group_errors(model: Model, state: State, g: ConstraintGroup, level: int, A: Any = None) -> jax.Array:
+    """(n, m_level) errors of every member at a level (0 position, 1 velocity, 2
+    acceleration at udot = 0 with body accelerations ``A``), disabled members zeroed."""
+    fn = g.funcs[level]
+    e = jax.vmap(fn)(gather_kin(model, state, g, level, A))
+    return e * state.instance["matter"]["constraint_enabled"][g.index][:, None]
 
 
-def _frame_jacobians(model: Model, state: State, bodies: np.ndarray) -> jax.Array:
-    """(k, 6, nu) Jacobians of ``[w; v of origin]`` of the given bodies."""
-    pc = state.position_cache
-    topo = model.topology(state.use_euler_angles)
-    D = jnp.asarray(topo.dof_ancestor[bodies], pc.p_GB.dtype)  # (k, nu)
-    w = pc.cdof[None, :, :3]
-    v = pc.cdof[None, :, 3:] + jnp.cross(w, pc.p_GB[bodies][:, None, :])
-    J = jnp.concatenate([w * D[..., None], v * D[..., None]], axis=-1)  # (k, nu, 6)
-    return jnp.swapaxes(J, 1, 2)
+def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = None):
+    """Coefficients of the members' (affine) acceleration errors with respect to the
+    constrained bodies' ``[alpha; a]`` (n, m, k, 6) and the constrained udots (per
+    mobilizer, (n, m, nu_j)); with body accelerations ``A`` (nb, 6) also the errors
+    themselves at udot = 0 (n, m).
+
+    For rows that are time derivatives (``d/dt uerr``) the coefficient of an acceleration
+    is the coefficient of the matching velocity in ``uerr`` (``d/dt`` maps ``w -> alpha``,
+    ``v -> a``, ``u -> udot``), so one forward Jacobian of the velocity errors gives them;
+    acceleration-only rows are differentiated directly."""
+    _, verr, aerr, aonly = g.funcs
+    level = 2 if A is not None else (1 if state.stage >= Stage.VELOCITY else 0)
+
+    def one(kin: Kin):
+        def fv(w, v, u):
+            return verr(eqx.tree_at(lambda k: (k.w, k.v, k.u), kin, (w, v, u)))
+
+        parts = []
+        if g.mp + g.mv:
+            Cw, Cv, Cu = jax.jacfwd(fv, argnums=(0, 1, 2))(kin.w, kin.v, kin.u)
+            parts.append((jnp.concatenate([Cw, Cv], axis=-1), Cu))
+        if g.ma:
+
+            def fa(alpha, a, ud):
+                return aonly(eqx.tree_at(lambda k: (k.alpha, k.a, k.udot), kin, (alpha, a, ud)))
+
+            Ca, Cl, Cd = jax.jacfwd(fa, argnums=(0, 1, 2))(kin.alpha, kin.a, kin.udot)
+            parts.append((jnp.concatenate([Ca, Cl], axis=-1), Cd))
+        Cb = jnp.concatenate([p[0] for p in parts], axis=0)
+        Cud = tuple(jnp.concatenate([p[1][j] for p in parts], axis=0) for j in range(len(kin.u)))
+        return (Cb, Cud), (aerr(kin) if A is not None else None)
+
+    coef, e0 = jax.vmap(one)(gather_kin(model, state, g, level, A))
+    return (coef, e0) if A is not None else coef
 
 
-def coefficient_rows_to_G(model: Model, state: State, c: _Compiled, coef) -> jax.Array:
-    """Rows of G (m_c, nu) from the coefficients."""
+def group_G(model: Model, state: State, g: ConstraintGroup, coef: Any) -> jax.Array:
+    """Rows of G of every member (n, m_c, nu) from the coefficients (not masked)."""
     Cb, Cud = coef
-    J = _frame_jacobians(model, state, c.bodies)
-    G = jnp.einsum("mki,kin->mn", Cb, J)
-    for cu, idx in zip(Cud, c.u_idx, strict=True):
-        G = G.at[:, idx].add(cu)
+    n, k = g.bodies.shape
+    nu = model.topology(state.use_euler_angles).nu
+    J = frame_jacobians(model, state, g.bodies.reshape(-1)).reshape(n, k, 6, nu)
+    G = jnp.einsum("nmki,nkiu->nmu", Cb, J)
+    m = G.shape[1]
+    for cu, idx in zip(Cud, g.u_idx, strict=True):
+        G = G.at[np.arange(n)[:, None, None], np.arange(m)[None, :, None], idx[:, None, :]].add(cu)
     return G
 
 
-def coefficient_forces(model: Model, state: State, c: _Compiled, coef, lam: jax.Array):
-    """``G_c^T lambda`` as body forces (nb, 6) and mobility forces (nu,)."""
+def group_forces(model: Model, state: State, g: ConstraintGroup, coef: Any, lam: jax.Array):
+    """``sum over members of G_c^T lambda_c`` as body forces (nb, 6) and mobility forces
+    (nu,); ``lam`` is (n, m_c)."""
     Cb, Cud = coef
     topo = model.topology(state.use_euler_angles)
     dt = state.q.dtype
-    Fk = jnp.einsum("mki,m->ki", Cb, lam)
-    F = jnp.zeros((topo.nb, 6), dt).at[c.bodies].add(Fk)
+    Fk = jnp.einsum("nmki,nm->nki", Cb, lam)
+    F = jnp.zeros((topo.nb, 6), dt).at[g.bodies.reshape(-1)].add(Fk.reshape(-1, 6))
     F = F.at[0].set(0.0)  # Ground absorbs reactions
     tau = jnp.zeros(topo.nu, dt)
-    for cu, idx in zip(Cud, c.u_idx, strict=True):
-        tau = tau.at[idx].add(jnp.einsum("mj,m->j", cu, lam))
+    for cu, idx in zip(Cud, g.u_idx, strict=True):
+        tau = tau.at[idx.reshape(-1)].add(jnp.einsum("nmj,nm->nj", cu, lam).reshape(-1))
     return F, tau
 
 
@@ -385,52 +502,90 @@ def coefficient_forces(model: Model, state: State, c: _Compiled, coef, lam: jax.
 
 def position_errors(model: Model, state: State) -> jax.Array:
     """All holonomic position errors (mp,) (State realized to Position minus the errors)."""
-    cs = model.constraints(state.use_euler_angles)
-    en = state.instance["matter"]["constraint_enabled"]
-    parts = [jnp.zeros(0, state.position_cache.p_GB.dtype)]
-    for c in cs:
-        if c.mp:
-            perr, _, _ = model.constraint_objects[c.index]._funcs(c)
-            parts.append(perr(gather_kin(model, state, c, 0)) * en[c.index])
-    return jnp.concatenate(parts)
+    mp, _, _ = model.constraint_counts(state.use_euler_angles)
+    out = jnp.zeros(mp, state.position_cache.p_GB.dtype)
+    for g in constraint_groups(model, state.use_euler_angles):
+        if g.mp:
+            out = out.at[g.rows[0].reshape(-1)].set(group_errors(model, state, g, 0).reshape(-1))
+    return out
 
 
 def velocity_errors(model: Model, state: State) -> jax.Array:
     """``uerr = [pverr (mp); verr (mv)]`` (needs Velocity)."""
-    cs = model.constraints(state.use_euler_angles)
-    en = state.instance["matter"]["constraint_enabled"]
     mp, mv, _ = model.constraint_counts(state.use_euler_angles)
     out = jnp.zeros(mp + mv, state.position_cache.p_GB.dtype)
-    for c in cs:
-        if c.mp + c.mv:
-            _, verr, _ = model.constraint_objects[c.index]._funcs(c)
-            e = verr(gather_kin(model, state, c, 1)) * en[c.index]
-            rows = np.concatenate([c.rows[0], mp + c.rows[1]])
-            out = out.at[rows].set(e)
+    for g in constraint_groups(model, state.use_euler_angles):
+        if g.mp + g.mv:
+            rows = np.concatenate([g.rows[0], mp + g.rows[1]], axis=1)
+            out = out.at[rows.reshape(-1)].set(group_errors(model, state, g, 1).reshape(-1))
     return out
 
 
+def constraint_matrix(model: Model, state: State, levels: int = 3) -> jax.Array:
+    """The first ``levels`` blocks of ``G = [P; V; A]`` ((mp), (mp + mv) or m rows, nu),
+    disabled constraints' rows zero (needs Position)."""
+    return _g_and_b(model, state, levels, None)[0]
+
+
 def g_and_b(model: Model, state: State, A_bias_classical: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``G`` (m, nu) and ``b`` (m,) with ``G udot = b`` (needs Velocity)."""
-    cs = model.constraints(state.use_euler_angles)
-    en = state.instance["matter"]["constraint_enabled"]
+    """``G`` (m, nu) and ``b`` (m,) with ``G udot = b`` (needs Velocity); ``A_bias_classical``
+    are the bodies' classical accelerations at ``udot = 0``."""
+    return _g_and_b(model, state, 3, A_bias_classical)  # type: ignore[return-value]
+
+
+def _g_and_b(model: Model, state: State, levels: int, A: Any) -> tuple[jax.Array, jax.Array | None]:
     mp, mv, ma = model.constraint_counts(state.use_euler_angles)
-    m = mp + mv + ma
-    topo = model.topology(state.use_euler_angles)
-    dt = state.position_cache.p_GB.dtype
-    G = jnp.zeros((m, topo.nu), dt)
-    b = jnp.zeros(m, dt)
-    for c in cs:
-        cons = model.constraint_objects[c.index]
-        _, _, aerr = cons._funcs(c)
-        coef = constraint_coefficients(model, state, c)
-        Gc = coefficient_rows_to_G(model, state, c, coef)
-        kin = gather_kin(model, state, c, 2, udot=A_bias_classical)
-        a0 = aerr(kin)  # errors at udot = 0
-        rows = np.concatenate([c.rows[0], mp + c.rows[1], mp + mv + c.rows[2]])
-        G = G.at[rows].set(Gc * en[c.index])
-        b = b.at[rows].set(-a0 * en[c.index])
+    m = (mp, mp + mv, mp + mv + ma)[levels - 1]
+    nu = model.topology(state.use_euler_angles).nu
+    en = state.instance["matter"]["constraint_enabled"]
+    G = jnp.zeros((m, nu), state.position_cache.p_GB.dtype)
+    b = None if A is None else jnp.zeros(m, G.dtype)
+    for g in constraint_groups(model, state.use_euler_angles):
+        width = (g.mp, g.mp + g.mv, g.mp + g.mv + g.ma)[levels - 1]
+        if not width:
+            continue
+        rows = g.all_rows(mp, mv)[:, :width].reshape(-1)
+        mask = en[g.index][:, None]
+        if A is None:
+            coef = group_coefficients(model, state, g)
+        else:
+            coef, a0 = group_coefficients(model, state, g, A)
+            b = b.at[rows].set(-(a0 * mask).reshape(-1))  # type: ignore[union-attr]
+        Gc = group_G(model, state, g, coef)[:, :width]
+        G = G.at[rows].set((Gc * mask[..., None]).reshape(-1, nu))
     return G, b
+
+
+def constraint_forces(model: Model, state: State, lam: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``G^T lambda`` for the complete multiplier vector as body forces (nb, 6) and
+    mobility forces (nu,) (needs Position); disabled constraints contribute nothing."""
+    mp, mv, _ = model.constraint_counts(state.use_euler_angles)
+    topo = model.topology(state.use_euler_angles)
+    en = state.instance["matter"]["constraint_enabled"]
+    F = jnp.zeros((topo.nb, 6), lam.dtype)
+    tau = jnp.zeros(topo.nu, lam.dtype)
+    for g in constraint_groups(model, state.use_euler_angles):
+        lam_g = lam[g.all_rows(mp, mv)] * en[g.index][:, None]
+        f, t = group_forces(model, state, g, group_coefficients(model, state, g), lam_g)
+        F, tau = F + f, tau + t
+    return F, tau
+
+
+def min_norm_solve(S: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Array:
+    """The minimum-norm ``y`` of ``S y = r`` for a symmetric positive semi-definite ``S``
+    that may be singular (redundant rows), by iterated Tikhonov regularisation: Cholesky of
+    ``S + eps I`` (``eps = 1e-8 max diag S`` in float64, 1e-4 in float32) and
+    ``refinements`` steps, each shrinking the error by ``eps / sigma``. Differentiable,
+    no eigen-decomposition, exact to round-off for consistent systems."""
+    scale = jnp.max(jnp.abs(jnp.diag(S)))
+    scale = jnp.where(scale > 0, scale, 1.0)
+    eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
+    L = jnp.linalg.cholesky(S + eps * jnp.eye(S.shape[0], dtype=S.dtype))
+    solve = lambda x: jax.scipy.linalg.cho_solve((L, True), x)
+    y = solve(r)
+    for _ in range(refinements):
+        y = y + solve(r - S @ y)
+    return y
 
 
 def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
@@ -461,16 +616,7 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     G = jnp.where(keep[:, None], G, 0.0)
     b = jnp.where(keep, b, 0.0)
     Y = cho(G.T)  # M^-1 G^T
-    S = G @ Y
-    r = G @ udot0 - b
-    scale = jnp.max(jnp.abs(jnp.diag(S)))
-    scale = jnp.where(scale > 0, scale, 1.0)
-    eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
-    Lr = jnp.linalg.cholesky(S + eps * jnp.eye(S.shape[0], dtype=S.dtype))
-    solve = lambda x: jax.scipy.linalg.cho_solve((Lr, True), x)
-    lam = solve(r)
-    for _ in range(5):
-        lam = lam + solve(r - S @ lam)
+    lam = min_norm_solve(G @ Y, G @ udot0 - b)
     udot = udot0 - Y @ lam
     return udot, lam, G0 @ udot - b0
 

@@ -31,11 +31,11 @@ def calc_forces(model: Model, state: State) -> tuple[jax.Array, jax.Array]:
         tau = tau + t
     for sub in model.force_subsystems:
         out: Any = sub.calc_force(Context(model, state, sub.name))
-        f, t = out if out is not None else (None, None)
-        if f is not None:
-            F = F + jnp.asarray(f, dt).reshape(topo.nb, 6)
-        if t is not None:
-            tau = tau + jnp.asarray(t, dt).reshape(topo.nu)
+        fs, ts = out if out is not None else (None, None)
+        if fs is not None:
+            F = F + jnp.asarray(fs, dt).reshape(topo.nb, 6)
+        if ts is not None:
+            tau = tau + jnp.asarray(ts, dt).reshape(topo.nu)
     return F, tau
 
 

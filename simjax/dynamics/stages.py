@@ -24,6 +24,7 @@ from ..model.state import (
     VelocityCache,
 )
 from ..tree import traversal as _tree
+from ..tree.kinds import joint_inputs, map_kinds, no_q
 from .forces import calc_forces
 
 
@@ -63,15 +64,9 @@ def realize_position(model: Model, state: State) -> PositionCache:
     R_PB = jnp.broadcast_to(jnp.eye(3, dtype=dt), (nb, 3, 3))
     p_PB = jnp.zeros((nb, 3), dt)
     S_B = jnp.zeros((nu, 6), dt)
-    XPF_R, XPF_p = inst["X_PF_R"], inst["X_PF_p"]
-    XBM_R, XBM_p = inst["X_BM_R"], inst["X_BM_p"]
-    mparams = inst["mobilizer_params"]
-    for g in topo.groups:
+    inputs = lambda g: joint_inputs(state, g, "q", "params", "frames")
+    for g, (R, p, S) in map_kinds(topo, _joint_local, inputs):
         b = g.bodies
-        npar = g.mobilizer.n_params
-        R, p, S = jax.vmap(lambda *a, m=g.mobilizer: _joint_local(m, *a))(
-            q[g.q_idx], mparams[b][:, :npar], XPF_R[b], XPF_p[b], XBM_R[b], XBM_p[b]
-        )
         R_PB = R_PB.at[b].set(R.astype(dt))
         p_PB = p_PB.at[b].set(p.astype(dt))
         if g.mobilizer.nu:
@@ -124,16 +119,8 @@ def calc_qdot(model: Model, state: State) -> jax.Array:
     """``qdot = N(q) u`` for the whole system."""
     topo = model.topology(state.use_euler_angles)
     qdot = jnp.zeros(topo.nq, state.q.dtype)
-    for g in topo.groups:
-        mob = g.mobilizer
-        if mob.nq == 0:
-            continue
-        npar = mob.n_params
-        qd = jax.vmap(lambda *a, m=mob: _joint_qdot(m, *a))(
-            state.q[g.q_idx],
-            state.u[g.u_idx],
-            state.instance["matter"]["mobilizer_params"][g.bodies][:, :npar],
-        )
+    inputs = lambda g: joint_inputs(state, g, "q", "u", "params")
+    for g, qd in map_kinds(topo, _joint_qdot, inputs, skip=no_q):
         qdot = qdot.at[g.q_idx.reshape(-1)].set(qd.reshape(-1).astype(qdot.dtype))
     return qdot
 
@@ -142,24 +129,11 @@ def velocity_bias(model: Model, state: State, pos: PositionCache, vel: VelocityC
     """Body spatial accelerations at ``udot = 0`` (velocity products), (nb, 6) about Ground's
     origin. Computed on demand (Dynamics stage caches it); Position/Velocity don't pay for it."""
     topo = model.topology(state.use_euler_angles)
-    inst = state.instance["matter"]
     dt = pos.p_GB.dtype
     cB = jnp.zeros((topo.nb, 6), dt)
-    mparams = inst["mobilizer_params"]
-    for g in topo.groups:
-        mob = g.mobilizer
-        if mob.nq == 0:
-            continue
+    inputs = lambda g: joint_inputs(state, g, "q", "u", "params", "frames")
+    for g, c in map_kinds(topo, _joint_bias, inputs, skip=no_q):
         b = g.bodies
-        c = jax.vmap(lambda *a, m=mob: _joint_bias(m, *a))(
-            state.q[g.q_idx],
-            state.u[g.u_idx],
-            mparams[b][:, : mob.n_params],
-            inst["X_PF_R"][b],
-            inst["X_PF_p"][b],
-            inst["X_BM_R"][b],
-            inst["X_BM_p"][b],
-        )
         cB = cB.at[b].set(c.astype(dt))
     # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u.
     aJ = jax.vmap(_phi)(pos.R_GB, pos.p_GB, cB) + jax.vmap(sp.cross_motion)(vel.V_O, vel.vJ)
@@ -251,21 +225,41 @@ def qdotdot(model: Model, state: State, udot: jax.Array) -> jax.Array:
     q, u = state.q, state.u
     dt = q.dtype
     out = jnp.zeros(topo.nq, dt)
-    mparams = state.instance["matter"]["mobilizer_params"]
-    for g in topo.groups:
-        mob = g.mobilizer
-        if mob.nq == 0:
-            continue
-        npar = mob.n_params
 
-        def one(qq, uu, ud, par, mob=mob):
-            Nq = mob.N(qq, par)
-            if Nq is None:
-                return ud
-            qd = Nq @ uu
-            _, dN = jax.jvp(lambda x: mob.N(x, par), (qq,), (qd,))
-            return dN @ uu + Nq @ ud
+    def one(mob, qq, uu, ud, par):
+        Nq = mob.N(qq, par)
+        if Nq is None:
+            return ud
+        qd = Nq @ uu
+        _, dN = jax.jvp(lambda x: mob.N(x, par), (qq,), (qd,))
+        return dN @ uu + Nq @ ud
 
-        r = jax.vmap(one)(q[g.q_idx], u[g.u_idx], udot[g.u_idx], mparams[g.bodies][:, :npar])
+    inputs = lambda g: (q[g.q_idx], u[g.u_idx], udot[g.u_idx], joint_inputs(state, g, "params")[0])
+    for g, r in map_kinds(topo, one, inputs, skip=no_q):
         out = out.at[g.q_idx.reshape(-1)].set(r.reshape(-1).astype(dt))
     return out
+
+
+def frame_jacobians(
+    model: Model, state: State, bodies: np.ndarray, points: jax.Array | None = None
+) -> jax.Array:
+    """(k, 6, nu) Jacobians of ``[w_B; v of a point]`` in Ground of the given bodies:
+    ``V = J u``. ``points`` (k, 3) are Ground-frame locations moving with each body (default:
+    the body origins). Needs Position."""
+    pc = state.position_cache
+    topo = model.topology(state.use_euler_angles)
+    r = pc.p_GB[bodies] if points is None else points
+    D = jnp.asarray(topo.dof_ancestor[bodies], pc.p_GB.dtype)  # (k, nu): dof moves the body
+    w = pc.cdof[None, :, :3]
+    v = pc.cdof[None, :, 3:] + jnp.cross(w, r[:, None, :])
+    J = jnp.concatenate([w * D[..., None], v * D[..., None]], axis=-1)  # (k, nu, 6)
+    return jnp.swapaxes(J, 1, 2)
+
+
+def normalize_quaternions(model: Model, state: State, q: jax.Array) -> jax.Array:
+    """``q`` with every quaternion scaled to unit length (a zero quaternion is left as is,
+    with finite gradients)."""
+    qs = np.asarray(model.topology(state.use_euler_angles).quaternion_slots)
+    if not len(qs):
+        return q
+    return q.at[qs.reshape(-1)].set(sp.safe_normalize(q[qs]).reshape(-1))

@@ -10,6 +10,7 @@ under ``jax.named_scope("realize_<stage>")``.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 import equinox as eqx
@@ -36,15 +37,30 @@ def realize(model: Model, state: State, stage: Stage) -> State:
         raise ValueError("realize: the highest stage is Stage.REPORT")
     if stage <= state.stage:
         return state
-    out = _realize_jit(model, state, stage)
+    # The compiled function is keyed by (Model, State structure, stage): the State's owner
+    # (system uid, topology version) is left out of that key so that a second, identical
+    # System reuses it; it is restored on the result, and visible while tracing.
+    token = _OWNER.set((state.system_uid, state.topology_version))
+    try:
+        out = _realize_jit(model, _replace(state, system_uid=0, topology_version=0), stage)
+    finally:
+        _OWNER.reset(token)
+    out = _replace(out, system_uid=state.system_uid, topology_version=state.topology_version)
     if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_objects:
         _check_consistent(out)
     return out
 
 
+# (system_uid, topology_version) of the State being realized, for code traced inside
+# ``_realize_jit`` (a user hook may pass ``ctx.state`` to the System, which checks them).
+_OWNER: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("simjax_state_owner")
+
+
 @eqx.filter_jit
 def _realize_jit(model: Model, state: State, stage: Stage) -> State:
-    return realize_eager(model, state, stage)
+    uid, version = _OWNER.get((state.system_uid, state.topology_version))
+    out = realize_eager(model, _replace(state, system_uid=uid, topology_version=version), stage)
+    return _replace(out, system_uid=state.system_uid, topology_version=state.topology_version)
 
 
 def realize_eager(model: Model, state: State, stage: Stage) -> State:

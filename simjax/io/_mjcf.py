@@ -204,7 +204,7 @@ def _floats(
     attrs: dict[str, str],
     key: str,
     n: int,
-    default: Sequence[float] | None = None,
+    default: Sequence[float] | np.ndarray | None = None,
     *,
     at_most: bool = False,
 ) -> np.ndarray:
@@ -584,7 +584,7 @@ class _Reader:
             if tag == "body":
                 kids.append((c, body, X_frame, cls, False))
             elif tag == "frame":
-                fcls = c.get("childclass", cls)
+                fcls = c.attrib.get("childclass", cls)
                 X_f = _compose(
                     X_frame,
                     (_rotation(c, c.attrib, {}, self.comp), _floats(c, c.attrib, "pos", 3, (0.0, 0.0, 0.0))),
@@ -934,7 +934,7 @@ def _body_inertia(body: _Body, comp: _Compiler, skipped: list[str]) -> None:
             mass = sum(g[0] for g in sel)
             if mass < _EPS:
                 raise _error(body.el, f"body {body.name!r}: mass is too small, cannot compute center of mass")
-            com = sum(g[0] * g[1] for g in sel) / mass
+            com = np.asarray(sum(g[0] * g[1] for g in sel) / mass)
             I_c, iR = np.zeros((3, 3)), None
             for m_g, p_g, R_g, d_g in sel:
                 r = p_g - com

@@ -181,12 +181,22 @@ def _list_some(names: Sequence[str], k: int = 8) -> str:
     return s + (f", ... ({len(names)} in all)" if len(names) > k else "")
 
 
+def _repeated(items: Sequence[str]) -> list[str]:
+    """Every item that already occurred earlier in ``items``, in order."""
+    seen: set[str] = set()
+    dup = []
+    for x in items:
+        if x in seen:
+            dup.append(x)
+        seen.add(x)
+    return dup
+
+
 def _check_names(names: Sequence[str], who: str, what: str) -> list[str]:
     if isinstance(names, str):
         raise TypeError(f"{who}: {what} must be a list of strings, not a single string {names!r}")
     out = [str(n) for n in names]
-    seen: set[str] = set()
-    dup = [n for n in out if n in seen or seen.add(n)]
+    dup = _repeated(out)
     if dup:
         raise ValueError(f"{who}: {what} must be unique; repeated: {_list_some(sorted(set(dup)))}")
     return out
@@ -522,8 +532,7 @@ def read_trc(path: PathLike) -> MarkerTable:
     if len(l4) < 2 or not l4[0].lower().startswith("frame") or l4[1].lower() != "time":
         raise ValueError(f"{p}, line 4: expected 'Frame#\\tTime\\t<marker names>', found {lines[3][:60]!r}")
     names = [n for n in l4[2:] if n]
-    seen: set[str] = set()
-    dup = [n for n in names if n in seen or seen.add(n)]
+    dup = _repeated(names)
     if dup:
         raise ValueError(
             f"{p}, line 4: marker names must be unique; repeated: {_list_some(sorted(set(dup)))}"
@@ -643,14 +652,15 @@ def write_trc(path: PathLike, table: MarkerTable) -> None:
         raise ValueError(f"write_trc: units {table.units!r} cannot be written")
     p = os.fspath(path)
     T, M = len(table), len(table.marker_names)
-    fn = table.frame_numbers
+    fn, rate, cam = table.frame_numbers, table.data_rate, table.camera_rate
+    assert fn is not None and rate is not None and cam is not None  # filled in by __post_init__
     values = [
-        _fmt_header_number(table.data_rate),
-        _fmt_header_number(table.camera_rate),
+        _fmt_header_number(rate),
+        _fmt_header_number(cam),
         str(T),
         str(M),
         table.units,
-        _fmt_header_number(table.data_rate if table.orig_data_rate is None else table.orig_data_rate),
+        _fmt_header_number(rate if table.orig_data_rate is None else table.orig_data_rate),
         str((int(fn[0]) if T else 1) if table.orig_data_start_frame is None else table.orig_data_start_frame),
         str(T if table.orig_num_frames is None else table.orig_num_frames),
     ]
@@ -851,8 +861,7 @@ def _read_storage(path: PathLike, who: str) -> CoordinateTable:
     cols = _trim_trailing_empty(_split(lines[li]))
     if any(not c for c in cols):
         raise ValueError(f"{p}, line {li + 1}: an empty column label")
-    seen: set[str] = set()
-    dup = [c for c in cols if c in seen or seen.add(c)]
+    dup = _repeated(cols)
     if dup:
         raise ValueError(f"{p}, line {li + 1}: column labels must be unique; repeated: {_list_some(dup)}")
     # The first column is the time, whatever its label (as in OpenSim).

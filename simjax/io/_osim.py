@@ -546,7 +546,7 @@ class _OsimReader:
         for name in masses:
             if name not in by_child:
                 el = self.body_els[name]
-                c = [
+                free_coords = [
                     _Coord(f"{name}_{s}", el, motion_type=mt)
                     for s, mt in zip(
                         ("rx", "ry", "rz", "tx", "ty", "tz"),
@@ -554,7 +554,9 @@ class _OsimReader:
                         strict=True,
                     )
                 ]
-                by_child[name] = _Joint(f"{name}_free", "Free", el, (self.ground_name, _X()), (name, _X()), c)
+                by_child[name] = _Joint(
+                    f"{name}_free", "Free", el, (self.ground_name, _X()), (name, _X()), free_coords
+                )
                 self.ignored["missing joint (Free added)"] += 1
 
         # Parents before children, in the file's order where possible.
@@ -580,6 +582,7 @@ class _OsimReader:
             X_PF, X_BM = jt.parent[1].transform(), jt.child[1].transform()
             body = Body(masses[jt.child[0]])
             name = jt.child[0]
+            mob: MobilizedBody
             if jt.kind == "FunctionBased":
                 functions = [a[2] for a in jt.axes]
                 cidx = [[[c.name for c in jt.coords].index(n) for n in a[0]] for a in jt.axes]
@@ -641,9 +644,9 @@ class _OsimReader:
         state = matter.set_use_euler_angles(state, True)
         q = np.asarray(state.q, dtype=float).copy()
         u = np.asarray(state.u, dtype=float).copy()
-        for c in coordinates.values():
-            q[c.q_index(state)] = c.default_value
-            u[c.u_index(state)] = c.default_speed_value
+        for coord in coordinates.values():
+            q[coord.q_index(state)] = coord.default_value
+            u[coord.u_index(state)] = coord.default_speed_value
         state = state.with_q(q).with_u(u)
         model = LoadedModel(
             system=system,
@@ -692,6 +695,7 @@ class _OsimReader:
             cpath = f"/constraintset/{name}"
             for f in self._owned_frames(c):
                 self._offset(f, cpath)
+            con: Constraint
             if c.tag == "CoordinateCouplerConstraint":
                 ind = (doc.text(c, "independent_coordinate_names") or "").split()
                 dep = (doc.text(c, "dependent_coordinate_name") or "").strip()

@@ -132,7 +132,7 @@ class _Doc:
 # ----------------------------------------------------------------------------- geometry
 
 
-def rpy_to_rotation(rpy: Sequence[float]) -> np.ndarray:
+def rpy_to_rotation(rpy: Sequence[float] | np.ndarray) -> np.ndarray:
     """URDF roll-pitch-yaw (fixed axes X, Y, Z): ``R = Rz(yaw) Ry(pitch) Rx(roll)``."""
     r, p, y = (float(a) for a in rpy)
     cr, sr, cp, spi, cy, sy = math.cos(r), math.sin(r), math.cos(p), math.sin(p), math.cos(y), math.sin(y)
@@ -372,7 +372,7 @@ def load_urdf(
     bodies: dict[str, MobilizedBody] = {}
     mobod_of_joint: dict[str, MobilizedBody] = {}
     rl = links[root]
-    kind = sj.MobilizedBody.Free if root_kind == "free" else sj.MobilizedBody.Weld
+    kind: type[MobilizedBody] = sj.MobilizedBody.Free if root_kind == "free" else sj.MobilizedBody.Weld
     bodies[root] = kind(
         matter.Ground(), sj.Transform(), sj.Body(rl.mass_props), sj.Transform(), name=body_name(root)
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from .. import _spatial as sp
 from .._stage import Stage
@@ -28,22 +29,22 @@ class Context:
 
     # variables --------------------------------------------------------------------
     @property
-    def time(self) -> jax.Array:
+    def time(self) -> Float[Array, ""]:
         """Simulation time."""
         return self.state.t
 
     @property
-    def q(self) -> jax.Array:
+    def q(self) -> Float[Array, " nq"]:
         """Generalized coordinates."""
         return self.state.q
 
     @property
-    def u(self) -> jax.Array:
+    def u(self) -> Float[Array, " nu"]:
         """Generalized speeds."""
         return self.state.u
 
     @property
-    def z(self) -> jax.Array:
+    def z(self) -> Float[Array, " nz"]:
         """Auxiliary continuous variables (all subsystems)."""
         return self.state.z
 
@@ -85,17 +86,17 @@ class Context:
 
     # kinematics ---------------------------------------------------------------------
     @property
-    def R_GB(self) -> jax.Array:
+    def R_GB(self) -> Float[Array, "nb 3 3"]:
         """All body orientations (nb, 3, 3); needs Position."""
         return self.state.position_cache.R_GB
 
     @property
-    def p_GB(self) -> jax.Array:
+    def p_GB(self) -> Float[Array, "nb 3"]:
         """All body origin locations in Ground (nb, 3); needs Position."""
         return self.state.position_cache.p_GB
 
     @property
-    def V_GB(self) -> jax.Array:
+    def V_GB(self) -> Float[Array, "nb 6"]:
         """All body spatial velocities ``[w; v_origin]`` in Ground (nb, 6); needs Velocity."""
         return self._model.body_velocities(self.state)
 
@@ -105,25 +106,25 @@ class Context:
         pc = self.state.position_cache
         return sp.Transform(pc.R_GB[b], pc.p_GB[b])
 
-    def body_origin_location(self, body: Any) -> jax.Array:
+    def body_origin_location(self, body: Any) -> Float[Array, " 3"]:
         """Location of a body's origin in Ground."""
         return self.state.position_cache.p_GB[_index(body)]
 
-    def body_rotation(self, body: Any) -> jax.Array:
+    def body_rotation(self, body: Any) -> Float[Array, "3 3"]:
         """``R_GB`` of one body."""
         return self.state.position_cache.R_GB[_index(body)]
 
-    def body_velocity(self, body: Any) -> jax.Array:
+    def body_velocity(self, body: Any) -> Float[Array, " 6"]:
         """``V_GB = [w; v of B's origin]`` in Ground."""
         return self.V_GB[_index(body)]
 
-    def station_location(self, body: Any, station: Any) -> jax.Array:
+    def station_location(self, body: Any, station: Any) -> Float[Array, " 3"]:
         """Ground location of a station fixed on a body (given in the body frame)."""
         b = _index(body)
         pc = self.state.position_cache
         return pc.p_GB[b] + pc.R_GB[b] @ jnp.asarray(station, pc.p_GB.dtype)
 
-    def station_velocity(self, body: Any, station: Any) -> jax.Array:
+    def station_velocity(self, body: Any, station: Any) -> Float[Array, " 3"]:
         """Ground velocity of a station fixed on a body."""
         b = _index(body)
         pc = self.state.position_cache

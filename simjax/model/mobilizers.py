@@ -665,7 +665,8 @@ class Custom(AbstractMobilizer):
         return self.n_angles_
 
     def X_FM(self, q, params):
-        out = self.x_fm(q)  # type: ignore[misc]
+        assert self.x_fm is not None  # MobilizedBody.Custom always gives X_FM
+        out = self.x_fm(q)
         if isinstance(out, sp.Transform):
             return out.R.astype(q.dtype), out.p.astype(q.dtype)
         R, p = out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -17,11 +17,41 @@ from .state import Cache, State
 from .topology import Topology
 
 
+class Identity:
+    """Wraps a user object so that it compares (and hashes) by identity inside a structural
+    key: its methods may read any attribute, and it may define an ``__eq__`` without a hash."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Identity) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return hash(id(self.obj))  # in-process only: never part of a name or of the State
+
+
+class ForceKind(Protocol):
+    """A force element (``simjax.build.forces.Force``): its class evaluates a whole group."""
+
+    @classmethod
+    def calc_group(cls, ctx: Any, grp: ForceGroup, only: int | None) -> tuple[jax.Array, jax.Array]:
+        """Body forces (nb, 6) and mobility forces (nu,) of a group (or one element)."""
+        ...
+
+    @classmethod
+    def potential_group(cls, ctx: Any, grp: ForceGroup, only: int | None) -> jax.Array:
+        """Potential energy of a group (or one element)."""
+        ...
+
+
 @dataclass(eq=False)
 class ForceGroup:
     """All force elements of one type in one force subsystem, evaluated together."""
 
-    cls: type
+    cls: type[ForceKind]
     elements: list[Any]  # the force element handles (simjax.build.forces)
     subsystem: str
     statics: tuple[Any, ...] = ()
@@ -29,7 +59,13 @@ class ForceGroup:
 
 @dataclass(eq=False)
 class Model:
-    """Compiled, immutable description of a System (its Topology-stage data)."""
+    """Compiled, immutable description of a System (its Topology-stage data).
+
+    Two Models are equal (and hash alike) when everything the realized computation depends
+    on is equal (see ``structure_key``), so a second identical System reuses the first one's
+    compiled ``realize``. Numbers that live in the State (masses, parameters, defaults) do
+    not count; ``version`` and ``uid`` do not either (stale or foreign States are refused
+    outside ``jit``, by ``MultibodySystem.model_for``)."""
 
     parent: tuple[int, ...]
     mobilizers: tuple[AbstractMobilizer | None, ...]
@@ -47,6 +83,62 @@ class Model:
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
     _topos: dict[bool, Topology] = field(default_factory=dict)
     _cons: dict[bool, tuple[Any, ...]] = field(default_factory=dict)
+    _groups: dict[bool, tuple[Any, ...]] = field(default_factory=dict)  # constraints.kernels
+
+    # ------------------------------------------------------------------ equality
+    @cached_property
+    def structure_key(self) -> tuple:
+        """Everything the traced computation depends on: parents, mobilizer kinds, names,
+        force groups (kind, subsystem, statics, elements' keys), subsystems, constraints'
+        structure and bodies, discrete and z declarations, Instance parameters' names and
+        shapes. User objects (subsystems with hooks, Custom forces) count by identity. If a
+        part cannot be hashed, the Model is only equal to itself."""
+        inst = tuple(
+            (sub, tuple(sorted((k, np.shape(v)) for k, v in d.items())))
+            for sub, d in sorted(self.instance_defaults.items())
+        )
+        groups = tuple(
+            (g.cls, g.subsystem, g.statics, tuple(_key_of(e) for e in g.elements)) for g in self.force_groups
+        )
+        cons = tuple(
+            (
+                _key_of(c),
+                tuple(b.index for b in getattr(c, "_bodies", ())),
+                tuple(m.index for m in getattr(c, "_mobilizers", ())),
+            )
+            for c in self.constraint_objects
+        )
+        key = (
+            self.parent,
+            self.mobilizers,
+            self.names,
+            inst,
+            groups,
+            tuple(_key_of(s) for s in self.subsystems),
+            tuple(s.name for s in self.force_subsystems),
+            tuple((sub, name, st, np.shape(v)) for sub, name, st, v in self.discrete_decl),
+            tuple((name, np.shape(z0)) for name, z0 in self.z_decl),
+            cons,
+        )
+        try:
+            hash(key)
+        except TypeError:
+            return (Identity(self),)
+        return key
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Model):
+            return NotImplemented
+        return self._hash == other._hash and self.structure_key == other.structure_key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash(self.structure_key)
 
     def constraints(self, euler: bool) -> tuple[Any, ...]:
         """Compiled constraints (static bodies, q/u indices, row blocks) for a Model option."""
@@ -174,6 +266,13 @@ class Model:
         """Simbody-convention ``A_GB = [alpha; a of B's origin]`` in Ground, (nb, 6)."""
         pc, vc, ac = state.position_cache, state.velocity_cache, state.acceleration_cache
         return classical_acceleration(ac.A_O, vc.V_O, pc.p_GB)
+
+
+def _key_of(obj: Any) -> Any:
+    """An object's ``_structure_key()`` (force elements, subsystems, constraints define one);
+    the object itself by identity otherwise."""
+    f = getattr(obj, "_structure_key", None)
+    return f() if f is not None else Identity(obj)
 
 
 def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.Array:

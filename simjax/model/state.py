@@ -9,6 +9,7 @@ cache above that stage is dropped. Reading a cache entry above the realized stag
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import equinox as eqx
@@ -171,7 +172,7 @@ class State(eqx.Module):
         new_stage = Stage(min(int(self.stage), int(stage)))
         out = self
         for k, v in changes.items():
-            out = eqx.tree_at(lambda s, k=k: getattr(s, k), out, v)
+            out = eqx.tree_at(operator.attrgetter(k), out, v)
         cache = out.cache.up_to(new_stage)
         out = eqx.tree_at(lambda s: s.cache, out, cache, is_leaf=lambda x: x is None)
         return _set_static(out, stage=new_stage)

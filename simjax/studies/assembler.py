@@ -43,21 +43,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._results import RESULTS
 from .._stage import Stage
 from ..forward.realize import realize
 from ..model.state import State
+from ..tree.kinds import joint_inputs, map_kinds
 from .conditions import AssemblyCondition, SystemConstraints, _as_body_index, _Observed
 
 INF = math.inf
 
-#: ``AssemblyInfo.status`` values.
+#: ``AssemblyInfo.status`` values (append-only; ``AssemblyInfo.result`` is the matching
+#: ``RESULTS`` item, see ``STATUS_RESULTS``).
 SUCCESS = 0
 MAX_ITERATIONS = 1  # feasible (errors within tolerance) but the goal did not converge
 INFEASIBLE = 2  # errors above tolerance
@@ -70,6 +73,15 @@ STATUS_NAMES = {
     INFEASIBLE: "error tolerance not met",
     NO_DATA: "no data (every observation missing or zero weight)",
     NONFINITE: "non-finite value",
+}
+
+#: The ``RESULTS`` item of each status code.
+STATUS_RESULTS = {
+    SUCCESS: RESULTS.successful,
+    MAX_ITERATIONS: RESULTS.assembly_max_iterations,
+    INFEASIBLE: RESULTS.assembly_infeasible,
+    NO_DATA: RESULTS.assembly_no_data,
+    NONFINITE: RESULTS.assembly_nonfinite,
 }
 
 
@@ -93,6 +105,9 @@ class AssemblyInfo(eqx.Module):
             iteration evaluates all four together once).
         status: 0 success, 1 feasible but goal not converged in max iterations,
             2 error tolerance not met, 3 no data, 4 non-finite value.
+        result: the same as an ``sj.RESULTS`` item (``successful``,
+            ``assembly_max_iterations``, ``assembly_infeasible``, ``assembly_no_data``,
+            ``assembly_nonfinite``); ``sj.RESULTS[info.result]`` is its message.
     """
 
     goal: jax.Array
@@ -101,6 +116,7 @@ class AssemblyInfo(eqx.Module):
     iterations: jax.Array
     num_evaluations: jax.Array
     status: jax.Array
+    result: RESULTS
 
     @property
     def success(self) -> jax.Array:
@@ -441,7 +457,8 @@ class Assembler:
             if k is not None:
                 lo[k], hi[k] = l, h
         mp, _, _ = self._model.constraint_counts(True)
-        goals, errors = [], []
+        goals: list[tuple[int, Any]] = []
+        errors: list[tuple[int, Any]] = []
         for i, (c, w) in enumerate(zip(self._conditions, self._weights)):
             if w == 0 or (i == 0 and mp == 0):
                 continue
@@ -615,7 +632,8 @@ class Assembler:
     def solve(self, state: State, params: dict[str, Any] | None = None) -> tuple[State, AssemblyInfo]:
         """Pure solve: ``(state with assembled q's, realized to Position; info)``.
 
-        jit-, vmap- and grad-friendly; never raises on failure (see ``info.status``).
+        jit-, vmap- and grad-friendly; never raises on failure (see ``info.status`` and
+        ``info.result``).
         Gradients flow to ``params`` (see :meth:`get_parameters`) and to the State's
         Instance variables by implicit differentiation; locked q's are taken from
         ``state``.
@@ -624,14 +642,20 @@ class Assembler:
         fn = self._get_fn("single")
         return fn(self._canonical(state), self.get_parameters() if params is None else params)
 
+    @overload
+    def assemble(self, state: State) -> tuple[State, AssemblyInfo]: ...
+
+    @overload
+    def assemble(self, state: None = None) -> AssemblyInfo: ...
+
     def assemble(self, state: State | None = None) -> tuple[State, AssemblyInfo] | AssemblyInfo:
         """Assemble from ``state`` (or the internal State): returns ``(state, info)``, or
         just ``info`` when called without a State (the internal State is updated either
         way). Raises ``AssemblyFailed`` if the error tolerance cannot be met."""
         given = state is not None
-        if given:
+        if state is not None:
             self.set_internal_state(state)
-        base = state if given else self._internal
+        base = state if state is not None else self._internal
         out, info = self.solve(base)
         self._after_single(out, info, "assemble")
         return (out, info) if given else info
@@ -703,8 +727,8 @@ class Assembler:
         for ci, c in plan.errors:
             n = _num_errors(plan, c)
             if k <= worst < k + n:
-                names = c._error_names()
-                entry = f" ({names[worst - k]})" if names and worst - k < len(names) else ""
+                enames = c._error_names()
+                entry = f" ({enames[worst - k]})" if enames and worst - k < len(enames) else ""
                 name = f"{ci} {c.name!r}{entry}"
             k += n
         norm = "RMS" if plan.rms else "infinity"
@@ -713,6 +737,12 @@ class Assembler:
             f"{plan.tol:g}; the worst error is in condition {name}: {errs[worst] if errs.size else 0:.3g}. "
             "The error conditions may contradict each other or the locks/bounds, or be unreachable "
             "from this start; make one a goal (finite weight), unlock q's, or start closer"
+            + (
+                f". It stopped at the maximum of {plan.max_iterations} iterations: raise "
+                "Assembler.set_max_iterations(...) if it was still converging"
+                if int(info.iterations) >= plan.max_iterations
+                else ""
+            )
         )
 
     # ------------------------------------------------------------------ current values
@@ -757,36 +787,19 @@ def _n_pinv(model: Any, state: State) -> jax.Array:
     topo = model.topology(state.use_euler_angles)
     dt = state.q.dtype
     out = jnp.zeros((topo.nu, topo.nq), dt)
-    mparams = state.instance["matter"]["mobilizer_params"]
-    for g in topo.groups:
-        mob = g.mobilizer
-        if mob.nu == 0:
-            continue
 
-        def one(q, par, m=mob):
-            Nq = m.N(q, par)
-            if Nq is None:
-                return jnp.eye(m.nu, dtype=dt)
-            return jnp.linalg.solve(Nq.T @ Nq, Nq.T).astype(dt)
+    def one(m, q, par):
+        Nq = m.N(q, par)
+        if Nq is None:
+            return jnp.eye(m.nu, dtype=dt)
+        return jnp.linalg.solve(Nq.T @ Nq, Nq.T).astype(dt)
 
-        blocks = jax.vmap(one)(state.q[g.q_idx], mparams[g.bodies][:, : mob.n_params])  # (k, nu, nq)
+    inputs = lambda g: joint_inputs(state, g, "q", "params")
+    for g, blocks in map_kinds(topo, one, inputs, skip=lambda m: m.nu == 0):  # (k, nu, nq) blocks
         rows = np.asarray(g.u_idx)[:, :, None]
         cols = np.asarray(g.q_idx)[:, None, :]
         out = out.at[rows, cols].set(blocks)
     return out
-
-
-def _dof_ancestry(model: Any, topo: Any) -> np.ndarray:
-    """(nb, nu) 0/1: dof j moves body b (j's body is b or one of b's ancestors)."""
-    parent = model.parent
-    db = np.asarray(topo.dof_body)
-    D = np.zeros((topo.nb, topo.nu))
-    for b in range(1, topo.nb):
-        a = b
-        while a > 0:
-            D[b, db == a] = 1.0
-            a = parent[a]
-    return D
 
 
 @eqx.filter_custom_jvp
@@ -806,7 +819,7 @@ def _fast_poses_jvp(primals, tangents, *, model, state):
     topo = model.topology(state.use_euler_angles)
     # Body Jacobians once from the primal (body b moves with dof j iff j's body is b or
     # an ancestor of b), then one small matmul per tangent.
-    D = _dof_ancestry(model, topo)
+    D = topo.dof_ancestor
     Jq = (D[:, :, None] * cdof[None, :, :]).transpose(0, 2, 1) @ _n_pinv(
         model, state.with_q(q)
     )  # (nb, 6, nq)
@@ -1082,6 +1095,10 @@ def _make_solver(plan: _Plan, asm: Assembler):
                 jnp.where(err > tol, INFEASIBLE, jnp.where(conv_f | cf["stall"], SUCCESS, MAX_ITERATIONS)),
             ),
         )
+        # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+        result: RESULTS = STATUS_RESULTS[SUCCESS]  # type: ignore[assignment]
+        for code in sorted(STATUS_RESULTS)[1:]:
+            result = RESULTS.where(status == code, STATUS_RESULTS[code], result)  # type: ignore[arg-type]
         q_e = base.q.at[plan.free].set(x_out.astype(base.q.dtype))
         q_user = q_e if state.use_euler_angles else matter.set_use_euler_angles(internal.with_q(q_e), False).q
         out = realize(model, state.with_q(q_user), Stage.POSITION)
@@ -1092,6 +1109,7 @@ def _make_solver(plan: _Plan, asm: Assembler):
             iterations=cf["it"],
             num_evaluations=cf["nlin"],
             status=status.astype(jnp.int32),
+            result=result,
         )
         return out, info
 

@@ -134,6 +134,7 @@ class CustomCondition(AssemblyCondition):
                 )
 
     def get_data(self) -> dict[str, Any]:
+        """Traced numbers of this condition: its ``params`` (if it takes any)."""
         return {"params": self._params} if self._with_params else {}
 
     def set_params(self, params: Any) -> None:
@@ -439,6 +440,7 @@ class Markers(_Observed):
     get_marker_index_for_observation = _Observed.get_index_for_observation
 
     def get_data(self) -> dict[str, Any]:
+        """Traced numbers of this condition: observations, marker stations and weights."""
         return {
             "observations": jnp.asarray(self._obs_array()),
             "stations": jnp.asarray(np.array(self._frames).reshape(-1, 3)),
@@ -541,6 +543,7 @@ class OrientationSensors(_Observed):
     get_osensor_index_for_observation = _Observed.get_index_for_observation
 
     def get_data(self) -> dict[str, Any]:
+        """Traced numbers of this condition: observations, sensor orientations and weights."""
         return {
             "observations": jnp.asarray(self._obs_array()),
             "orientations": jnp.asarray(np.array(self._frames).reshape(-1, 3, 3)),
@@ -612,6 +615,7 @@ class QValue(AssemblyCondition):
         self._value = float(value)
 
     def get_data(self) -> dict[str, Any]:
+        """Traced numbers of this condition: the target value."""
         return {"value": jnp.asarray(self._value)}
 
     def _errors(self, state: State, data: dict[str, Any]) -> jax.Array:

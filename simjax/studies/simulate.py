@@ -19,11 +19,16 @@ Fixed-step loops are a ``lax.scan``; adaptive loops a checkpointed bounded while
 Every step is ``jax.checkpoint``-ed, so reverse-mode memory is one carry per step, not
 the solver internals. Everything jits, vmaps over initial States and parameters, and
 differentiates.
+
+Failures (a non-finite state; an adaptive integrator out of ``max_steps`` or of step
+size) stop the run at the last good state and are reported in ``Trajectory.result`` (an
+``sj.RESULTS`` item); ``simulate(..., throw=True)`` (the default) raises them, also under
+``jit``, through ``equinox.error_if``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import diffrax as dfx
 import equinox as eqx
@@ -31,7 +36,9 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
+from .._results import RESULTS, all_finite, simulation_ok
 from .._stage import Stage
 from ..build.system import MultibodySystem
 from ..dynamics import stages as rz
@@ -63,14 +70,20 @@ class Trajectory(eqx.Module):
         num_events: Triggered and scheduled events handled.
         terminated: Whether a terminating event stopped the simulation (later outputs
             repeat the state at termination).
-        termination_time: When it stopped (the final time if it did not).
+        termination_time: When it stopped: at a terminating event, or the time reached
+            when it failed (the final time otherwise).
         reports: ``{name: (n, ...)}`` values of the reporters at the output times.
+        result: An ``sj.RESULTS`` item: ``successful``, ``event_occurred`` (stopped by a
+            terminating event), or a failure: ``simulation_nonfinite``,
+            ``max_steps_reached``, ``step_size_too_small``. After a failure the outputs
+            later than ``termination_time`` are NaN and ``final_state`` is the last good
+            State, at ``termination_time``.
     """
 
-    t: jax.Array
-    q: jax.Array
-    u: jax.Array
-    z: jax.Array
+    t: Float[Array, " n"]
+    q: Float[Array, "n nq"]
+    u: Float[Array, "n nu"]
+    z: Float[Array, "n nz"]
     final_state: State
     num_steps: jax.Array
     num_rejected: jax.Array
@@ -80,6 +93,7 @@ class Trajectory(eqx.Module):
     termination_time: jax.Array
     reports: dict[str, Any]
     discrete: Any
+    result: RESULTS
 
     @property
     def states(self) -> State:
@@ -126,7 +140,7 @@ def _project(model: Model, base: State, t, y, cfg: _Config):
     mp, mv, _ = model.constraint_counts(base.use_euler_angles)
     s = _state_of(base, t, y)
     if mp + mv == 0 or not cfg.project:
-        q = pj._normalize_quaternions(model, s, y[0])
+        q = rz.normalize_quaternions(model, s, y[0])
         return (q, y[1], y[2]), jnp.zeros((), y[0].dtype)
     s = pj.project_q(model, s, cfg.projection_iterations)
     s = pj.project_u(model, s)
@@ -208,7 +222,8 @@ class ScheduledEvent(eqx.Module):
 def _apply_handler(model, base, disc, t, y, handler, terminate: bool):
     """Run a handler on the realized State; returns (y, disc, terminate)."""
     s = realize(model, _state_of(_with_disc(base, disc), t, y), Stage.ACCELERATION)
-    out, term = s, terminate
+    out = s
+    term: bool | jax.Array = terminate
     if handler is not None:
         res = handler(s)
         if isinstance(res, tuple):
@@ -299,12 +314,22 @@ class _Loop(eqx.Module):
 
     y: Any
     disc: Any
-    done: jax.Array
-    t_done: jax.Array
+    done: jax.Array  # stopped by a terminating event
+    t_done: jax.Array  # when it stopped (event or failure)
     err: jax.Array
     n_steps: jax.Array
     n_rej: jax.Array
     n_events: jax.Array
+    result: RESULTS  # successful, or the failure that stopped it
+
+
+def _stopped(L: _Loop) -> jax.Array:
+    return L.done | (L.result != RESULTS.successful)
+
+
+def _failed(L: _Loop, t, result: RESULTS) -> _Loop:
+    """``L`` (the last good state) marked as failed at time ``t``."""
+    return eqx.tree_at(lambda x: (x.t_done, x.result), L, (jnp.asarray(t, L.t_done.dtype), result))
 
 
 def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, events) -> _Loop:
@@ -322,7 +347,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         y1, e = _project(model, bd, t + h, y1, cfg)
         adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
         y1, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1, h, L.disc)
-        live = (i < n) & ~L.done
+        live = (i < n) & ~_stopped(L)
         new = _Loop(
             y=y1,
             disc=disc,
@@ -332,7 +357,11 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
             n_steps=L.n_steps + 1,
             n_rej=L.n_rej,
             n_events=L.n_events + fired,
+            result=L.result,
         )
+        # a step to a non-finite state is not taken: stop at the last good one
+        # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+        new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
         return _select(live, new, L), None
 
     L, _ = jax.lax.scan(step, L, jnp.arange(nmax))
@@ -349,10 +378,15 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
     term_of = lambda b: dfx.ODETerm(lambda t, yy, args: _ydot(model, b, t, yy))
     order = solver.order(term_of(base))
     sstate = solver.init(term_of(base), t0, t1, L.y, None)
+    n0 = L.n_steps  # max_steps bounds each interval
+    eps = float(jnp.finfo(L.err.dtype).eps)
+
+    def unfinished(t):
+        return t1 - t > 1e-12 * jnp.maximum(1.0, jnp.abs(t1))
 
     def cond(c):
         t, L, _, _ = c
-        return (t1 - t > 1e-12 * jnp.maximum(1.0, jnp.abs(t1))) & (L.n_steps < cfg.max_steps) & ~L.done
+        return unfinished(t) & (L.n_steps - n0 < cfg.max_steps) & ~_stopped(L)
 
     @jax.checkpoint
     def body(c):
@@ -366,7 +400,6 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
         ratios = jax.tree.leaves(jax.tree.map(lambda e, sc: (e / sc) ** 2, yerr, scale))
         count = sum(r.size for r in ratios)
         enorm = jnp.sqrt(sum(jnp.sum(r) for r in ratios) / max(count, 1))
-        ok = enorm <= 1.0
         factor = jnp.clip(0.9 * jnp.where(enorm > 0, enorm, 1e-10) ** (-1.0 / (order + 1)), 0.2, 5.0)
         y1p, e = _project(model, bd, t + h, y1, cfg)
 
@@ -383,16 +416,32 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
             n_steps=L.n_steps + 1,
             n_rej=L.n_rej,
             n_events=L.n_events + fired,
+            result=L.result,
         )
+        # a non-finite error estimate or end state rejects the step and shrinks it by 5
+        finite = jnp.isfinite(enorm) & all_finite(y_end)
+        ok = (enorm <= 1.0) & finite
+        factor = jnp.where(finite, factor, 0.2)
         rejected = eqx.tree_at(lambda x: x.n_rej, L, L.n_rej + 1)
         Ln = _select(ok, new, rejected)
         tn = jnp.where(ok, jnp.where(term, t1, t + h), t)
         # a step clipped to hit t1 doesn't shrink the step size carried on
         dtn = jnp.where(ok & (h < dt), dt, h * factor)
+        # failed: no finite state to go on from, or a rejected step at the time resolution
+        bad_state = ~all_finite(L.y)
+        tiny = ~ok & ~(h > 64 * eps * jnp.maximum(1.0, jnp.abs(t)))
+        # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+        nonfinite = bad_state | ~finite
+        why = RESULTS.where(nonfinite, RESULTS.simulation_nonfinite, RESULTS.step_size_too_small)  # type: ignore[arg-type]
+        Ln = _select(bad_state | tiny, _failed(L, t, why), Ln)
         return (tn, Ln, dtn, ss1)
 
     init = (jnp.asarray(t0, L.err.dtype), L, jnp.asarray(dt0, L.err.dtype), sstate)
-    _, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="checkpointed")
+    t, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="checkpointed")
+    # out of steps before the end of the interval
+    short = unfinished(t) & ~_stopped(L)
+    # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+    L = _select(short, _failed(L, t, RESULTS.max_steps_reached), L)  # type: ignore[arg-type]
     return L, dt
 
 
@@ -412,6 +461,7 @@ def simulate(
     t0: float | None = None,
     events: Any = (),
     reporters: dict[str, Any] | None = None,
+    throw: bool = True,
 ) -> Trajectory:
     """Simulate from ``state`` (at ``state.t``) to ``t1``; returns a ``Trajectory``.
 
@@ -434,6 +484,12 @@ def simulate(
             realized to Acceleration (Simbody's periodic reporters); in ``traj.reports``.
         t0: Start time; default ``state.t``. Under ``vmap``/``jit`` the State's time is
             traced, so pass the (common) start time here.
+        throw: Raise if the run failed (``traj.result`` a failure: a non-finite state,
+            or an adaptive integrator out of ``max_steps`` or of step size), naming the
+            time reached and what to change; under ``jit``/``vmap``/``grad`` too, through
+            ``equinox.error_if`` (a ``RuntimeError``; the time to within 1% of the run
+            there, and under ``vmap`` if any member failed). ``throw=False`` never raises:
+            check ``traj.result`` (and ``traj.termination_time``).
 
     Output times and ``t1`` are static (Python numbers or NumPy arrays); the State may be
     traced, so ``jax.jit(jax.vmap(lambda s: simulate(system, s, 1.0, dt=1e-3)))`` works,
@@ -464,7 +520,72 @@ def simulate(
     for k, v in reps:
         if not callable(v):
             raise TypeError(f"simulate: reporter {k!r} must be a function of the State")
-    return _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps)
+    traj = _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps)
+    return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
+
+
+_FAILURES = (RESULTS.simulation_nonfinite, RESULTS.max_steps_reached, RESULTS.step_size_too_small)
+_TIME_BINS = 100  # under jit the message names the time reached to 1/100 of the run
+
+
+def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
+    """The message of failure ``_FAILURES[kind]`` at ``where`` (e.g. "at t = 0.5")."""
+    check = "check the model (stiff or singular forces, NaN parameters) and the initial q, u and z"
+    if kind == 0 and cfg.integrator in _FIXED:
+        what = "the state became non-finite (NaN/inf)"
+        fix = (
+            f"use a smaller step than dt={cfg.dt:g} or an adaptive integrator (integrator='tsit5', or "
+            f"'kvaerno5' for stiff systems), and {check}"
+        )
+    elif kind == 0:
+        what = "the state or its derivatives became non-finite (NaN/inf)"
+        tols = f"{cfg.accuracy:g}/{cfg.atol:g}"
+        fix = f"{check}; tighten accuracy/atol (now {tols}) or use integrator='kvaerno5'"
+    elif kind == 1:
+        what = f"the {cfg.integrator!r} integrator used up max_steps={cfg.max_steps} step attempts"
+        what += " in one output interval"
+        fix = (
+            "raise max_steps, loosen accuracy/atol, add output times (save_at), or use an implicit "
+            "integrator (integrator='kvaerno5') if the system is stiff"
+        )
+    else:
+        what = f"the {cfg.integrator!r} integrator's step size shrank to the time resolution"
+        what += " without an acceptable step"
+        fix = (
+            "the system may be extremely stiff or discontinuous there: use integrator='kvaerno5', loosen "
+            f"accuracy/atol, or {check}"
+        )
+    return (
+        f"simulate failed {where} (of t1={t1:g}): {what}. Fix: {fix}. (throw=False returns the "
+        "Trajectory instead: see traj.result and traj.termination_time.)"
+    )
+
+
+def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config) -> Trajectory:
+    """``throw=True``: raise through ``equinox.error_if`` if ``traj.result`` is a failure."""
+    bad = ~simulation_ok(traj.result)
+    kind = jnp.asarray(0)
+    for i, r in enumerate(_FAILURES):
+        kind = jnp.where(traj.result == r, i, kind)
+    t = traj.termination_time
+    if not isinstance(bad, jax.core.Tracer):  # concrete: the exact time reached
+        if not bool(jnp.any(bad)):
+            return traj
+        first = int(np.argmax(np.ravel(bad)))
+        where = f"at t = {float(np.ravel(t)[first]):.6g}"
+        return eqx.error_if(traj, bad, _failure_message(int(np.ravel(kind)[first]), where, t1, cfg))
+    # traced: a message per failure and time bin
+    span = t1 - t0
+    edges = [t0 + span * k / _TIME_BINS for k in range(_TIME_BINS + 1)]
+    msgs = [
+        _failure_message(i, f"at t between {edges[k]:.6g} and {edges[k + 1]:.6g}", t1, cfg)
+        for i in range(len(_FAILURES))
+        for k in range(_TIME_BINS)
+    ]
+    b = jnp.clip(jnp.floor((t - t0) / span * _TIME_BINS), 0, _TIME_BINS - 1)
+    index = kind * _TIME_BINS + jnp.where(jnp.isfinite(b), b, 0).astype(kind.dtype)
+    # under vmap the message is the largest index of the batch: count failures only
+    return eqx.branched_error_if(traj, bad, jnp.where(bad, index, 0), msgs)
 
 
 def _static_time(t: Any) -> float:
@@ -524,6 +645,7 @@ def _simulate(
         n_steps=jnp.asarray(0),
         n_rej=jnp.asarray(0),
         n_events=jnp.asarray(0),
+        result=RESULTS.successful,  # type: ignore[arg-type]  # an eqx.Enumeration item: str to mypy
     )
     sched_events = [e for e in events if isinstance(e, ScheduledEvent)]
     sched_index = {id(e): i for i, e in enumerate(sched_events)}
@@ -544,20 +666,21 @@ def _simulate(
                         n_steps=L.n_steps,
                         n_rej=L.n_rej,
                         n_events=L.n_events + 1,
+                        result=L.result,
                     )
                 )(_apply_handler(model, base, L.disc, b, L.y, e.handler, e.terminate))
             )
             for e in sched_events
         ]
         out = jax.lax.switch(k + 1, branches, L)
-        return _select(L.done, L, out)
+        return _select(_stopped(L), L, out)
 
     # One compiled interval body, scanned over the intervals between boundaries.
     if cfg.integrator in _FIXED:
         n = np.maximum(np.ceil((tb - ta) / cfg.dt - 1e-9), 0).astype(int)
         nmax = int(max(n.max(), 1))
         h = np.where(n > 0, (tb - ta) / np.maximum(n, 1), 0.0)
-        xs = (
+        xs: tuple[jax.Array, ...] = (
             jnp.asarray(ta, dtype),
             jnp.asarray(tb, dtype),
             jnp.asarray(h, dtype),
@@ -587,7 +710,15 @@ def _simulate(
     rows = jnp.asarray(save_rows)
     ys = jax.tree.map(lambda x: x[rows], ys)
     ds = jax.tree.map(lambda x: x[rows], ds)
-    final = _state_of(_with_disc(base, L.disc), jnp.asarray(times[-1], dtype), L.y)
+    okay = L.result == RESULTS.successful
+    # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+    result = RESULTS.where(okay & L.done, RESULTS.event_occurred, L.result)  # type: ignore[arg-type]
+    t_out = jnp.asarray(times, dtype)
+    # after a failure, the outputs it did not reach are NaN; the final State is the last good one
+    lost = ~okay & (t_out > L.t_done)
+    ys = jax.tree.map(lambda x: jnp.where(lost.reshape((-1,) + (1,) * (x.ndim - 1)), jnp.nan, x), ys)
+    t_final = jnp.where(okay, jnp.asarray(times[-1], dtype), L.t_done)
+    final = _state_of(_with_disc(base, L.disc), t_final, L.y)
     reports = {}
     if reporters:
         b_out = _with_disc(base, L.disc)
@@ -596,9 +727,9 @@ def _simulate(
             st = realize(model, _state_of(_with_disc(b_out, d), t, y), Stage.ACCELERATION)
             return {name: fn(st) for name, fn in reporters}
 
-        reports = jax.vmap(report)(jnp.asarray(times, dtype), ys, ds)
+        reports = jax.vmap(report)(t_out, ys, ds)
     return Trajectory(
-        t=jnp.asarray(times, dtype),
+        t=t_out,
         q=ys[0],
         u=ys[1],
         z=ys[2],
@@ -611,6 +742,7 @@ def _simulate(
         termination_time=L.t_done,
         reports=reports,
         discrete=ds,
+        result=result,
     )
 
 
@@ -621,6 +753,10 @@ class TimeStepper:
     >>> ts = sj.TimeStepper(system, integrator="rk4", dt=1e-3)
     >>> state = ts.initialize(state)          # projected onto the constraints
     >>> state = ts.step_to(state, 0.5)
+
+    ``options`` are ``simulate``'s (``throw=True`` by default: ``step_to`` raises if the
+    segment failed; with ``throw=False`` it returns the last good State, at the time
+    reached).
     """
 
     def __init__(self, system: MultibodySystem, integrator: str = "rk4", **options: Any):
@@ -634,7 +770,7 @@ class TimeStepper:
         mp, mv, _ = model.constraint_counts(state.use_euler_angles)
         if mp + mv == 0:
             return state
-        return self.system.project(state, tol=self.options.get("accuracy", 1e-6))
+        return cast(State, self.system.project(state, tol=self.options.get("accuracy", 1e-6)))
 
     def step_to(self, state: State, t: float) -> State:
         """The State at time ``t`` (> ``state.t``)."""

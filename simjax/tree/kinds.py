@@ -1,0 +1,59 @@
+"""Per-kind evaluation: every body of one mobilizer kind at once, with one ``vmap``.
+
+Bodies whose mobilizers compare equal (same kind, same definition) form a
+:class:`~simjax.model.topology.KindGroup`; joint-local work (``X_FM``, ``H``, ``N`` and
+their derivatives) runs once per group, so the traced program grows with the number of
+kinds, not of bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import jax
+
+from ..model.state import State
+from ..model.topology import KindGroup, Topology
+
+
+def joint_inputs(state: State, g: KindGroup, *names: str) -> tuple[jax.Array, ...]:
+    """The stacked inputs of a group's bodies, by name: ``q``, ``u``, ``params`` (the
+    mobilizer parameters), ``frames`` (``X_PF_R, X_PF_p, X_BM_R, X_BM_p``: four arrays), or
+    any per-u array given as ``("u", x)``."""
+    inst = state.instance["matter"]
+    b = g.bodies
+    out: list[jax.Array] = []
+    for n in names:
+        if n == "q":
+            out.append(state.q[g.q_idx])
+        elif n == "u":
+            out.append(state.u[g.u_idx])
+        elif n == "params":
+            out.append(inst["mobilizer_params"][b][:, : g.mobilizer.n_params])
+        elif n == "frames":
+            out += [inst["X_PF_R"][b], inst["X_PF_p"][b], inst["X_BM_R"][b], inst["X_BM_p"][b]]
+        else:
+            raise ValueError(f"joint_inputs: unknown input {n!r}")
+    return tuple(out)
+
+
+def map_kinds(
+    topo: Topology,
+    fn: Callable[..., Any],
+    inputs: Callable[[KindGroup], tuple[Any, ...]],
+    *,
+    skip: Callable[[Any], bool] | None = None,
+) -> Iterator[tuple[KindGroup, Any]]:
+    """``(group, jax.vmap(fn(mobilizer, ...))(*inputs(group)))`` for every kind group,
+    skipping groups whose mobilizer ``skip`` rejects (e.g. Weld, with no q)."""
+    for g in topo.groups:
+        if skip is not None and skip(g.mobilizer):
+            continue
+        yield g, jax.vmap(partial(fn, g.mobilizer))(*inputs(g))
+
+
+def no_q(mob: Any) -> bool:
+    """A mobilizer with no coordinates (Weld)."""
+    return mob.nq == 0
