@@ -352,15 +352,14 @@ def _finish_projection(
 ) -> State | tuple[State, RESULTS]:
     """Check a projection's RMS error against ``tol``: raise (``throw``) and/or return the
     ``RESULTS`` item (``want``)."""
-    traced = isinstance(err, jax.core.Tracer)
-    if throw and traced:
-        norm = pj.rms(err)
-        state = _projection_error_if(state, ~(norm <= tol), norm, tol, what, level)  # NaN fails
+    norm = pj.rms(err)
+    failed = ~(norm <= tol)  # NaN fails
+    if throw and isinstance(err, jax.core.Tracer):
+        state = _projection_error_if(state, failed, norm, tol, what, level)
     elif throw:
         _check_accuracy(model, state, err, tol, what, level)
     if not want:
         return state
-    failed = ~(pj.rms(err) <= tol)  # NaN fails (under jit, XLA shares the norm with the check above)
     # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
     return state, RESULTS.where(failed, RESULTS.projection_failed, RESULTS.successful)  # type: ignore[arg-type]
 

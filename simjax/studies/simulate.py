@@ -332,6 +332,21 @@ def _failed(L: _Loop, t, result: RESULTS) -> _Loop:
     return eqx.tree_at(lambda x: (x.t_done, x.result), L, (jnp.asarray(t, L.t_done.dtype), result))
 
 
+def _accepted(L: _Loop, y, disc, term, t_end, err, fired) -> _Loop:
+    """``L`` after an accepted step to ``y`` (``term``: a terminating event fired at ``t_end``)."""
+    return _Loop(
+        y=y,
+        disc=disc,
+        done=L.done | term,
+        t_done=jnp.where(term, t_end, L.t_done),
+        err=jnp.maximum(L.err, err),
+        n_steps=L.n_steps + 1,
+        n_rej=L.n_rej,
+        n_events=L.n_events + fired,
+        result=L.result,
+    )
+
+
 def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, events) -> _Loop:
     """``n`` steps of size ``h`` from ``t0`` (``n <= nmax``; steps past ``n`` are no-ops)."""
     stepper = _rk4 if cfg.integrator == "rk4" else _semi_explicit_euler
@@ -348,17 +363,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
         y1, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1, h, L.disc)
         live = (i < n) & ~_stopped(L)
-        new = _Loop(
-            y=y1,
-            disc=disc,
-            done=L.done | term,
-            t_done=jnp.where(term, t_end, L.t_done),
-            err=jnp.maximum(L.err, e),
-            n_steps=L.n_steps + 1,
-            n_rej=L.n_rej,
-            n_events=L.n_events + fired,
-            result=L.result,
-        )
+        new = _accepted(L, y1, disc, term, t_end, e, fired)
         # a step to a non-finite state is not taken: stop at the last good one
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
@@ -407,17 +412,7 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
             return solver.step(term_of(bd if b is None else b), tt, tt + hh, yy, None, ss, made_jump=True)[0]
 
         y_end, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1p, h, L.disc)
-        new = _Loop(
-            y=y_end,
-            disc=disc,
-            done=L.done | term,
-            t_done=jnp.where(term, t_end, L.t_done),
-            err=jnp.maximum(L.err, e),
-            n_steps=L.n_steps + 1,
-            n_rej=L.n_rej,
-            n_events=L.n_events + fired,
-            result=L.result,
-        )
+        new = _accepted(L, y_end, disc, term, t_end, e, fired)
         # a non-finite error estimate or end state rejects the step and shrinks it by 5
         finite = jnp.isfinite(enorm) & all_finite(y_end)
         ok = (enorm <= 1.0) & finite
