@@ -1,8 +1,12 @@
 """simjax: Simbody's multibody dynamics on JAX (jit, vmap and grad throughout).
 
 Enable float64 for Simbody-level accuracy: ``jax.config.update("jax_enable_x64", True)``.
+On import simjax turns one XLA:CPU scheduler off (it can hang nested loops) and keeps
+compiled programs in a persistent cache; see ``simjax._config`` for both and their
+opt-outs.
 """
 
+from . import _config as _config  # first: process settings before any JAX computation
 from . import io as io  # sj.io.load_osim, read_trc, ...
 from ._functions import Function as Function
 from ._results import RESULTS as RESULTS

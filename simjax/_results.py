@@ -51,6 +51,18 @@ class RESULTS(eqx.Enumeration):
         "initial q's, the observations (use NaN only for whole missing markers) and the "
         "model parameters."
     )
+    assembly_on_bounds = (
+        "Assembly converged with q's on their bounds (info.on_bounds marks them, "
+        "Assembler.describe_bounds names them): the goal would decrease further if those "
+        "bounds were wider. Check that the bounds are meant and that the observations fit "
+        "the model there."
+    )
+    assembly_stalled = (
+        "Assembly stalled: the error conditions are satisfied, but no step decreases the "
+        "goal although it has not converged to the requested accuracy (round-off, or a "
+        "goal that is not smooth there). The result is usable but may not be a minimum; "
+        "loosen Assembler.set_accuracy(...) or start elsewhere."
+    )
     # ------------------------------------------------------------------ projection
     projection_failed = (
         "Projection failed: the RMS constraint error after projection is above the "

@@ -62,7 +62,7 @@ def test_assembler_results():
     asm1.set_max_iterations(1)
     asm1.adopt_assembly_goal(sj.QValue(crank, 0, 0.4))
     _, info = asm1.assemble(out)  # no exception
-    assert int(info.status) == 1 and bool(info.success)
+    assert int(info.status) == 1 and bool(info.feasible) and not bool(info.success)
     assert bool(info.result == R.assembly_max_iterations)
     assert "set_max_iterations" in R[info.result]
 

@@ -49,16 +49,16 @@ class Coordinate:
     joint: str = ""
 
     def get_value(self, state: State) -> jax.Array:
-        """This coordinate's q in ``state``."""
-        return self.body.get_one_q(state, self.which)
+        """This coordinate's q in ``state`` (one per State of a batch, e.g. from ``track``)."""
+        return state.q[..., self.q_index(state)]
 
     def set_value(self, state: State, value: Any) -> State:
         """A copy of ``state`` with this coordinate's q set (no constraint projection)."""
         return self.body.set_one_q(state, self.which, value)
 
     def get_speed_value(self, state: State) -> jax.Array:
-        """This coordinate's generalized speed u."""
-        return self.body.get_one_u(state, self.which)
+        """This coordinate's generalized speed u (batched like ``get_value``)."""
+        return state.u[..., self.u_index(state)]
 
     def set_speed_value(self, state: State, value: Any) -> State:
         """A copy of ``state`` with this coordinate's u set."""

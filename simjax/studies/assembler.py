@@ -22,15 +22,23 @@ plain JAX (one ``lax.while_loop``, so it jits and vmaps over frames):
   Levenberg-Marquardt damping ``mu`` (Nielsen's update) and shrink a trust radius on the
   step length, so the iteration falls back to gradient descent on the goal and damped
   Newton on the errors;
-* bounds by projection with an active set (a q at a bound whose gradient pushes it out is
-  held for that step); locked q's are simply not variables.
+* bounds by a primal-dual interior-point barrier, as IPOPT (which Simbody's Assembler and
+  OpenSim's IK use for bounded problems): bounded q's start 1% of their range inside,
+  ``-mu sum log(slack)`` joins the goal with ``mu`` first 0.1 x the starting goal
+  (``set_initial_barrier``) and reduced (x0.2, then superlinearly) each time its
+  subproblem is solved, steps stop 0.5% short of a bound (fraction to the boundary). A
+  q that starts on a bound thus leaves it when the goal prefers the interior; q's that
+  end within the barrier's reach of a bound with a multiplier pushing into it are put
+  exactly on it and reported (``info.on_bounds``); locked q's are not variables.
 
 It stops when the error norm is below ``accuracy * tolerance`` (one more Newton step is
-cheap) and the Gauss-Newton model predicts less than ``accuracy`` relative improvement of
-the goal, or when no further progress is possible; success means errors within the
-tolerance (Simbody's "within 0.1% of its
-minimum" at accuracy 1e-3). Status codes instead of exceptions under ``jit``/``vmap``; the
-unbatched calls raise ``AssemblyFailed`` naming the worst condition.
+cheap), the barrier is at its final weight (``accuracy/100`` x the starting goal) and the
+Gauss-Newton model predicts less than ``accuracy`` relative improvement of the goal.
+The status says what happened: converged (0), converged with q's on bounds (5), feasible
+but out of iterations (1) or stalled (6), infeasible (2), no data (3), non-finite (4).
+Status codes instead of exceptions under ``jit``/``vmap``; the unbatched calls raise
+``AssemblyFailed`` naming the worst condition. Tolerance, accuracy, iteration limit,
+bounds, barrier and weights are runtime data: changing them does not recompile.
 
 Derivatives of the solution with respect to everything in the data (observations,
 stations, weights, target values) and the State's Instance variables (model parameters)
@@ -43,6 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, overload
 
 import equinox as eqx
@@ -61,11 +70,13 @@ INF = math.inf
 
 #: ``AssemblyInfo.status`` values (append-only; ``AssemblyInfo.result`` is the matching
 #: ``RESULTS`` item, see ``STATUS_RESULTS``).
-SUCCESS = 0
+SUCCESS = 0  # converged, no q on a bound
 MAX_ITERATIONS = 1  # feasible (errors within tolerance) but the goal did not converge
 INFEASIBLE = 2  # errors above tolerance
 NO_DATA = 3  # a goal had nothing to fit (every marker missing)
 NONFINITE = 4  # NaN or inf in the solve
+CONVERGED_ON_BOUNDS = 5  # converged with q's on their bounds (info.on_bounds says which)
+STALLED = 6  # feasible, but no step decreases the goal although it has not converged
 
 STATUS_NAMES = {
     SUCCESS: "success",
@@ -73,6 +84,8 @@ STATUS_NAMES = {
     INFEASIBLE: "error tolerance not met",
     NO_DATA: "no data (every observation missing or zero weight)",
     NONFINITE: "non-finite value",
+    CONVERGED_ON_BOUNDS: "success, with q's on their bounds",
+    STALLED: "feasible, but stalled before the goal converged",
 }
 
 #: The ``RESULTS`` item of each status code.
@@ -82,7 +95,14 @@ STATUS_RESULTS = {
     INFEASIBLE: RESULTS.assembly_infeasible,
     NO_DATA: RESULTS.assembly_no_data,
     NONFINITE: RESULTS.assembly_nonfinite,
+    CONVERGED_ON_BOUNDS: RESULTS.assembly_on_bounds,
+    STALLED: RESULTS.assembly_stalled,
 }
+
+#: Statuses whose q's satisfy the error conditions to the tolerance.
+FEASIBLE = (SUCCESS, MAX_ITERATIONS, CONVERGED_ON_BOUNDS, STALLED)
+#: Statuses that mean the goal converged (the solution is a minimum to the accuracy).
+CONVERGED = (SUCCESS, CONVERGED_ON_BOUNDS)
 
 
 class AssemblyFailed(RuntimeError):
@@ -103,11 +123,17 @@ class AssemblyInfo(eqx.Module):
         iterations: solver iterations taken.
         num_evaluations: evaluations of goals, errors, gradient and Jacobian (each
             iteration evaluates all four together once).
-        status: 0 success, 1 feasible but goal not converged in max iterations,
-            2 error tolerance not met, 3 no data, 4 non-finite value.
+        status: 0 converged, 1 feasible but the goal did not converge in max
+            iterations, 2 error tolerance not met, 3 no data, 4 non-finite value,
+            5 converged with q's on their bounds, 6 feasible but stalled (no step makes
+            progress although the goal has not converged); see ``STATUS_NAMES``.
         result: the same as an ``sj.RESULTS`` item (``successful``,
             ``assembly_max_iterations``, ``assembly_infeasible``, ``assembly_no_data``,
-            ``assembly_nonfinite``); ``sj.RESULTS[info.result]`` is its message.
+            ``assembly_nonfinite``, ``assembly_on_bounds``, ``assembly_stalled``);
+            ``sj.RESULTS[info.result]`` is its message.
+        on_bounds: per free q (``Assembler.get_q_index_of_free_q``), -1 on its lower
+            bound, +1 on its upper bound, 0 inside (``Assembler.describe_bounds`` names
+            them).
     """
 
     goal: jax.Array
@@ -117,11 +143,17 @@ class AssemblyInfo(eqx.Module):
     num_evaluations: jax.Array
     status: jax.Array
     result: RESULTS
+    on_bounds: jax.Array
 
     @property
     def success(self) -> jax.Array:
-        """True where the errors are within tolerance (status 0 or 1)."""
-        return self.status <= MAX_ITERATIONS
+        """True where the solve converged (status 0, or 5 with q's on their bounds)."""
+        return (self.status == SUCCESS) | (self.status == CONVERGED_ON_BOUNDS)
+
+    @property
+    def feasible(self) -> jax.Array:
+        """True where the errors are within tolerance (the goal may not have converged)."""
+        return jnp.isin(self.status, jnp.asarray(FEASIBLE))
 
     def status_message(self) -> str | list[str]:
         """Human-readable status (a list when batched)."""
@@ -137,14 +169,8 @@ class _Plan:
 
     model: Any
     free: np.ndarray  # Euler-mode q indices that may change
-    lo: np.ndarray
-    hi: np.ndarray
     goals: tuple[tuple[int, AssemblyCondition], ...]
     errors: tuple[tuple[int, AssemblyCondition], ...]
-    tol: float
-    acc: float
-    rms: bool
-    max_iterations: int
     numerical_jacobian: bool
     nr: int = 0
     ne: int = 0
@@ -177,7 +203,8 @@ class Assembler:
         self._acc = 0.0
         self._rms = False
         self._max_iterations = 100
-        self._batch_size: int | None = 32
+        self._batch_size: int | None = None
+        self._barrier = 0.1
         self._numerical_gradient = False
         self._numerical_jacobian = False
         self._locked_mobods: set[int] = set()
@@ -213,7 +240,6 @@ class Assembler:
                 f"Assembler.set_error_tolerance: tolerance must be finite and >= 0, got {tolerance}"
             )
         self._tol = t
-        self.uninitialize()
 
     def get_error_tolerance_in_use(self) -> float:
         """The tolerance the next solve will use."""
@@ -229,7 +255,6 @@ class Assembler:
         if not a >= 0 or not math.isfinite(a):
             raise ValueError(f"Assembler.set_accuracy: accuracy must be finite and >= 0, got {accuracy}")
         self._acc = a
-        self.uninitialize()
 
     def get_accuracy_in_use(self) -> float:
         """The accuracy the next solve will use."""
@@ -238,7 +263,6 @@ class Assembler:
     def set_use_rms_error_norm(self, yes: bool) -> None:
         """RMS instead of the default infinity norm for the error conditions."""
         self._rms = bool(yes)
-        self.uninitialize()
 
     def is_using_rms_error_norm(self) -> bool:
         """Whether the RMS error norm is used."""
@@ -249,18 +273,35 @@ class Assembler:
         if int(n) < 1:
             raise ValueError("Assembler.set_max_iterations: need at least 1")
         self._max_iterations = int(n)
-        self.uninitialize()
 
     def set_track_batch_size(self, n: int | None) -> None:
-        """Frames solved together by the batched ``track`` (default 32; ``None``: all at
-        once, every frame starting from the given State). With a size, consecutive chunks
-        of frames are solved one after the other, each chunk (vmapped) warm-started from
-        the previous chunk's last frame: fewer iterations on long trajectories, as in
-        Simbody's sequential tracking. On a GPU use large chunks."""
+        """Segments of the trial the batched ``track`` solves side by side (one ``vmap``
+        lane each; default ``None``: about the square root of the number of frames).
+
+        ``track`` splits the frames into this many consecutive segments; within a segment
+        every frame starts from its predecessor's solution (as Simbody's sequential
+        tracking), the segments run in parallel, and a segment whose first frame is
+        solved better from the previous segment's last frame is solved again from there.
+        More segments: fewer sequential rounds, more cold starts. On a GPU use many.
+        A new size compiles a new ``track`` (the settings do not)."""
         if n is not None and int(n) < 1:
             raise ValueError("Assembler.set_track_batch_size: need a positive size or None")
         self._batch_size = None if n is None else int(n)
-        self._fns.pop("batched", None)
+
+    def set_initial_barrier(self, weight: float = 0.1) -> None:
+        """Initial weight of the interior-point barrier that keeps q's inside their
+        bounds, relative to the goal at the start (default 0.1, IPOPT's ``mu_init``).
+
+        Bounded q's start 1% of their range inside their bounds and are pulled toward
+        mid-range by a log barrier that is reduced as the solve converges, so a q
+        that starts on a bound leaves it when the goal prefers the interior (as Simbody's
+        Assembler and OpenSim's IK, which use IPOPT). 0 turns the barrier off (steps
+        only stop short of the bounds). ``track`` uses it for each segment's first frame
+        and a small barrier for the warm-started frames."""
+        w = float(weight)
+        if not w >= 0 or not math.isfinite(w):
+            raise ValueError(f"Assembler.set_initial_barrier: need a finite weight >= 0, got {weight}")
+        self._barrier = w
 
     def set_force_numerical_gradient(self, yes: bool) -> None:
         """Debugging: central differences instead of autodiff for the goal derivatives."""
@@ -386,13 +427,11 @@ class Assembler:
         if math.isnan(lo) or math.isnan(hi) or lo > hi:
             raise ValueError(f"Assembler.restrict_q: need lower <= upper, got [{lower}, {upper}]")
         self._bounds[(b, self._check_qx(b, qx))] = (lo, hi)
-        self.uninitialize()
 
     def unrestrict_q(self, mobod: Any, qx: int) -> None:
         """Remove a restriction."""
         b = self._body(mobod)
         self._bounds.pop((b, self._check_qx(b, qx)), None)
-        self.uninitialize()
 
     # ------------------------------------------------------------------ internal state
     def set_internal_state(self, state: State) -> None:
@@ -449,13 +488,6 @@ class Assembler:
         for b, qx in self._locked_qs:
             locked[int(topo.q_start[b]) + qx] = True
         free = np.flatnonzero(~locked)
-        lo = np.full(len(free), -np.inf)
-        hi = np.full(len(free), np.inf)
-        pos = {int(q): k for k, q in enumerate(free)}
-        for (b, qx), (l, h) in self._bounds.items():
-            k = pos.get(int(topo.q_start[b]) + qx)
-            if k is not None:
-                lo[k], hi[k] = l, h
         mp, _, _ = self._model.constraint_counts(True)
         goals: list[tuple[int, Any]] = []
         errors: list[tuple[int, Any]] = []
@@ -468,14 +500,8 @@ class Assembler:
         plan = _Plan(
             model=self._model,
             free=free,
-            lo=lo,
-            hi=hi,
             goals=tuple(goals),
             errors=tuple(errors),
-            tol=self.get_error_tolerance_in_use(),
-            acc=self.get_accuracy_in_use(),
-            rms=self._rms,
-            max_iterations=self._max_iterations,
             numerical_jacobian=self._numerical_jacobian or self._numerical_gradient,
         )
         _size_plan(plan, self._internal, self.get_parameters())
@@ -515,8 +541,59 @@ class Assembler:
 
     def get_free_q_bounds(self, free_q: int) -> tuple[float, float]:
         """``(lower, upper)`` of a free q (``+-inf`` when unrestricted)."""
-        p = self._require_plan()
-        return float(p.lo[free_q]), float(p.hi[free_q])
+        lo, hi = self._free_bounds()
+        return float(lo[free_q]), float(hi[free_q])
+
+    def _free_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        plan = self._require_plan()
+        topo = self._model.topology(True)
+        lo = np.full(len(plan.free), -np.inf)
+        hi = np.full(len(plan.free), np.inf)
+        pos = {int(q): k for k, q in enumerate(plan.free)}
+        for (b, qx), (lo_b, hi_b) in self._bounds.items():
+            k = pos.get(int(topo.q_start[b]) + qx)
+            if k is not None:
+                lo[k], hi[k] = lo_b, hi_b
+        return lo, hi
+
+    def _settings(self, barrier: float | None = None) -> dict[str, Any]:
+        """The solver's runtime settings (data, not compile-time constants)."""
+        lo, hi = self._free_bounds()
+        acc = self.get_accuracy_in_use()
+        return {
+            "lo": lo,
+            "hi": hi,
+            "tol": np.float64(self.get_error_tolerance_in_use()),
+            "acc": np.float64(acc),
+            "rms": np.bool_(self._rms),
+            "max_iterations": np.int32(self._max_iterations),
+            "barrier": np.float64(self._barrier if barrier is None else barrier),
+            "warm_barrier": np.float64(min(self._barrier, 1e-2 * acc)),
+        }
+
+    def describe_bounds(self, info: AssemblyInfo) -> list[str] | list[list[str]]:
+        """Names of the q's ``info`` found on their bounds (``"body q2 at lower 0"``), a
+        list per frame when ``info`` is batched."""
+        plan = self._require_plan()
+        lo, hi = self._free_bounds()
+        topo = self._model.topology(True)
+        ob = np.asarray(info.on_bounds)
+
+        def one(row: np.ndarray) -> list[str]:
+            out = []
+            for k in np.flatnonzero(row):
+                q = int(plan.free[k])
+                b = int(np.searchsorted(topo.q_start, q, side="right") - 1)
+                while b > 0 and int(topo.nq_body[b]) == 0:
+                    b -= 1
+                name = self._matter._mobods[b].name
+                side, v = ("lower", lo[k]) if row[k] < 0 else ("upper", hi[k])
+                out.append(f"{name} q{q - int(topo.q_start[b])} at {side} {v:g}")
+            return out
+
+        if ob.ndim == 1:
+            return one(ob)
+        return [one(r) for r in ob.reshape(-1, ob.shape[-1])]
 
     # ------------------------------------------------------------------ statistics
     def reset_stats(self) -> None:
@@ -585,49 +662,16 @@ class Assembler:
         return params, out
 
     # ------------------------------------------------------------------ solving
-    def _get_fn(self, kind: str):
+    def _get_fn(self, kind: str, segments: int = 1, length: int = 1):
         plan = self._require_plan()
-        if kind not in self._fns:
-            solve = _make_solver(plan, self)
+        key = (kind, segments, length)
+        if key not in self._fns:
+            solve = _make_solver(plan, self._matter)
             if kind == "single":
-                self._fns[kind] = jax.jit(solve)
+                self._fns[key] = jax.jit(solve)
             else:
-
-                def batched(state, params, frames):
-                    def one(q0, fr):
-                        p = dict(params)
-                        conds = list(p["conditions"])
-                        for i, v in fr.items():
-                            d = dict(conds[i])
-                            d["observations"] = v
-                            conds[i] = d
-                        p["conditions"] = conds
-                        return solve(state.with_q(q0), p)
-
-                    T = next(iter(frames.values())).shape[0]
-                    bs = self._batch_size
-                    if bs is None or bs >= T:
-                        return jax.vmap(one, in_axes=(None, 0))(state.q, frames)
-                    # Consecutive chunks of frames, each a vmapped solve warm-started from
-                    # the last frame of the previous chunk (pad with the last frame;
-                    # explicit reshapes: some outputs have size-0 axes).
-                    nc = -(-T // bs)
-                    pad = nc * bs - T
-
-                    def chunk(a):
-                        a = jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a
-                        return a.reshape((nc, bs) + a.shape[1:])
-
-                    def scan_body(q0, fr):
-                        out = jax.vmap(one, in_axes=(None, 0))(q0, fr)
-                        ok = out[1].status[-1] <= MAX_ITERATIONS
-                        return jnp.where(ok, out[0].q[-1], q0), out
-
-                    _, out = jax.lax.scan(scan_body, state.q, jax.tree.map(chunk, frames))
-                    return jax.tree.map(lambda a: a.reshape((nc * bs,) + a.shape[2:])[:T], out)
-
-                self._fns[kind] = jax.jit(batched)
-        return self._fns[kind]
+                self._fns[key] = jax.jit(partial(_track, solve=solve, S=segments, Ls=length))
+        return self._fns[key]
 
     def solve(self, state: State, params: dict[str, Any] | None = None) -> tuple[State, AssemblyInfo]:
         """Pure solve: ``(state with assembled q's, realized to Position; info)``.
@@ -640,7 +684,8 @@ class Assembler:
         """
         self._system.model_for(state)
         fn = self._get_fn("single")
-        return fn(self._canonical(state), self.get_parameters() if params is None else params)
+        p = self.get_parameters() if params is None else params
+        return fn(self._canonical(state), p, self._settings())
 
     @overload
     def assemble(self, state: State) -> tuple[State, AssemblyInfo]: ...
@@ -665,11 +710,14 @@ class Assembler:
     ):
         """Inverse kinematics.
 
-        * ``track(state, frames)``: every frame solved in one compiled, batched call, each
-          starting from ``state``'s q's (typically an assembled first frame). ``frames`` is
+        * ``track(state, frames)``: every frame solved in one compiled call. ``frames`` is
           ``(T, n_obs, 3)`` for the Markers (or ``(T, n, 3, 3)`` for OrientationSensors),
-          or ``{condition: frames}``. Returns ``(states, infos)`` batched along T; failed
-          frames are reported in ``infos.status``, not raised.
+          or ``{condition: frames}``. The trial is split into segments solved side by side
+          (``set_track_batch_size``); each segment's first frame starts from ``state``
+          (no need to assemble it first), every later frame from its predecessor's
+          solution, and segments are re-solved from their neighbour where that is better,
+          so consecutive frames stay in the same basin. Returns ``(states, infos)``
+          batched along T; failed frames are reported in ``infos.status``, not raised.
         * ``track(frame_time=-1)``: Simbody's sequential use; solve the current
           observations warm-started from the internal State, set its time if >= 0, and
           return the info (raises ``AssemblyFailed`` on failure).
@@ -681,7 +729,14 @@ class Assembler:
             self._system.model_for(state)
             p = self.get_parameters() if params is None else params
             p, per = self._params_with_frames(p, frames)
-            states, infos = self._get_fn("batched")(self._canonical(state), p, per)
+            T = int(next(iter(per.values())).shape[0])
+            if T == 0:
+                raise ValueError("Assembler.track: no frames to track")
+            S = self._batch_size or max(1, math.isqrt(T - 1) + 1)
+            S = min(S, T)
+            Ls = -(-T // S)
+            S = -(-T // Ls)
+            states, infos = self._get_fn("batched", S, Ls)(self._canonical(state), p, per, self._settings())
             if not isinstance(infos.status, jax.core.Tracer):
                 self._count(infos)
             return states, infos
@@ -689,7 +744,10 @@ class Assembler:
             raise TypeError("Assembler.track(state, frames): the first argument must be a State")
         t = -1.0 if state is None else float(state)
         base = self._internal if t < 0 else self._internal.with_time(t)
-        out, info = self.solve(base, params)
+        settings = self._settings()
+        settings["barrier"] = settings["warm_barrier"]  # warm-started from the last frame
+        p = self.get_parameters() if params is None else params
+        out, info = self._get_fn("single")(self._canonical(base), p, settings)
         self._after_single(out, info, "track")
         return info
 
@@ -703,7 +761,7 @@ class Assembler:
         for r in self._reporters:
             r(self._internal)
         status = int(info.status)
-        if status >= INFEASIBLE:
+        if status not in FEASIBLE:
             raise AssemblyFailed(self._failure_message(info, what))
 
     def _failure_message(self, info: AssemblyInfo, what: str) -> str:
@@ -731,16 +789,17 @@ class Assembler:
                 entry = f" ({enames[worst - k]})" if enames and worst - k < len(enames) else ""
                 name = f"{ci} {c.name!r}{entry}"
             k += n
-        norm = "RMS" if plan.rms else "infinity"
+        norm = "RMS" if self._rms else "infinity"
         return (
             head + f"the assembly error {norm} norm {float(info.error_norm):.3g} exceeds the tolerance "
-            f"{plan.tol:g}; the worst error is in condition {name}: {errs[worst] if errs.size else 0:.3g}. "
+            f"{self.get_error_tolerance_in_use():g}; the worst error is in condition {name}: "
+            f"{errs[worst] if errs.size else 0:.3g}. "
             "The error conditions may contradict each other or the locks/bounds, or be unreachable "
             "from this start; make one a goal (finite weight), unlock q's, or start closer"
             + (
-                f". It stopped at the maximum of {plan.max_iterations} iterations: raise "
+                f". It stopped at the maximum of {self._max_iterations} iterations: raise "
                 "Assembler.set_max_iterations(...) if it was still converging"
-                if int(info.iterations) >= plan.max_iterations
+                if int(info.iterations) >= self._max_iterations
                 else ""
             )
         )
@@ -762,7 +821,7 @@ class Assembler:
         _, e, _, _ = _evaluate(
             plan, s.q[plan.free], realize(self._model, s, Stage.TIME), self.get_parameters()
         )
-        return _error_norm(e, plan.rms)
+        return _error_norm(e, jnp.asarray(self._rms))
 
 
 # ----------------------------------------------------------------------------- the problem
@@ -775,10 +834,10 @@ def _num_errors(plan: _Plan, cond: AssemblyCondition) -> int:
     return 0
 
 
-def _error_norm(e: jax.Array, rms: bool) -> jax.Array:
+def _error_norm(e: jax.Array, rms: jax.Array) -> jax.Array:
     if e.shape[0] == 0:
         return jnp.zeros((), e.dtype)
-    return jnp.sqrt(jnp.mean(e**2)) if rms else jnp.max(jnp.abs(e))
+    return jnp.where(rms, jnp.sqrt(jnp.mean(e**2)), jnp.max(jnp.abs(e)))
 
 
 def _n_pinv(model: Any, state: State) -> jax.Array:
@@ -940,159 +999,263 @@ def _kkt_solve(H, A, rhs_x, rhs_e, delta, refine: int = 3):
     return z[:n], z[n:]
 
 
-def _make_solver(plan: _Plan, asm: Assembler):
+def _make_solver(plan: _Plan, matter: Any):
+    """The pure solve ``(state, params, settings) -> (state, info)`` of one plan."""
     model = plan.model
-    matter = asm._matter
     n = len(plan.free)
-    lo_np, hi_np = plan.lo, plan.hi
 
-    def solve(state: State, params: dict[str, Any]):
+    def solve(state: State, params: dict[str, Any], settings: dict[str, Any]):
         internal = matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
         base = realize(model, internal, Stage.TIME)
         dt = base.q.dtype
         eps = float(jnp.finfo(dt).eps)
-        lo, hi = jnp.asarray(lo_np, dt), jnp.asarray(hi_np, dt)
-        tol, acc = plan.tol, plan.acc
         tiny = 100 * eps * eps
+        lo, hi = jnp.asarray(settings["lo"], dt), jnp.asarray(settings["hi"], dt)
+        tol, acc = jnp.asarray(settings["tol"], dt), jnp.asarray(settings["acc"], dt)
+        rms = jnp.asarray(settings["rms"])
+        barrier0 = jnp.asarray(settings["barrier"], dt)
+        max_it = jnp.asarray(settings["max_iterations"], jnp.int32)
         # Keep iterating until the errors are well inside the tolerance (accuracy x tol):
         # one more Newton step is cheap and gives cleanly closed loops.
         err_stop = tol * acc
         delta = 1e-10 if eps < 1e-10 else 1e-5
-        x0 = jnp.clip(base.q[plan.free], lo, hi)
+        has_lo, has_hi = jnp.isfinite(lo), jnp.isfinite(hi)
+        fixed = has_lo & has_hi & (hi - lo <= 1e3 * eps * (1 + jnp.abs(lo)))
+        bl, bh = has_lo & ~fixed, has_hi & ~fixed
+        m_free = jnp.where(fixed, 0.0, 1.0).astype(dt)
+        # Strictly interior start (IPOPT's bound push): 1% of the range, at most 0.01*max(1,|bound|).
+        span = jnp.where(bl & bh, hi - lo, jnp.inf)
+        push_lo = jnp.minimum(1e-2 * jnp.maximum(1.0, jnp.abs(jnp.where(bl, lo, 0.0))), 1e-2 * span)
+        push_hi = jnp.minimum(1e-2 * jnp.maximum(1.0, jnp.abs(jnp.where(bh, hi, 0.0))), 1e-2 * span)
+        xq = base.q[plan.free]
+        x0 = jnp.where(bl, jnp.maximum(xq, lo + push_lo), xq)
+        x0 = jnp.where(bh, jnp.minimum(x0, hi - push_hi), x0)
+        x0 = jnp.where(fixed, lo, x0)
+        one = jnp.ones((), dt)
+
+        def slacks(x):
+            return jnp.where(bl, x - lo, one), jnp.where(bh, hi - x, one)
 
         def lin(x):
             return _linearize(plan, x, base, params)
 
-        def model_terms(L):
-            H = L["J"].T @ L["J"] + L["gH"]
-            grad = L["J"].T @ L["r"] + L["gg"]
-            return H, grad
-
         def goal_of(L):
             return 0.5 * L["r"] @ L["r"] + L["g"]
 
-        def plan_step(x, L, mu, radius):
-            """The damped KKT step at x, and whether x is already converged."""
-            H, grad = model_terms(L)
-            active = ((x <= lo) & (grad > 0)) | ((x >= hi) & (grad < 0))
-            m = jnp.where(active, 0.0, 1.0).astype(dt)
-            Hm = H * m[:, None] * m[None, :] + jnp.diag(1.0 - m)
-            Am = L["A"] * m[None, :]
-            dx, lam = _kkt_solve(Hm + mu * jnp.eye(n, dtype=dt), Am, -grad * m, -L["e"], delta)
-            dx = dx * m
+        def err_of(L):
+            return _error_norm(L["e"], rms)
+
+        def plan_step(x, L, zl, zh, mu_b, mu, radius):
+            """The damped primal-dual barrier KKT step at x."""
+            H = L["J"].T @ L["J"] + L["gH"]
+            grad = L["J"].T @ L["r"] + L["gg"]
+            sl, sh = slacks(x)
+            sig = jnp.where(bl, zl / sl, 0.0) + jnp.where(bh, zh / sh, 0.0)
+            gb = grad - jnp.where(bl, mu_b / sl, 0.0) + jnp.where(bh, mu_b / sh, 0.0)
+            Hb = (H + jnp.diag(sig)) * m_free[:, None] * m_free[None, :] + jnp.diag(1.0 - m_free)
+            Am = L["A"] * m_free[None, :]
+            dx, lam = _kkt_solve(Hb + mu * jnp.eye(n, dtype=dt), Am, -gb * m_free, -L["e"], delta)
+            dx = dx * m_free
             # Trust region on the step length (the KKT step keeps the linearised errors
             # exactly, so LM damping alone cannot shorten it).
             size = jnp.max(jnp.abs(dx), initial=0.0)
             dx = dx * jnp.minimum(1.0, radius / jnp.maximum(size, tiny))
-            goal = goal_of(L)
-            err = _error_norm(L["e"], plan.rms)
-            pred_goal = -(grad @ dx + 0.5 * dx @ H @ dx)
-            conv = L["ok"] & (err <= err_stop) & (pred_goal <= acc * jnp.abs(goal) + tiny)
-            return dict(dx=dx, lam=lam, pred_goal=pred_goal, conv=conv)
+            # Fraction to the boundary: never closer to a bound than 0.5% of the slack.
+            tau = 0.995
+            al = jnp.where(bl & (dx < 0), tau * sl / jnp.maximum(-dx, tiny), jnp.inf)
+            ah = jnp.where(bh & (dx > 0), tau * sh / jnp.maximum(dx, tiny), jnp.inf)
+            alpha = jnp.minimum(1.0, jnp.min(jnp.minimum(al, ah), initial=jnp.inf))
+            dx = alpha * dx
+            pred = -(gb @ dx + 0.5 * dx @ Hb @ dx)
+            return dict(dx=dx, lam=lam, pred=pred, sig=sig, grad=grad, H=H)
 
-        L0 = lin(x0)
-        H0, _ = model_terms(L0)
-        dscale = jnp.maximum(jnp.max(jnp.abs(jnp.diag(H0))) if n else 1.0, 1e-8)
-        mu0 = (1e-6 * dscale).astype(dt)
-        radius0 = jnp.asarray(1.0, dt)
-        st0 = plan_step(x0, L0, mu0, radius0)
+        def converged(L, S, mu_b, mu_final):
+            goal = goal_of(L)
+            return (
+                L["ok"]
+                & (err_of(L) <= err_stop)
+                & (mu_b <= mu_final * (1 + 1e-9))
+                & (S["pred"] <= acc * jnp.abs(goal) + tiny)
+            )
+
+        L_shape = jax.eval_shape(lin, x0)
+        L_dummy = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), L_shape)
+        zeros = jnp.zeros(n, dt)
+        S_dummy = dict(
+            dx=zeros,
+            lam=jnp.zeros(plan.ne, dt),
+            pred=jnp.zeros((), dt),
+            sig=zeros,
+            grad=zeros,
+            H=jnp.zeros((n, n), dt),
+        )
         carry0 = dict(
             x=x0,
-            L=L0,
-            S=st0,
-            mu=mu0,
+            L=L_dummy,
+            S=S_dummy,
+            zl=zeros,
+            zh=zeros,
+            mu=jnp.zeros((), dt),
             nu=jnp.asarray(2.0, dt),
-            radius=radius0,
-            rho=jnp.asarray(1e-3 * dscale, dt),
+            radius=jnp.asarray(1.0, dt),
+            rho=jnp.zeros((), dt),
+            mu_b=jnp.zeros((), dt),
+            fref=jnp.ones((), dt),
+            dscale=jnp.ones((), dt),
             it=jnp.asarray(0),
-            nlin=jnp.asarray(1),
-            done=st0["conv"],
+            nlin=jnp.asarray(0),
+            first=jnp.asarray(True),
+            done=jnp.asarray(False),
             stall=jnp.asarray(False),
         )
 
         def body(c):
-            x, L, S = c["x"], c["L"], c["S"]
-            dx = S["dx"]
-            goal = goal_of(L)
-            xt = jnp.clip(x + dx, lo, hi)
+            x, L, S, first = c["x"], c["L"], c["S"], c["first"]
+            xt = jnp.where(first, x, x + S["dx"])
+            xt = jnp.where(bl, jnp.maximum(xt, lo), xt)
+            xt = jnp.where(bh, jnp.minimum(xt, hi), xt)
             Lt = lin(xt)
-            # Augmented-Lagrangian merit with the step's own multipliers (no Maratos
-            # effect near the solution); the penalty is the smallest (above a floor)
-            # that makes the model predict a decrease, chosen afresh every iteration.
+            # Scales fixed at the start: the barrier weight is relative to the starting goal.
+            f_t = goal_of(Lt)
+            fref = jnp.where(first, jnp.maximum(jnp.abs(f_t), 1e-12), c["fref"])
+            hd = jnp.sum(Lt["J"] ** 2, axis=0) + jnp.diag(Lt["gH"])
+            dscale = jnp.where(first, jnp.maximum(jnp.max(jnp.abs(hd), initial=0.0), 1e-8), c["dscale"])
+            any_bound = jnp.any(bl | bh)
+            mu_b = jnp.where(first, jnp.where(any_bound, barrier0, 0.0) * fref, c["mu_b"])
+            mu_final = jnp.where(barrier0 > 0, 1e-2 * acc * fref, 0.0)
+            mu_b = jnp.where(any_bound, jnp.maximum(mu_b, mu_final), mu_final)
+            sl, sh = slacks(x)
+            slt, sht = slacks(xt)
+            # Merit: goal + barrier + the step's multipliers on e + penalty (an augmented
+            # Lagrangian; no Maratos effect near the solution); the penalty is the smallest
+            # (above a floor) that makes the model predict a decrease.
             lam = S["lam"]
             e, et = L["e"], Lt["e"]
             el = e + L["A"] @ (xt - x)
-            P0 = S["pred_goal"] - lam @ (el - e)
+            P0 = S["pred"] - lam @ (el - e)
             dc = e @ e - el @ el
             rho = jnp.maximum(c["rho"], jnp.where(dc > tiny, -4.0 * P0 / jnp.maximum(dc, tiny), 0.0))
-            # Merit change, as differences (no cancellation against a large goal).
+            dbar = -mu_b * (
+                jnp.sum(jnp.where(bl, jnp.log(slt / sl), 0.0))
+                + jnp.sum(jnp.where(bh, jnp.log(sht / sh), 0.0))
+            )
             dgoal = 0.5 * (Lt["r"] - L["r"]) @ (Lt["r"] + L["r"]) + (Lt["g"] - L["g"])
-            dphi = dgoal + lam @ (et - e) + 0.5 * rho * ((et - e) @ (et + e))
+            dphi = dgoal + dbar + lam @ (et - e) + 0.5 * rho * ((et - e) @ (et + e))
             pred = P0 + 0.5 * rho * dc
-            finite = jnp.isfinite(dphi) & jnp.all(jnp.isfinite(xt))
-            accept = finite & (dphi < 0)
+            finite = jnp.isfinite(dgoal) & jnp.isfinite(dbar) & jnp.all(jnp.isfinite(xt)) & jnp.isfinite(f_t)
+            accept = finite & (first | (dphi < 0))
             ratio = -dphi / jnp.maximum(pred, tiny)
             shrink = jnp.maximum(1 / 3, 1 - (2 * jnp.clip(ratio, 0, 1) - 1) ** 3)
-            mu = jnp.where(accept, c["mu"] * shrink, c["mu"] * c["nu"]).astype(dt)
+            mu = jnp.where(
+                first, 1e-6 * dscale, jnp.where(accept, c["mu"] * shrink, c["mu"] * c["nu"])
+            ).astype(dt)
             nu = jnp.where(accept, 2.0, c["nu"] * 2).astype(dt)
             step = jnp.max(jnp.abs(xt - x), initial=0.0)
-            radius = jnp.where(accept, jnp.maximum(c["radius"], 2 * step), 0.25 * step)
+            radius = jnp.where(first, 1.0, jnp.where(accept, jnp.maximum(c["radius"], 2 * step), 0.25 * step))
             radius = jnp.clip(radius, 0.0, 1e3).astype(dt)
             small = step <= 100 * eps * (1 + jnp.max(jnp.abs(x), initial=0.0))
-            stall = ~accept & ((mu > 1e20 * dscale) | small | ~jnp.isfinite(goal))
+            stall = ~first & ~accept & ((mu > 1e20 * dscale) | small | ~jnp.isfinite(goal_of(L)))
             xn = jnp.where(accept, xt, x)
             Ln = jax.tree.map(lambda a, b: jnp.where(accept, a, b), Lt, L)
-            Sn = plan_step(xn, Ln, mu, radius)
+            # Bound multipliers: the primal-dual update, kept positive and within a factor
+            # 1e10 of mu/s (IPOPT's safeguard); started at mu/s.
+            sln, shn = slacks(xn)
+            d = xn - x
+            zl_n = mu_b / sl - jnp.where(bl, c["zl"] / sl, 0.0) * d
+            zh_n = mu_b / sh + jnp.where(bh, c["zh"] / sh, 0.0) * d
+            zl_n = jnp.where(
+                first | ~accept, jnp.where(first, mu_b / sln, c["zl"]), jnp.maximum(zl_n, 0.005 * c["zl"])
+            )
+            zh_n = jnp.where(
+                first | ~accept, jnp.where(first, mu_b / shn, c["zh"]), jnp.maximum(zh_n, 0.005 * c["zh"])
+            )
+            zl_n = jnp.clip(zl_n, mu_b / (1e10 * sln), 1e10 * mu_b / sln)
+            zh_n = jnp.clip(zh_n, mu_b / (1e10 * shn), 1e10 * mu_b / shn)
+            zl_n, zh_n = jnp.where(bl, zl_n, 0.0), jnp.where(bh, zh_n, 0.0)
+            Sn = plan_step(xn, Ln, zl_n, zh_n, mu_b, mu, radius)
+            # Reduce the barrier once its subproblem is solved: the Newton decrement (the
+            # predicted decrease) below mu, errors within tolerance (IPOPT's monotone rule,
+            # superlinear, relative to fref); then plan the step again.
+            sub_done = (Sn["pred"] <= mu_b) & (err_of(Ln) <= tol) & (mu_b > mu_final)
+            mu_rel = mu_b / fref
+            mu_b_new = jnp.where(
+                sub_done, jnp.maximum(mu_final, fref * jnp.minimum(0.2 * mu_rel, mu_rel**1.5)), mu_b
+            )
+            Sn2 = plan_step(xn, Ln, zl_n, zh_n, mu_b_new, mu, radius)
+            Sn = jax.tree.map(lambda a, b: jnp.where(sub_done, a, b), Sn2, Sn)
+            conv = converged(Ln, Sn, mu_b_new, mu_final)
             return dict(
                 x=xn,
                 L=Ln,
                 S=Sn,
+                zl=zl_n,
+                zh=zh_n,
                 mu=mu,
                 nu=nu,
                 radius=radius,
-                rho=c["rho"],
-                it=c["it"] + 1,
+                rho=jnp.where(first, 1e-3 * dscale, c["rho"]),
+                mu_b=mu_b_new,
+                fref=fref,
+                dscale=dscale,
+                it=c["it"] + jnp.where(first, 0, 1),
                 nlin=c["nlin"] + 1,
-                done=Sn["conv"] | stall,
-                stall=stall,
+                first=jnp.asarray(False),
+                done=conv | stall | (first & ~accept),
+                stall=stall | (first & ~accept),
             )
 
         def cond(c):
-            return ~c["done"] & (c["it"] < plan.max_iterations)
+            return c["first"] | (~c["done"] & (c["it"] < max_it))
 
-        if n == 0:
-            cf = carry0
-        else:
-            cf = jax.lax.while_loop(cond, body, carry0)
-        conv_f = cf["S"]["conv"]
-        x_star = jax.lax.stop_gradient(cf["x"])
+        cf = jax.lax.while_loop(cond, body, carry0)
+        mu_final = jnp.where(barrier0 > 0, 1e-2 * acc * cf["fref"], 0.0)
+        conv_f = converged(cf["L"], cf["S"], cf["mu_b"], mu_final)
+        xs = jax.lax.stop_gradient(cf["x"])
         Lf = jax.tree.map(jax.lax.stop_gradient, cf["L"])
+        Sf = jax.tree.map(jax.lax.stop_gradient, cf["S"])
+        # Bounds active at the solution: the multiplier would push the unconstrained Newton
+        # step past the bound (z > s h); such q's are put exactly on the bound (this lowers
+        # the goal: the gradient points into the bound there).
+        sl, sh = slacks(xs)
+        hdiag = jnp.maximum(jnp.diag(Sf["H"]), tiny)
+        on_lo = bl & (cf["zl"] > sl * hdiag) & (Sf["grad"] > 0)
+        on_hi = bh & (cf["zh"] > sh * hdiag) & (Sf["grad"] < 0)
+        on_lo = on_lo | (fixed & has_lo)
+        x_star = jnp.where(on_lo, lo, jnp.where(on_hi, hi, xs))
+        mf = jnp.where(on_lo | on_hi, 0.0, 1.0).astype(dt)
         goal = goal_of(Lf)
-        err = _error_norm(Lf["e"], plan.rms)
-        # Multipliers and active set at the solution, for implicit differentiation.
-        Hf, gradf = model_terms(Lf)
-        activef = ((x_star <= lo) & (gradf > 0)) | ((x_star >= hi) & (gradf < 0))
-        mf = jnp.where(activef, 0.0, 1.0).astype(dt)
+        err = err_of(Lf)
+        # Multipliers of the error conditions at the solution (implicit differentiation).
+        gradf = Sf["grad"]
         if plan.ne and n:
             Am = Lf["A"] * mf[None, :]
-            S = Am @ Am.T
-            S = S + delta * jnp.maximum(jnp.max(jnp.abs(jnp.diag(S))), 1.0) * jnp.eye(S.shape[0], dtype=dt)
-            lam = -jnp.linalg.solve(S, Am @ (gradf * mf))
+            Sm = Am @ Am.T
+            Sm = Sm + delta * jnp.maximum(jnp.max(jnp.abs(jnp.diag(Sm))), 1.0) * jnp.eye(
+                Sm.shape[0], dtype=dt
+            )
+            lam = -jnp.linalg.solve(Sm, Am @ (gradf * mf))
         else:
             lam = jnp.zeros(plan.ne, dt)
         x_out = _implicit(x_star, lam, mf, base, params, plan=plan, delta=delta) if n else x_star
         # The goal at the solution, differentiable w.r.t. params and model parameters
         # (through x_out and directly): the loss of bilevel fits such as model scaling.
-        r_out, _, g_out, _ = _evaluate(plan, x_out, base, params)
-        goal_out = 0.5 * r_out @ r_out + g_out
-        finite = jnp.isfinite(goal) & jnp.isfinite(err) & jnp.all(jnp.isfinite(x_star))
+        goal_out = _goal_at(goal, x_out, base, params, plan=plan)
+        finite = jnp.isfinite(goal) & jnp.isfinite(err) & jnp.all(jnp.isfinite(xs))
         status = jnp.where(
             ~finite,
             NONFINITE,
             jnp.where(
                 ~Lf["ok"],
                 NO_DATA,
-                jnp.where(err > tol, INFEASIBLE, jnp.where(conv_f | cf["stall"], SUCCESS, MAX_ITERATIONS)),
+                jnp.where(
+                    err > tol,
+                    INFEASIBLE,
+                    jnp.where(
+                        conv_f,
+                        jnp.where(jnp.any(on_lo | on_hi), CONVERGED_ON_BOUNDS, SUCCESS),
+                        jnp.where(cf["stall"], STALLED, MAX_ITERATIONS),
+                    ),
+                ),
             ),
         )
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
@@ -1110,10 +1273,160 @@ def _make_solver(plan: _Plan, asm: Assembler):
             num_evaluations=cf["nlin"],
             status=status.astype(jnp.int32),
             result=result,
+            on_bounds=(jnp.where(on_hi, 1, 0) - jnp.where(on_lo, 1, 0)).astype(jnp.int8),
         )
         return out, info
 
     return solve
+
+
+@eqx.filter_custom_jvp
+def _goal_at(goal, x, base, params, *, plan):
+    """The goal's value at the solution (already computed by the solver); its derivative
+    is that of ``_evaluate``'s goal at x (traced only when differentiated)."""
+    return goal
+
+
+@_goal_at.def_jvp
+def _goal_at_jvp(primals, tangents, *, plan):
+    goal, x, base, params = primals
+    _, tx, t_base, t_params = tangents
+    data = (x, base, params)
+    diff, static = eqx.partition(data, eqx.is_inexact_array)
+    t_diff = _fill_tangents(diff, eqx.filter((tx, t_base, t_params), eqx.is_array, replace=None))
+
+    def f(d):
+        xx, b, p = eqx.combine(d, static)
+        r, _, g, _ = _evaluate(plan, xx, b, p)
+        return 0.5 * r @ r + g
+
+    _, dg = jax.jvp(f, (diff,), (t_diff,))
+    return goal, dg
+
+
+def _with_observations(params: dict[str, Any], frame: dict[int, Any]) -> dict[str, Any]:
+    p = dict(params)
+    conds = list(p["conditions"])
+    for i, v in frame.items():
+        d = dict(conds[i])
+        d["observations"] = v
+        conds[i] = d
+    p["conditions"] = conds
+    return p
+
+
+def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settings):
+    """Every frame of a trial: ``S`` segments of ``Ls`` frames side by side (one vmapped
+    solve per round, traced once).
+
+    Round j solves frame j of every segment, frame 0 from ``state`` (the cold barrier),
+    later frames from the segment's previous solution (the warm barrier). Then the seams:
+    segment k's first frame is solved again from segment k-1's last solution; where that
+    is better (lower goal, or feasible where the first was not) segment k is solved again
+    from there, and the seams are checked again, until no segment changes.
+    """
+    T = next(iter(frames.values())).shape[0]
+    pad = S * Ls - T
+
+    def lanes(a):
+        a = jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a
+        return a.reshape((S, Ls) + a.shape[1:])
+
+    fr = jax.tree.map(lanes, frames)
+    cold, warm = settings["barrier"], settings["warm_barrier"]
+
+    def one(q0, frame, barrier):
+        st = dict(settings, barrier=barrier)
+        return solve(state.with_q(q0), _with_observations(params, frame), st)
+
+    run = jax.vmap(one)
+
+    def frame_at(j):  # (S,) frame indices -> each lane's frame
+        return jax.tree.map(lambda a: jax.vmap(lambda al, jj: al[jj])(a, j), fr)
+
+    q_shape = state.q.shape
+    out_shape = jax.eval_shape(
+        run, jnp.zeros((S, *q_shape), state.q.dtype), frame_at(jnp.zeros(S, int)), jnp.zeros(S)
+    )
+    buf0 = jax.tree.map(lambda a: jnp.zeros((a.shape[0], Ls) + a.shape[1:], a.dtype), out_shape)
+
+    def good(info):
+        return jnp.isin(info.status, jnp.asarray(FEASIBLE))
+
+    # Phases: 0 main pass (all lanes, frame j); 1 seam check (lanes k >= 1, frame 0 from
+    # lane k-1's last solution); 2 repair pass (lanes that improved, frames 1..Ls-1).
+    def body(c):
+        phase, j, q, buf, need = c["phase"], c["j"], c["q"], c["buf"], c["need"]
+        idx = jnp.arange(S)
+        last_q = buf[0].q[:, Ls - 1]
+        prev_last = jnp.concatenate([last_q[:1], last_q[:-1]])
+        q0 = jnp.where(phase == 1, prev_last, jnp.where((phase == 0) & (j == 0), state.q[None], q))
+        jj = jnp.where(phase == 1, 0, j)
+        barrier = jnp.where((phase == 0) & (j == 0), cold, warm) * jnp.ones(S)
+        out, info = run(q0, frame_at(jnp.full(S, jj)), barrier)
+        old_goal = buf[1].goal[:, 0]
+        old_ok = good(jax.tree.map(lambda a: a[:, 0], buf[1]))
+        margin = settings["acc"] * jnp.abs(old_goal)
+        better = good(info) & (~old_ok | (info.goal < old_goal - margin))
+        write = jnp.where(phase == 0, True, jnp.where(phase == 1, (idx > 0) & better, need))
+        buf = jax.tree.map(
+            lambda B, v: B.at[:, jj].set(jnp.where(write.reshape((S,) + (1,) * (v.ndim - 1)), v, B[:, jj])),
+            buf,
+            (out, info),
+        )
+        qn = jnp.where((write & good(info))[:, None], out.q, q)
+        need_n = jnp.where(phase == 1, (idx > 0) & better, need)
+        # Next round.
+        main_done = (phase == 0) & (j == Ls - 1)
+        repair_done = (phase == 2) & (j == Ls - 1)
+        seam_none = (phase == 1) & ~jnp.any(need_n)
+        nphase = jnp.where(
+            main_done | repair_done,
+            1,
+            jnp.where(phase == 1, jnp.where(seam_none, 3, jnp.where(Ls > 1, 2, 1)), phase),
+        )
+        nj = jnp.where(phase == 1, 1, jnp.where(main_done | repair_done, 0, j + 1))
+        passes = c["passes"] + jnp.where(phase == 1, 1, 0)
+        nphase = jnp.where((passes > S) & (nphase != 0), 3, nphase)
+        if S == 1:
+            nphase = jnp.where(main_done, 3, nphase)
+        return dict(phase=nphase, j=nj, q=qn, buf=buf, need=need_n, passes=passes)
+
+    c0 = dict(
+        phase=jnp.asarray(0),
+        j=jnp.asarray(0),
+        q=jnp.broadcast_to(state.q, (S, *q_shape)),
+        buf=buf0,
+        need=jnp.zeros(S, bool),
+        passes=jnp.asarray(0),
+    )
+    cf = jax.lax.while_loop(lambda c: c["phase"] != 3, body, c0)
+    return jax.tree.map(lambda a: a.reshape((S * Ls,) + a.shape[2:])[:T], cf["buf"])
+
+
+@eqx.filter_custom_jvp
+def _track(state: State, params, frames, settings, *, solve, S: int, Ls: int):
+    """``_track_segments``; its derivative is that of every frame's solve started at its
+    solution (implicit differentiation frame by frame; the rounds of warm starts and
+    seam repairs are not differentiated, and a while loop cannot be reverse-differentiated)."""
+    return _track_segments(solve, S, Ls, state, params, frames, settings)
+
+
+@_track.def_jvp
+def _track_jvp(primals, tangents, *, solve, S: int, Ls: int):
+    state, params, frames, settings = primals
+    out = _track_segments(solve, S, Ls, state, params, frames, settings)
+    q_star = jax.lax.stop_gradient(out[0].q)
+    warm = dict(settings, barrier=settings["warm_barrier"])
+
+    def again(st, p, fr):
+        def one(q, f):
+            return solve(st.with_q(q), _with_observations(p, f), warm)
+
+        return jax.vmap(one)(q_star, fr)
+
+    _, t_out = eqx.filter_jvp(again, (state, params, frames), tuple(tangents[:3]))
+    return out, t_out
 
 
 def _fill_tangents(primal: Any, tangent: Any) -> Any:
