@@ -569,6 +569,7 @@ class Assembler:
             "max_iterations": np.int32(self._max_iterations),
             "barrier": np.float64(self._barrier if barrier is None else barrier),
             "warm_barrier": np.float64(min(self._barrier, 1e-2 * acc)),
+            "push": np.float64(1e-2),
         }
 
     def describe_bounds(self, info: AssemblyInfo) -> list[str] | list[list[str]]:
@@ -746,6 +747,7 @@ class Assembler:
         base = self._internal if t < 0 else self._internal.with_time(t)
         settings = self._settings()
         settings["barrier"] = settings["warm_barrier"]  # warm-started from the last frame
+        settings["push"] = np.float64(1e-6)
         p = self.get_parameters() if params is None else params
         out, info = self._get_fn("single")(self._canonical(base), p, settings)
         self._after_single(out, info, "track")
@@ -921,28 +923,20 @@ def _evaluate(plan: _Plan, x: jax.Array, base: State, params: dict[str, Any], fa
 
 
 def _size_plan(plan: _Plan, internal: State, params: dict[str, Any]) -> None:
+    """Sizes of the residuals and errors, found by one abstract evaluation."""
     base = realize(plan.model, internal, Stage.TIME)
-    x = base.q[plan.free]
-    r, e, g, _ = jax.eval_shape(lambda x, b, p: _evaluate(plan, x, b, p), x, base, params)
-    plan.nr, plan.ne = int(r.shape[0]), int(e.shape[0])
-    scal = []
-    for i, c in plan.goals:
-        out = jax.eval_shape(
-            lambda b, p, c=c, i=i: c._goal_terms(realize(plan.model, b, Stage.POSITION), p["conditions"][i]),
-            base,
-            params,
-        )
-        scal.append(out[1] is not None)
-    plan.has_scalar = any(scal)
-    sizes = []
-    for i, c in plan.errors:
-        out = jax.eval_shape(
-            lambda b, p, c=c, i=i: c._errors(realize(plan.model, b, Stage.POSITION), p["conditions"][i]),
-            base,
-            params,
-        )
-        sizes.append(int(np.prod(out.shape)))
-    plan.error_sizes = tuple(sizes)
+
+    def sizes(b, p):
+        s = realize(plan.model, b, Stage.POSITION)
+        goals = [c._goal_terms(s, p["conditions"][i]) for i, c in plan.goals]
+        errors = [c._errors(s, p["conditions"][i]) for i, c in plan.errors]
+        return goals, errors
+
+    goals, errors = jax.eval_shape(sizes, base, params)
+    plan.nr = sum(int(np.prod(r.shape)) for r, _, _ in goals if r is not None)
+    plan.has_scalar = any(g is not None for _, g, _ in goals)
+    plan.error_sizes = tuple(int(np.prod(e.shape)) for e in errors)
+    plan.ne = sum(plan.error_sizes)
 
 
 def _linearize(plan: _Plan, x, base, params):
@@ -1023,10 +1017,12 @@ def _make_solver(plan: _Plan, matter: Any):
         fixed = has_lo & has_hi & (hi - lo <= 1e3 * eps * (1 + jnp.abs(lo)))
         bl, bh = has_lo & ~fixed, has_hi & ~fixed
         m_free = jnp.where(fixed, 0.0, 1.0).astype(dt)
-        # Strictly interior start (IPOPT's bound push): 1% of the range, at most 0.01*max(1,|bound|).
+        # Strictly interior start (IPOPT's bound push): a fraction `push` of the range, at most
+        # push * max(1, |bound|); 1% from a cold start, 1e-6 when warm-started.
+        push = jnp.asarray(settings["push"], dt)
         span = jnp.where(bl & bh, hi - lo, jnp.inf)
-        push_lo = jnp.minimum(1e-2 * jnp.maximum(1.0, jnp.abs(jnp.where(bl, lo, 0.0))), 1e-2 * span)
-        push_hi = jnp.minimum(1e-2 * jnp.maximum(1.0, jnp.abs(jnp.where(bh, hi, 0.0))), 1e-2 * span)
+        push_lo = push * jnp.minimum(jnp.maximum(1.0, jnp.abs(jnp.where(bl, lo, 0.0))), span)
+        push_hi = push * jnp.minimum(jnp.maximum(1.0, jnp.abs(jnp.where(bh, hi, 0.0))), span)
         xq = base.q[plan.free]
         x0 = jnp.where(bl, jnp.maximum(xq, lo + push_lo), xq)
         x0 = jnp.where(bh, jnp.minimum(x0, hi - push_hi), x0)
@@ -1078,8 +1074,17 @@ def _make_solver(plan: _Plan, matter: Any):
                 & (S["pred"] <= acc * jnp.abs(goal) + tiny)
             )
 
-        L_shape = jax.eval_shape(lin, x0)
-        L_dummy = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), L_shape)
+        nr, ne = plan.nr, plan.ne
+        L_dummy = dict(
+            r=jnp.zeros(nr, dt),
+            e=jnp.zeros(ne, dt),
+            g=jnp.zeros((), dt),
+            ok=jnp.asarray(True),
+            J=jnp.zeros((nr, n), dt),
+            A=jnp.zeros((ne, n), dt),
+            gg=jnp.zeros(n, dt),
+            gH=jnp.zeros((n, n), dt),
+        )
         zeros = jnp.zeros(n, dt)
         S_dummy = dict(
             dx=zeros,
@@ -1269,14 +1274,15 @@ def _make_solver(plan: _Plan, matter: Any):
             goal=goal_out,
             error_norm=err,
             errors=Lf["e"],
-            iterations=cf["it"],
-            num_evaluations=cf["nlin"],
+            iterations=cf["it"].astype(jnp.int32),
+            num_evaluations=cf["nlin"].astype(jnp.int32),
             status=status.astype(jnp.int32),
             result=result,
             on_bounds=(jnp.where(on_hi, 1, 0) - jnp.where(on_lo, 1, 0)).astype(jnp.int8),
         )
         return out, info
 
+    solve.plan = plan  # type: ignore[attr-defined]
     return solve
 
 
@@ -1315,6 +1321,25 @@ def _with_observations(params: dict[str, Any], frame: dict[int, Any]) -> dict[st
     return p
 
 
+def _solve_output_zeros(solve: Any, state: State) -> tuple[State, AssemblyInfo]:
+    """Zeros shaped like one solve's output, without tracing the solve (only ``realize``)."""
+    plan = solve.plan
+    st = jax.eval_shape(lambda s: realize(plan.model, s, Stage.POSITION), state)
+    dt = state.q.dtype
+    n = len(plan.free)
+    info = AssemblyInfo(
+        goal=jnp.zeros((), dt),
+        error_norm=jnp.zeros((), dt),
+        errors=jnp.zeros(plan.ne, dt),
+        iterations=jnp.zeros((), jnp.int32),
+        num_evaluations=jnp.zeros((), jnp.int32),
+        status=jnp.zeros((), jnp.int32),
+        result=RESULTS.successful,  # type: ignore[arg-type]
+        on_bounds=jnp.zeros(n, jnp.int8),
+    )
+    return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), st), info
+
+
 def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settings):
     """Every frame of a trial: ``S`` segments of ``Ls`` frames side by side (one vmapped
     solve per round, traced once).
@@ -1336,7 +1361,7 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
     cold, warm = settings["barrier"], settings["warm_barrier"]
 
     def one(q0, frame, barrier):
-        st = dict(settings, barrier=barrier)
+        st = dict(settings, barrier=barrier, push=jnp.where(barrier == cold, settings["push"], 1e-6))
         return solve(state.with_q(q0), _with_observations(params, frame), st)
 
     run = jax.vmap(one)
@@ -1345,10 +1370,7 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
         return jax.tree.map(lambda a: jax.vmap(lambda al, jj: al[jj])(a, j), fr)
 
     q_shape = state.q.shape
-    out_shape = jax.eval_shape(
-        run, jnp.zeros((S, *q_shape), state.q.dtype), frame_at(jnp.zeros(S, int)), jnp.zeros(S)
-    )
-    buf0 = jax.tree.map(lambda a: jnp.zeros((a.shape[0], Ls) + a.shape[1:], a.dtype), out_shape)
+    buf0 = jax.tree.map(lambda a: jnp.zeros((S, Ls) + a.shape, a.dtype), _solve_output_zeros(solve, state))
 
     def good(info):
         return jnp.isin(info.status, jnp.asarray(FEASIBLE))
@@ -1417,7 +1439,7 @@ def _track_jvp(primals, tangents, *, solve, S: int, Ls: int):
     state, params, frames, settings = primals
     out = _track_segments(solve, S, Ls, state, params, frames, settings)
     q_star = jax.lax.stop_gradient(out[0].q)
-    warm = dict(settings, barrier=settings["warm_barrier"])
+    warm = dict(settings, barrier=settings["warm_barrier"], push=1e-6)
 
     def again(st, p, fr):
         def one(q, f):
