@@ -38,11 +38,14 @@ def opensim_ik_file(
     weights: Mapping[str, float] | None = None,
     accuracy: float = 1e-5,
     start: Mapping[str, float] | None = None,
+    coordinate_tasks: Mapping[str, object] | None = None,
 ) -> dict:
     """OpenSim IK of ``frames`` ``(T, n, 3)`` (m) of the markers ``names`` on the model file.
 
     ``start``: coordinate values by name for the first frame (default: the model's
-    defaults, as the IK tool). Returns ``dict(coords={name: (T,)}, time_solve=s,
+    defaults, as the IK tool). ``coordinate_tasks``: ``{name: task}`` with ``task.weight``
+    and ``task.value_type`` ``"default_value"``/``"manual_value"`` (``task.value``), as
+    ``sj.io.read_ik_setup`` reads them. Returns ``dict(coords={name: (T,)}, time_solve=s,
     time_setup=s)``.
     """
     import opensim as osim
@@ -58,6 +61,12 @@ def opensim_ik_file(
         wset.cloneAndAppend(osim.MarkerWeight(n, float((weights or {}).get(n, 1.0))))
     mref = osim.MarkersReference(marker_table(names, frames, times), wset)
     cref = osim.SimTKArrayCoordinateReference()
+    cs0 = model.getCoordinateSet()
+    for n, task in (coordinate_tasks or {}).items():
+        v = cs0.get(n).getDefaultValue() if task.value_type == "default_value" else task.value
+        ref = osim.CoordinateReference(n, osim.Constant(float(v)))
+        ref.setWeight(float(task.weight))
+        cref.push_back(ref)
     solver = osim.InverseKinematicsSolver(model, mref, cref, float("inf"))
     solver.setAccuracy(float(accuracy))
     cs = model.getCoordinateSet()

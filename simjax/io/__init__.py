@@ -19,4 +19,7 @@ from ._motion import write_mot as write_mot
 from ._motion import write_sto as write_sto
 from ._motion import write_trc as write_trc
 from ._osim import load_osim as load_osim
+from ._setup import CoordinateTask as CoordinateTask
+from ._setup import IKSetup as IKSetup
+from ._setup import read_ik_setup as read_ik_setup
 from ._urdf import load_urdf as load_urdf

@@ -1,0 +1,177 @@
+"""OpenSim's inverse-kinematics setup file (``InverseKinematicsTool`` XML) as simjax data.
+
+``read_ik_setup(path)`` returns an :class:`IKSetup`: the marker tasks (applied ones, with
+their weights), the coordinate tasks (by coordinate name, with weight and target), the
+accuracy, the constraint weight, the time range and the file names it points to (resolved
+relative to the setup file, as OpenSim does). ``setup.make_assembler(model)`` builds the
+``sj.Assembler`` OpenSim's IK would solve: the model's constraints (or a finite constraint
+weight), clamped ranges as bounds, locked coordinates held, a ``Markers`` goal with the
+weights, and one ``QValue`` goal per coordinate task, numbered correctly for every joint
+type.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..studies.conditions import Markers, QValue
+from ._loaded import LoadedModel, ModelFileError
+
+
+@dataclass
+class CoordinateTask:
+    """An ``IKCoordinateTask``: hold ``name`` near ``value`` with ``weight``.
+
+    ``value_type`` is OpenSim's: ``"default_value"`` (the coordinate's default),
+    ``"manual_value"`` (``value``) or ``"from_file"`` (the setup's coordinate file).
+    """
+
+    name: str
+    weight: float
+    value_type: str = "default_value"
+    value: float = 0.0
+
+
+@dataclass
+class IKSetup:
+    """An OpenSim IK setup (see :func:`read_ik_setup`)."""
+
+    path: str
+    model_file: str | None = None
+    marker_file: str | None = None
+    coordinate_file: str | None = None
+    output_motion_file: str | None = None
+    accuracy: float = 1e-5
+    constraint_weight: float = math.inf
+    time_range: tuple[float, float] = (-math.inf, math.inf)
+    marker_weights: dict[str, float] = field(default_factory=dict)
+    coordinate_tasks: dict[str, CoordinateTask] = field(default_factory=dict)
+
+    def make_markers(self, model: LoadedModel) -> Markers:
+        """A ``Markers`` goal with the applied marker tasks the model has, weighted."""
+        missing = [n for n in self.marker_weights if n not in model.markers]
+        if missing:
+            raise ModelFileError(
+                f"{self.path}: marker tasks {missing[:6]} name markers the model "
+                f"{Path(model.path).name} does not have; add them to the model or set apply=false"
+            )
+        return model.make_markers(list(self.marker_weights), self.marker_weights)
+
+    def make_assembler(self, model: LoadedModel) -> Any:
+        """The Assembler OpenSim's IK tool solves with this setup (see the module docstring)."""
+        asm = model.make_assembler(self.make_markers(model))
+        asm.set_accuracy(self.accuracy)
+        if math.isfinite(self.constraint_weight):
+            asm.set_system_constraints_weight(self.constraint_weight)
+        matter = model.system.get_matter_subsystem()
+        euler = matter.set_use_euler_angles(model.default_state, True)
+        topo = model.system.model_for(euler).topology(True)
+        for task in self.coordinate_tasks.values():
+            if task.name not in model.coordinates:
+                raise ModelFileError(
+                    f"{self.path}: coordinate task {task.name!r} names no coordinate of the model"
+                )
+            c = model.coordinates[task.name]
+            if task.value_type == "default_value":
+                target = c.default_value
+            elif task.value_type == "manual_value":
+                target = task.value
+            else:
+                raise ModelFileError(
+                    f"{self.path}: coordinate task {task.name!r} takes its value from a file "
+                    f"({self.coordinate_file}); simjax's Assembler holds coordinate tasks at one "
+                    "value per solve. Use value_type default_value or manual_value, or build the "
+                    "goal yourself with sj.QValue and change its value per frame"
+                )
+            which = c.q_index(euler) - int(topo.q_start[c.body.index])
+            asm.adopt_assembly_goal(QValue(c.body, which, float(target)), task.weight)
+        return asm
+
+    def frames_in_range(self, times: np.ndarray) -> np.ndarray:
+        """Indices of the frames whose times lie in ``time_range`` (as OpenSim selects)."""
+        t = np.asarray(times)
+        lo, hi = self.time_range
+        eps = 1e-9 * max(1.0, abs(hi) if math.isfinite(hi) else 1.0)
+        return np.flatnonzero((t >= lo - eps) & (t <= hi + eps))
+
+
+def _text(node: ET.Element, tag: str) -> str | None:
+    e = node.find(tag)
+    return None if e is None or e.text is None else e.text.strip()
+
+
+def _float(s: str | None, default: float, path: str, what: str) -> float:
+    if s is None or s == "":
+        return default
+    v = s.strip().lower()
+    if v in ("inf", "infinity", "+inf"):
+        return math.inf
+    try:
+        return float(v)
+    except ValueError:
+        raise ModelFileError(f"{path}: {what} must be a number, got {s!r}") from None
+
+
+def _bool(s: str | None) -> bool:
+    return s is None or s.strip().lower() in ("true", "1", "yes")
+
+
+def _file(base: Path, s: str | None) -> str | None:
+    if s is None or s in ("", "Unassigned"):
+        return None
+    p = Path(s)
+    return str(p if p.is_absolute() else base / p)
+
+
+def read_ik_setup(path: str | Path) -> IKSetup:
+    """Read an OpenSim ``InverseKinematicsTool`` setup file (see :class:`IKSetup`)."""
+    p = Path(path)
+    try:
+        root = ET.parse(p).getroot()
+    except (OSError, ET.ParseError) as e:
+        raise ModelFileError(f"read_ik_setup: cannot read {p}: {e}") from None
+    tool = root if root.tag == "InverseKinematicsTool" else root.find("InverseKinematicsTool")
+    if tool is None:
+        raise ModelFileError(f"read_ik_setup: {p} has no <InverseKinematicsTool>; is it an IK setup file?")
+    base = p.parent
+    sp = str(p)
+    tr = (_text(tool, "time_range") or "").split()
+    time_range = (
+        (_float(tr[0], -math.inf, sp, "time_range"), _float(tr[1], math.inf, sp, "time_range"))
+        if len(tr) == 2
+        else (-math.inf, math.inf)
+    )
+    setup = IKSetup(
+        path=sp,
+        model_file=_file(base, _text(tool, "model_file")),
+        marker_file=_file(base, _text(tool, "marker_file")),
+        coordinate_file=_file(base, _text(tool, "coordinate_file")),
+        output_motion_file=_text(tool, "output_motion_file"),
+        accuracy=_float(_text(tool, "accuracy"), 1e-5, sp, "accuracy"),
+        constraint_weight=_float(_text(tool, "constraint_weight"), math.inf, sp, "constraint_weight"),
+        time_range=time_range,
+    )
+    tasks = tool.find("IKTaskSet/objects")
+    for t in [] if tasks is None else list(tasks):
+        name = t.get("name", "")
+        if not _bool(_text(t, "apply")):
+            continue
+        w = _float(_text(t, "weight"), 0.0, sp, f"weight of task {name!r}")
+        if w < 0 or math.isnan(w):
+            raise ModelFileError(f"{sp}: task {name!r} has a negative weight {w}")
+        if t.tag == "IKMarkerTask":
+            setup.marker_weights[name] = w
+        elif t.tag == "IKCoordinateTask":
+            vt = _text(t, "value_type") or "default_value"
+            if vt not in ("default_value", "manual_value", "from_file"):
+                raise ModelFileError(f"{sp}: coordinate task {name!r} has an unknown value_type {vt!r}")
+            setup.coordinate_tasks[name] = CoordinateTask(
+                name, w, vt, _float(_text(t, "value"), 0.0, sp, f"value of task {name!r}")
+            )
+    return setup

@@ -1,0 +1,108 @@
+"""Inverse kinematics on a real trial, against OpenSim's IK on the same model, weights and start.
+
+Data (fetched from PyPI and cached, see ``data_fetch``): Pose2Sim 0.4.0's demo, a full-body
+OpenSim model (Model_Pose2Sim_Body25b: 62 coordinates, CustomJoints with splines, 24
+coupler/constant constraints, clamped ranges), a real trial of 21 triangulated video
+keypoints (OpenPose BODY_25B, 60 Hz, the subject 1.4 m from the model's origin) and
+OpenSim's IK setup for it (marker weights, a coordinate task, accuracy 1e-5).
+
+Both start from the model's default pose (the elbows on their lower bound). OpenSim
+assembles frame 0 and tracks the rest; simjax's ``track`` solves every frame in one call.
+simjax's weighted objective must be no worse than OpenSim's (+ 1e-3 relative) in every
+frame.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import oracle_osim_ik as ook
+import pytest
+from data_fetch import fetch
+
+import simjax as sj
+from simjax.io import ModelFileError
+from simjax.studies import assembler as A
+
+jax.config.update("jax_enable_x64", True)
+
+pytest.importorskip("opensim")
+
+DEMO = "Pose2Sim/Demo/opensim/"
+MEMBERS = [
+    DEMO + f for f in ("Model_Pose2Sim_Body25b.osim", "Balancing_for_IK.trc", "IK_Setup_Pose2Sim_Body25b.xml")
+]
+T = 40  # frames compared (the trial has 100; the first 40 include its fastest motion)
+
+
+@pytest.fixture(scope="module")
+def trial():
+    files = fetch("pose2sim", "0.4.0", MEMBERS)
+    model_path, trc_path, setup_path = (files[m] for m in MEMBERS)
+    setup = sj.io.read_ik_setup(setup_path)
+    model = sj.io.load_osim(str(model_path))
+    trc = sj.io.read_trc(str(trc_path)).in_units("m")
+    return dict(setup=setup, model=model, trc=trc, model_path=str(model_path), setup_path=setup_path)
+
+
+def test_read_ik_setup(trial, tmp_path):
+    setup = trial["setup"]
+    assert setup.accuracy == pytest.approx(1e-5) and setup.constraint_weight == np.inf
+    assert setup.time_range == pytest.approx((1 / 60, 100 / 60))
+    assert len(setup.marker_weights) == 21 and setup.marker_weights["Nose"] == pytest.approx(0.1)
+    task = setup.coordinate_tasks["L5_S1_Flex_Ext"]
+    assert (task.weight, task.value_type) == (1.0, "default_value")
+    assert setup.marker_file.endswith("Balancing_for_IK.trc")
+    assert len(setup.frames_in_range(trial["trc"].time)) == 100
+    # bad input names the file and the fix
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<OpenSimDocument><Model/></OpenSimDocument>")
+    with pytest.raises(ModelFileError, match="no <InverseKinematicsTool>"):
+        sj.io.read_ik_setup(bad)
+    text = setup_path_text(trial).replace('name="Nose"', 'name="NoSuchMarker"')
+    bad.write_text(text)
+    with pytest.raises(ModelFileError, match="NoSuchMarker"):
+        sj.io.read_ik_setup(bad).make_assembler(trial["model"])
+
+
+def setup_path_text(trial) -> str:
+    return open(trial["setup_path"]).read()
+
+
+def test_track_is_no_worse_than_opensim_in_every_frame(trial):
+    setup, model, trc = trial["setup"], trial["model"], trial["trc"]
+    asm = setup.make_assembler(model)
+    markers = asm.get_assembly_condition(1)
+    names = list(setup.marker_weights)
+    obs = trc.observations(names)[:T]
+    states, infos = asm.track(model.default_state, obs)
+    status = np.asarray(infos.status)
+    assert np.all(np.isin(status, A.CONVERGED)), status
+    assert np.median(np.asarray(infos.iterations)[1:]) <= 6  # warm starts
+
+    ref = ook.opensim_ik_file(
+        trial["model_path"],
+        names,
+        obs,
+        times=np.asarray(trc.time)[:T],
+        weights=setup.marker_weights,
+        accuracy=setup.accuracy,
+        coordinate_tasks=setup.coordinate_tasks,
+    )
+    # OpenSim's answer under the same objective (simjax's goal: 1/2 sum w |e|^2 + tasks)
+    plan = asm._plan
+    g_os = []
+    for k in range(T):
+        s = model.set_coordinate_values(
+            model.default_state, {n: ref["coords"][n][k] for n in model.coordinates}
+        )
+        p = asm.get_parameters()
+        p["conditions"][1] = dict(p["conditions"][1], observations=jnp.asarray(obs[k]))
+        sc = asm._canonical(s)
+        r, e, g, _ = A._evaluate(plan, sc.q[plan.free], sc, p)
+        assert float(jnp.max(jnp.abs(e))) < 1e-6  # OpenSim's answer satisfies the couplers
+        g_os.append(float(0.5 * r @ r + g))
+    ratio = np.asarray(infos.goal) / np.array(g_os)
+    assert np.all(ratio <= 1 + 1e-3), np.round(ratio, 4)
+    assert markers.get_num_markers() == 21
