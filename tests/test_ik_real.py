@@ -70,7 +70,7 @@ def setup_path_text(trial) -> str:
     return open(trial["setup_path"]).read()
 
 
-def test_track_is_no_worse_than_opensim_in_every_frame(trial):
+def test_track_is_no_worse_than_opensim_in_every_frame(trial, tmp_path):
     setup, model, trc = trial["setup"], trial["model"], trial["trc"]
     asm = setup.make_assembler(model)
     markers = asm.get_assembly_condition(1)
@@ -106,3 +106,19 @@ def test_track_is_no_worse_than_opensim_in_every_frame(trial):
     ratio = np.asarray(infos.goal) / np.array(g_os)
     assert np.all(ratio <= 1 + 1e-3), np.round(ratio, 4)
     assert markers.get_num_markers() == 21
+
+    # OpenSim's marker-error report, written as .sto and read back by OpenSim
+    table = sj.io.marker_error_table(markers, states, obs, trc.time[:T], per_marker=True)
+    d = sj.io.marker_errors(markers, states, obs)
+    assert d.shape == (T, 21) and np.all(np.isfinite(d))
+    assert table.labels[:3] == ["total_squared_error", "marker_error_RMS", "marker_error_max"]
+    np.testing.assert_allclose(table.data[:, 0], np.sum(d**2, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(table.data[:, 2], d.max(axis=1), rtol=1e-12)
+    assert float(np.median(table.data[:, 1])) < 0.05  # video keypoints on an unscaled model: cm
+    path = tmp_path / "trial_ik_marker_errors.sto"
+    sj.io.write_sto(path, table)
+    import opensim as osim
+
+    back = osim.TimeSeriesTable(str(path))
+    assert back.getNumRows() == T and list(back.getColumnLabels())[:3] == table.labels[:3]
+    assert back.getDependentColumn("marker_error_max").to_numpy() == pytest.approx(table.data[:, 2], rel=1e-6)

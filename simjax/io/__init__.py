@@ -21,5 +21,7 @@ from ._motion import write_trc as write_trc
 from ._osim import load_osim as load_osim
 from ._setup import CoordinateTask as CoordinateTask
 from ._setup import IKSetup as IKSetup
+from ._setup import marker_error_table as marker_error_table
+from ._setup import marker_errors as marker_errors
 from ._setup import read_ik_setup as read_ik_setup
 from ._urdf import load_urdf as load_urdf

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..studies.conditions import Markers, QValue
 from ._loaded import LoadedModel, ModelFileError
+from ._motion import CoordinateTable
 
 
 @dataclass
@@ -175,3 +178,44 @@ def read_ik_setup(path: str | Path) -> IKSetup:
                 name, w, vt, _float(_text(t, "value"), 0.0, sp, f"value of task {name!r}")
             )
     return setup
+
+
+def marker_errors(markers: Markers, states: Any, observations: Any) -> np.ndarray:
+    """Distances (m) between each model marker and its observation, ``(T, n_markers)``
+    (markers in the order they were added) for a batch of ``T`` States (as
+    ``Assembler.track`` returns) and observations ``(T, n_obs, 3)`` in the Markers'
+    observation order; NaN where a marker is missing."""
+    obs = jnp.asarray(observations)
+    if obs.ndim != 3 or obs.shape[1:] != (markers.get_num_observations(), 3):
+        raise ValueError(
+            f"marker_errors: observations must be (T, {markers.get_num_observations()}, 3) in the "
+            f"Markers' observation order, got {tuple(obs.shape)}"
+        )
+    data = markers.get_data()
+
+    def one(s: Any, o: Any) -> Any:
+        return jnp.linalg.norm(markers._locations(s, data) - markers._item_obs(o), axis=-1)
+
+    return np.asarray(jax.vmap(one)(states, obs))
+
+
+def marker_error_table(
+    markers: Markers, states: Any, observations: Any, time: Any, *, per_marker: bool = False
+) -> CoordinateTable:
+    """OpenSim's ``<trial>_ik_marker_errors.sto`` as a table (write it with
+    ``sj.io.write_sto``): per frame ``total_squared_error`` (m^2, unweighted),
+    ``marker_error_RMS`` and ``marker_error_max`` (m) over the markers observed in that
+    frame; with ``per_marker`` also one column per marker (its distance, NaN if missing)."""
+    d = marker_errors(markers, states, observations)
+    t = np.asarray(time, float)
+    if t.shape != (d.shape[0],):
+        raise ValueError(f"marker_error_table: time must have shape ({d.shape[0]},), got {t.shape}")
+    seen = np.isfinite(d)
+    n = np.maximum(seen.sum(axis=1), 1)
+    sq = np.where(seen, d, 0.0) ** 2
+    cols = [sq.sum(axis=1), np.sqrt(sq.sum(axis=1) / n), np.where(seen, d, -np.inf).max(axis=1)]
+    labels = ["total_squared_error", "marker_error_RMS", "marker_error_max"]
+    if per_marker:
+        labels += [f"{markers.get_marker_name(i)}_error" for i in range(d.shape[1])]
+        cols += list(d.T)
+    return CoordinateTable(t, labels, np.stack(cols, axis=1), in_degrees=False, name="marker errors")

@@ -1360,8 +1360,8 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
     fr = jax.tree.map(lanes, frames)
     cold, warm = settings["barrier"], settings["warm_barrier"]
 
-    def one(q0, frame, barrier):
-        st = dict(settings, barrier=barrier, push=jnp.where(barrier == cold, settings["push"], 1e-6))
+    def one(q0, frame, barrier, push):
+        st = dict(settings, barrier=barrier, push=push)
         return solve(state.with_q(q0), _with_observations(params, frame), st)
 
     run = jax.vmap(one)
@@ -1384,8 +1384,10 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
         prev_last = jnp.concatenate([last_q[:1], last_q[:-1]])
         q0 = jnp.where(phase == 1, prev_last, jnp.where((phase == 0) & (j == 0), state.q[None], q))
         jj = jnp.where(phase == 1, 0, j)
-        barrier = jnp.where((phase == 0) & (j == 0), cold, warm) * jnp.ones(S)
-        out, info = run(q0, frame_at(jnp.full(S, jj)), barrier)
+        is_cold = (phase == 0) & (j == 0)
+        barrier = jnp.where(is_cold, cold, warm) * jnp.ones(S)
+        push = jnp.where(is_cold, settings["push"], 1e-6) * jnp.ones(S)
+        out, info = run(q0, frame_at(jnp.full(S, jj)), barrier, push)
         old_goal = buf[1].goal[:, 0]
         old_ok = good(jax.tree.map(lambda a: a[:, 0], buf[1]))
         margin = settings["acc"] * jnp.abs(old_goal)
