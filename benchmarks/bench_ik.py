@@ -14,8 +14,9 @@ the median over ``--repeats`` repeats is reported):
 
 * simjax, float64, one ``sj.Assembler`` with a ``Markers`` goal per accuracy setting
   (``asm.set_accuracy(acc)``): frame 0 by ``asm.assemble(start)``, then every frame by
-  ``asm.track(first, frames)`` (one compiled call; ``set_track_batch_size`` chunks of
-  ``--batch-sizes``, ``all`` = every frame vmapped from ``first``), timed with
+  ``asm.track(first, frames)`` (one compiled call; ``set_track_batch_size`` segments
+  solved side by side, ``--batch-sizes``; ``all`` = one segment per frame, every frame
+  from ``first``), timed with
   ``jax.block_until_ready``; and Simbody's sequential use (``set_internal_state(first)``;
   per frame ``move_all_observations(frames[k]); asm.track(0.01 * k)``). The first call of
   each compiled function is reported apart (compile + one run).
@@ -152,7 +153,7 @@ class SimjaxIK:
         def make(bs):
             asm = sj.Assembler(system)
             asm.set_accuracy(acc)
-            asm.set_track_batch_size(bs)
+            asm.set_track_batch_size(len(self.frames) if bs is None else bs)
             mk = sj.Markers()
             for name, b, station in prob["markers"]:
                 mk.add_marker(name, bodies[b], station)
