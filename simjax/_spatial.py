@@ -93,9 +93,23 @@ def axis_index(axis: int | str) -> int:
     return int(axis)
 
 
+def _unit_constant(axis: Any) -> np.ndarray | None:
+    """A constant (non-traced) axis normalised with NumPy, None for a traced one: constant
+    axes (joint definitions) then cost no traced operations."""
+    if isinstance(axis, jax.Array) and not isinstance(axis, jax.core.Tracer):
+        axis = np.asarray(axis)
+    if isinstance(axis, (tuple, list, np.ndarray)):
+        a = np.asarray(axis, dtype=float)
+        n = float(np.linalg.norm(a))
+        return a / n if n > 0 else a
+    return None
+
+
 def rot_axis(angle: Any, axis: Any) -> Float[Array, "3 3"]:
     """Rotation of ``angle`` about a unit (or not) axis vector (Rodrigues' formula)."""
-    k = safe_normalize(jnp.asarray(axis, dtype=jnp.result_type(angle, float)))
+    dt = jnp.result_type(angle, float)
+    kc = _unit_constant(axis)
+    k = jnp.asarray(kc, dtype=dt) if kc is not None else safe_normalize(jnp.asarray(axis, dtype=dt))
     K = skew(k)
     s, c = jnp.sin(angle), jnp.cos(angle)
     return jnp.eye(3, dtype=K.dtype) + s * K + (1 - c) * (K @ K)

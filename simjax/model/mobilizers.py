@@ -629,11 +629,15 @@ class FunctionBased(AbstractMobilizer):
     def X_FM(self, q, params):
         R = jnp.eye(3, dtype=q.dtype)
         for k in range(3):
-            R = R @ sp.rot_axis(self._f(k, q), jnp.asarray(self.axes[k], q.dtype))
-        p = sum(
-            self._f(3 + k, q) * sp.safe_normalize(jnp.asarray(self.axes[3 + k], q.dtype)) for k in range(3)
-        )
+            R = R @ sp.rot_axis(self._f(k, q), self.axes[k])
+        p = sum(self._f(3 + k, q) * jnp.asarray(_unit(self.axes[3 + k]), q.dtype) for k in range(3))
         return R, jnp.asarray(p, dtype=q.dtype)
+
+
+def _unit(axis: Any) -> np.ndarray:
+    a = np.asarray(axis, dtype=float)
+    n = float(np.linalg.norm(a))
+    return a / n if n > 0 else a
 
 
 @dataclass(frozen=True)  # eq and hash by value (callables compare by identity)
