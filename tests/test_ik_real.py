@@ -31,19 +31,35 @@ pytest.importorskip("opensim")
 
 DEMO = "Pose2Sim/Demo/opensim/"
 MEMBERS = [
-    DEMO + f for f in ("Model_Pose2Sim_Body25b.osim", "Balancing_for_IK.trc", "IK_Setup_Pose2Sim_Body25b.xml")
+    DEMO + f
+    for f in (
+        "Model_Pose2Sim_Body25b.osim",
+        "Balancing_for_IK.trc",
+        "IK_Setup_Pose2Sim_Body25b.xml",
+        "Standing_for_Scaling.trc",
+    )
 ]
-T = 40  # frames compared (the trial has 100; the first 40 include its fastest motion)
+# frames compared: the balancing trial has 100 (the first 40 include its fastest motion);
+# the T-pose trial (arms out, far from the model's default pose) has 25 (its header says 50).
+MAX_FRAMES = 40
 
 
 @pytest.fixture(scope="module")
 def trial():
     files = fetch("pose2sim", "0.4.0", MEMBERS)
-    model_path, trc_path, setup_path = (files[m] for m in MEMBERS)
+    model_path, trc_path, setup_path, static_path = (files[m] for m in MEMBERS)
     setup = sj.io.read_ik_setup(setup_path)
     model = sj.io.load_osim(str(model_path))
     trc = sj.io.read_trc(str(trc_path)).in_units("m")
-    return dict(setup=setup, model=model, trc=trc, model_path=str(model_path), setup_path=setup_path)
+    static = sj.io.read_trc(str(static_path)).in_units("m")
+    return dict(
+        setup=setup,
+        model=model,
+        trc=trc,
+        trials={"balancing": trc, "tpose": static},
+        model_path=str(model_path),
+        setup_path=setup_path,
+    )
 
 
 def test_read_ik_setup(trial, tmp_path):
@@ -70,8 +86,10 @@ def setup_path_text(trial) -> str:
     return open(trial["setup_path"]).read()
 
 
-def test_track_is_no_worse_than_opensim_in_every_frame(trial, tmp_path):
-    setup, model, trc = trial["setup"], trial["model"], trial["trc"]
+@pytest.mark.parametrize("which", ["balancing", "tpose"])
+def test_track_is_no_worse_than_opensim_in_every_frame(trial, which, tmp_path):
+    setup, model, trc = trial["setup"], trial["model"], trial["trials"][which]
+    T = min(MAX_FRAMES, len(trc))
     asm = setup.make_assembler(model)
     markers = asm.get_assembly_condition(1)
     names = list(setup.marker_weights)
@@ -106,6 +124,8 @@ def test_track_is_no_worse_than_opensim_in_every_frame(trial, tmp_path):
     ratio = np.asarray(infos.goal) / np.array(g_os)
     assert np.all(ratio <= 1 + 1e-3), np.round(ratio, 4)
     assert markers.get_num_markers() == 21
+    if which != "balancing":
+        return
 
     # OpenSim's marker-error report, written as .sto and read back by OpenSim
     table = sj.io.marker_error_table(markers, states, obs, trc.time[:T], per_marker=True)
