@@ -40,13 +40,13 @@ def configure_xla_flags() -> None:
 
 def compilation_cache_dir() -> str | None:
     """The persistent compilation cache directory in use (None: off)."""
-    d = jax.config.jax_compilation_cache_dir
+    d = jax.config.values.get("jax_compilation_cache_dir")
     return None if d is None else str(d)
 
 
 def configure_compilation_cache() -> None:
     """Point JAX's persistent compilation cache at simjax's user cache directory."""
-    if _off("SIMJAX_COMPILATION_CACHE") or jax.config.jax_compilation_cache_dir is not None:
+    if _off("SIMJAX_COMPILATION_CACHE") or jax.config.values.get("jax_compilation_cache_dir") is not None:
         return
     base = os.environ.get("SIMJAX_CACHE_DIR")
     if base:

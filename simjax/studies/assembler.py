@@ -213,7 +213,7 @@ class Assembler:
         self._reporters: list[Callable[[State], Any]] = []
         self._internal = self._matter.set_use_euler_angles(state, True)
         self._plan: _Plan | None = None
-        self._fns: dict[str, Any] = {}
+        self._fns: dict[Any, Any] = {}
         self._num_initializations = 0
         self.reset_stats()
         sc = SystemConstraints()
@@ -1075,7 +1075,7 @@ def _make_solver(plan: _Plan, matter: Any):
             )
 
         nr, ne = plan.nr, plan.ne
-        L_dummy = dict(
+        L_dummy: dict[str, Any] = dict(
             r=jnp.zeros(nr, dt),
             e=jnp.zeros(ne, dt),
             g=jnp.zeros((), dt),
@@ -1086,7 +1086,7 @@ def _make_solver(plan: _Plan, matter: Any):
             gH=jnp.zeros((n, n), dt),
         )
         zeros = jnp.zeros(n, dt)
-        S_dummy = dict(
+        S_dummy: dict[str, Any] = dict(
             dx=zeros,
             lam=jnp.zeros(plan.ne, dt),
             pred=jnp.zeros((), dt),
@@ -1094,7 +1094,7 @@ def _make_solver(plan: _Plan, matter: Any):
             grad=zeros,
             H=jnp.zeros((n, n), dt),
         )
-        carry0 = dict(
+        carry0: dict[str, Any] = dict(
             x=x0,
             L=L_dummy,
             S=S_dummy,
@@ -1416,7 +1416,7 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
             nphase = jnp.where(main_done, 3, nphase)
         return dict(phase=nphase, j=nj, q=qn, buf=buf, need=need_n, passes=passes)
 
-    c0 = dict(
+    c0: dict[str, Any] = dict(
         phase=jnp.asarray(0),
         j=jnp.asarray(0),
         q=jnp.broadcast_to(state.q, (S, *q_shape)),
