@@ -105,29 +105,17 @@ def main() -> None:
     osim = run(OPENSIM, [*args, str(ROOT / "tests")])
     # objective of OpenSim's answer under simjax's goal
     import jax
-    import jax.numpy as jnp
     import numpy as np
+    import oracle_osim_ik as ook
 
     jax.config.update("jax_enable_x64", True)
     import simjax as sj
-    from simjax.studies import assembler as A
 
     setup = sj.io.read_ik_setup(args[2])
     model = sj.io.load_osim(args[0])
     asm = setup.make_assembler(model)
     obs = sj.io.read_trc(args[1]).in_units("m").observations(list(setup.marker_weights))[: a.frames]
-    asm.initialize()
-    plan = asm._plan
-    g_os = []
-    for k in range(a.frames):
-        s = model.set_coordinate_values(
-            model.default_state, {n: osim["coords"][n][k] for n in model.coordinates}
-        )
-        p = asm.get_parameters()
-        p["conditions"][1] = dict(p["conditions"][1], observations=jnp.asarray(obs[k]))
-        sc = asm._canonical(s)
-        r, _, g, _ = A._evaluate(plan, sc.q[plan.free], sc, p)
-        g_os.append(float(0.5 * r @ r + g))
+    g_os, _ = ook.goals_under_simjax(asm, model, osim["coords"], obs)
     ratio = np.asarray(cold["goal"]) / np.asarray(g_os)
     res = dict(
         frames=a.frames,

@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import oracle_models as om
+import oracle_osim_ik as ook
 
 #: ``(name, spec body index, station xyz in that body's frame B)``
 MarkerSpec = tuple[str, int, Sequence[float]]
@@ -136,20 +137,6 @@ def marker_positions(
 # ----------------------------------------------------------------------------- IK
 
 
-def _marker_table(names: Sequence[str], frames: np.ndarray, times: np.ndarray):
-    import opensim as osim
-
-    table = osim.TimeSeriesTableVec3()
-    table.setColumnLabels(tuple(names))  # a plain sequence: osim.StdVectorString is moco's type
-    table.addTableMetaDataString("Units", "m")
-    for t, frame in zip(times, frames):
-        row = osim.RowVectorVec3(len(names))
-        for j, p in enumerate(frame):
-            row[j] = osim.Vec3(*map(float, p))
-        table.appendRow(float(t), row)
-    return table
-
-
 def opensim_ik(
     spec: om.ModelSpec,
     markers: Sequence[MarkerSpec],
@@ -200,7 +187,7 @@ def opensim_ik(
     osim_model = osim_model or build_ik_model(spec, markers)
     model = osim_model.model
 
-    table = _marker_table(names, frames, times)
+    table = ook.marker_table(names, frames, times)
     wset = osim.SetMarkerWeights()
     for name, w in zip(names, weights):
         wset.cloneAndAppend(osim.MarkerWeight(name, float(w)))

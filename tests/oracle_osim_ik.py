@@ -87,3 +87,32 @@ def opensim_ik_file(
         for i, n in enumerate(cnames):
             out[n][k] = cs.get(i).getValue(state)
     return dict(coords=out, time_solve=t_solve, time_setup=t_setup)
+
+
+def goals_under_simjax(
+    asm, model, coords: Mapping[str, Sequence[float]], obs: np.ndarray, marker_condition: int = 1
+):
+    """OpenSim's answer scored by simjax's objective: for every frame, the goal
+    (1/2 sum w |e|^2 + coordinate tasks) of ``asm`` at OpenSim's coordinate values
+    ``coords[name][k]``, with frame ``k``'s observations ``obs[k]`` set on the marker
+    condition (index ``marker_condition`` in ``asm.get_parameters()["conditions"]``).
+    Returns the goals ``(T,)`` and the largest error-condition residual of each frame
+    (OpenSim's answer must satisfy the couplers)."""
+    import jax.numpy as jnp
+
+    from simjax.studies import assembler as A
+
+    asm.initialize()
+    plan = asm._plan
+    goals, errs = [], []
+    for k in range(len(obs)):
+        s = model.set_coordinate_values(model.default_state, {n: coords[n][k] for n in model.coordinates})
+        p = asm.get_parameters()
+        p["conditions"][marker_condition] = dict(
+            p["conditions"][marker_condition], observations=jnp.asarray(obs[k])
+        )
+        sc = asm._canonical(s)
+        r, e, g, _ = A._evaluate(plan, sc.q[plan.free], sc, p)
+        goals.append(float(0.5 * r @ r + g))
+        errs.append(float(jnp.max(jnp.abs(e), initial=0.0)))
+    return np.asarray(goals), np.asarray(errs)

@@ -584,9 +584,9 @@ class Assembler:
             out = []
             for k in np.flatnonzero(row):
                 q = int(plan.free[k])
+                # The last body whose q's start at or before q: the one that owns q
+                # (bodies without q's share their q_start with the next body).
                 b = int(np.searchsorted(topo.q_start, q, side="right") - 1)
-                while b > 0 and int(topo.nq_body[b]) == 0:
-                    b -= 1
                 name = self._matter._mobods[b].name
                 side, v = ("lower", lo[k]) if row[k] < 0 else ("upper", hi[k])
                 out.append(f"{name} q{q - int(topo.q_start[b])} at {side} {v:g}")
@@ -1063,7 +1063,7 @@ def _make_solver(plan: _Plan, matter: Any):
             alpha = jnp.minimum(1.0, jnp.min(jnp.minimum(al, ah), initial=jnp.inf))
             dx = alpha * dx
             pred = -(gb @ dx + 0.5 * dx @ Hb @ dx)
-            return dict(dx=dx, lam=lam, pred=pred, sig=sig, grad=grad, H=H)
+            return dict(dx=dx, lam=lam, pred=pred, grad=grad, H=H)
 
         def converged(L, S, mu_b, mu_final):
             goal = goal_of(L)
@@ -1090,7 +1090,6 @@ def _make_solver(plan: _Plan, matter: Any):
             dx=zeros,
             lam=jnp.zeros(plan.ne, dt),
             pred=jnp.zeros((), dt),
-            sig=zeros,
             grad=zeros,
             H=jnp.zeros((n, n), dt),
         )
