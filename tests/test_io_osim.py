@@ -320,6 +320,11 @@ def test_summary_mot_round_trip_and_marker_ik(tmp_path):
     assert tab.getTableMetaDataAsString("inDegrees") == "yes"
     np.testing.assert_allclose(tab.getDependentColumn("q1").to_numpy(), np.rad2deg(q[:, 0]), rtol=1e-15)
     np.testing.assert_allclose(m.q_from_table(sj.io.read_mot(path)), q, rtol=1e-15)
+    # an OpenSim states file: value and speed columns by state path; speeds are not values
+    states = sj.io.CoordinateTable(
+        t, ["/jointset/pin/q1/value", "/jointset/pin/q1/speed"], np.c_[q, np.cos(t)], in_degrees=False
+    )
+    np.testing.assert_array_equal(m.q_from_table(states), q)
     # markers -> Assembler: recover the angle from the marker's location
     markers = m.make_markers()
     asm = m.make_assembler(markers)

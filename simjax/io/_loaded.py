@@ -129,6 +129,7 @@ class LoadedModel:
     path: str = ""
     source: str = ""
     _assembled: State | None = field(default=None, repr=False)
+    _xml: str | None = field(default=None, repr=False)  # the file's text, when not on disk as read
 
     @property
     def state(self) -> State:
@@ -312,9 +313,12 @@ class LoadedModel:
 
 
 def _coordinate_label(label: str) -> str:
-    """``/jointset/knee_r/knee_angle_r/value`` -> ``knee_angle_r``; plain names unchanged."""
+    """``/jointset/knee_r/knee_angle_r/value`` -> ``knee_angle_r``; plain names unchanged;
+    a speed column of a states file (``.../knee_angle_r/speed``) -> ``""`` (not a value)."""
     parts = [p for p in label.split("/") if p]
-    if len(parts) >= 2 and parts[-1] in ("value", "speed"):
+    if len(parts) >= 2 and parts[-1] == "speed":
+        return ""
+    if len(parts) >= 2 and parts[-1] == "value":
         return parts[-2]
     return parts[-1] if parts else label
 

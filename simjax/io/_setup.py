@@ -132,6 +132,29 @@ def _file(base: Path, s: str | None) -> str | None:
     return str(p if p.is_absolute() else base / p)
 
 
+def _read_tasks(tool: ET.Element, sp: str) -> tuple[dict[str, float], dict[str, CoordinateTask]]:
+    """The applied marker weights and coordinate tasks of ``tool``'s ``IKTaskSet``."""
+    weights: dict[str, float] = {}
+    coords: dict[str, CoordinateTask] = {}
+    tasks = tool.find("IKTaskSet/objects")
+    for t in [] if tasks is None else list(tasks):
+        name = t.get("name", "")
+        if not _bool(_text(t, "apply")):
+            continue
+        w = _float(_text(t, "weight"), 0.0, sp, f"weight of task {name!r}")
+        if w < 0 or math.isnan(w):
+            raise ModelFileError(f"{sp}: task {name!r} has a negative weight {w}")
+        if t.tag == "IKMarkerTask":
+            weights[name] = w
+        elif t.tag == "IKCoordinateTask":
+            vt = _text(t, "value_type") or "default_value"
+            if vt not in ("default_value", "manual_value", "from_file"):
+                raise ModelFileError(f"{sp}: coordinate task {name!r} has an unknown value_type {vt!r}")
+            value = _float(_text(t, "value"), 0.0, sp, f"value of task {name!r}")
+            coords[name] = CoordinateTask(name, w, vt, value)
+    return weights, coords
+
+
 def read_ik_setup(path: str | Path) -> IKSetup:
     """Read an OpenSim ``InverseKinematicsTool`` setup file (see :class:`IKSetup`)."""
     p = Path(path)
@@ -160,23 +183,7 @@ def read_ik_setup(path: str | Path) -> IKSetup:
         constraint_weight=_float(_text(tool, "constraint_weight"), math.inf, sp, "constraint_weight"),
         time_range=time_range,
     )
-    tasks = tool.find("IKTaskSet/objects")
-    for t in [] if tasks is None else list(tasks):
-        name = t.get("name", "")
-        if not _bool(_text(t, "apply")):
-            continue
-        w = _float(_text(t, "weight"), 0.0, sp, f"weight of task {name!r}")
-        if w < 0 or math.isnan(w):
-            raise ModelFileError(f"{sp}: task {name!r} has a negative weight {w}")
-        if t.tag == "IKMarkerTask":
-            setup.marker_weights[name] = w
-        elif t.tag == "IKCoordinateTask":
-            vt = _text(t, "value_type") or "default_value"
-            if vt not in ("default_value", "manual_value", "from_file"):
-                raise ModelFileError(f"{sp}: coordinate task {name!r} has an unknown value_type {vt!r}")
-            setup.coordinate_tasks[name] = CoordinateTask(
-                name, w, vt, _float(_text(t, "value"), 0.0, sp, f"value of task {name!r}")
-            )
+    setup.marker_weights, setup.coordinate_tasks = _read_tasks(tool, sp)
     return setup
 
 
