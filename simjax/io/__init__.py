@@ -23,12 +23,16 @@ from ._scale import MarkerPlacerSetup as MarkerPlacerSetup
 from ._scale import Measurement as Measurement
 from ._scale import MeasurementResult as MeasurementResult
 from ._scale import PlacedMarkers as PlacedMarkers
+from ._scale import ScaleFit as ScaleFit
 from ._scale import ScaleResult as ScaleResult
 from ._scale import ScaleSetup as ScaleSetup
+from ._scale import fit_scale_factors as fit_scale_factors
 from ._scale import place_markers as place_markers
 from ._scale import read_scale_setup as read_scale_setup
 from ._scale import scale_inertia as scale_inertia
 from ._scale import scale_osim as scale_osim
+from ._scale import scale_state as scale_state
+from ._scale import scale_stations as scale_stations
 from ._setup import CoordinateTask as CoordinateTask
 from ._setup import IKSetup as IKSetup
 from ._setup import marker_error_table as marker_error_table

@@ -763,3 +763,352 @@ def place_markers(
     new = _load_doc(doc, model.path, output)
     pose = new.set_coordinate_values(new.default_state, model.get_coordinate_values(state))
     return PlacedMarkers(new, pose, info, errors)
+
+
+# ----------------------------------------------------------------------------- fitting
+@dataclass
+class _ScaleMap:
+    """How a model's geometry depends on per-body scale factors ``F`` ``(n_bodies, 3)``
+    (rows in mobilized-body order): every translation OpenSim's scaling touches is linear
+    in the factors of the one body it is fixed on, ``x = A @ F[body]``; the CustomJoint
+    translation multipliers are ``c + M @ F[parent]``."""
+
+    pf_body: np.ndarray
+    A_PF: np.ndarray
+    bm_body: np.ndarray
+    A_BM: np.ndarray
+    fb_mobod: np.ndarray
+    fb_parent: np.ndarray
+    fb_M: np.ndarray
+    fb_c: np.ndarray
+    marker_names: list[str]
+    m_body: np.ndarray
+    A_m: np.ndarray
+
+
+def _scale_map(model: LoadedModel) -> _ScaleMap:
+    """The map, from three scalings of the file (factors 2 along x, y, z in turn): the
+    change of each quantity from the unscaled model is its matrix's column."""
+    cached = getattr(model, "_scale_map", None)
+    if cached is not None:
+        return cached
+    mobods = model.matter._mobods
+    nb = len(mobods)
+    index = {m.name: m.index for m in mobods}
+    inst0 = model.default_state.instance["matter"]
+    pf0, bm0 = np.asarray(inst0["X_PF_p"]), np.asarray(inst0["X_BM_p"])
+    names = list(model.markers)
+    st0 = np.stack([model.markers[n].station for n in names]) if names else np.zeros((0, 3))
+    A_PF, A_BM, A_m = np.zeros((nb, 3, 3)), np.zeros((nb, 3, 3)), np.zeros((len(names), 3, 3))
+    for k in range(3):
+        f = np.ones(3)
+        f[k] = 2.0
+        sk = scale_osim(model, {n: f for n in model.bodies})
+        if [m.name for m in sk.matter._mobods] != [m.name for m in mobods]:
+            raise RuntimeError("fit_scale_factors: the scaled model's bodies are in another order")
+        inst = sk.default_state.instance["matter"]
+        A_PF[:, :, k] = np.asarray(inst["X_PF_p"]) - pf0
+        A_BM[:, :, k] = np.asarray(inst["X_BM_p"]) - bm0
+        if names:
+            A_m[:, :, k] = np.stack([sk.markers[n].station for n in names]) - st0
+    pf_body = np.array([m._parent.index if m._parent is not None else 0 for m in mobods])
+    bm_body = np.arange(nb)
+    # CustomJoint translations: a bare coordinate (LinearFunction 1, 0) is not scaled
+    doc = _source_doc(model)
+    r = _OsimReader(doc, warn=False)
+    r._read_bodies()
+    fb_mobod, fb_parent, fb_M, fb_c = [], [], [], []
+    for jt in r._read_joints():
+        if jt.el.tag != "CustomJoint" or jt.child[0] not in index:
+            continue
+        mob = index[jt.child[0]]
+        if mobods[mob]._parent is None or mobods[mob]._parent.name != jt.parent[0]:
+            continue  # a joint closed by a constraint: its translations are not in the tree
+        M, c = np.zeros((3, 3)), np.zeros(3)
+        for k, (cn, axis, fn_, _el) in enumerate(jt.axes[3:]):
+            coef = getattr(fn_, "coefficients", None)
+            bare = bool(cn) and coef is not None and float(coef[0]) == 1.0 and float(coef[1]) == 0.0
+            if bare:
+                c[k] = 1.0
+            else:
+                M[k] = np.abs(np.asarray(axis, float))
+        fb_mobod.append(mob)
+        fb_parent.append(index[jt.parent[0]])
+        fb_M.append(M)
+        fb_c.append(c)
+    smap = _ScaleMap(
+        pf_body,
+        A_PF,
+        bm_body,
+        A_BM,
+        np.array(fb_mobod, int),
+        np.array(fb_parent, int),
+        np.array(fb_M).reshape(-1, 3, 3),
+        np.array(fb_c).reshape(-1, 3),
+        names,
+        np.array([model.markers[n].body.index for n in names], int),
+        A_m,
+    )
+    object.__setattr__(model, "_scale_map", smap)
+    return smap
+
+
+def scale_state(model: LoadedModel, factors: Any, state: Any = None) -> Any:
+    """``state`` (default: the model's default State) with the model's geometry scaled by
+    ``factors`` ``(n_bodies, 3)`` (rows in ``model.bodies`` order, ground first): joint
+    frames, CustomJoint translations (their multipliers) as OpenSim's ``Model::scale``
+    scales them. Differentiable in ``factors`` (JAX); mass properties are not changed
+    (use :func:`scale_osim` for the final model). Markers: :func:`scale_stations`."""
+    smap = _scale_map(model)
+    st = model.default_state if state is None else state
+    F = _factor_rows(model, factors)
+    pf = jnp.einsum("bij,bj->bi", smap.A_PF, F[smap.pf_body])
+    bm = jnp.einsum("bij,bj->bi", smap.A_BM, F[smap.bm_body])
+    st = st.with_instance("matter", "X_PF_p", pf.astype(st.q.dtype))
+    st = st.with_instance("matter", "X_BM_p", bm.astype(st.q.dtype))
+    if len(smap.fb_mobod):
+        par = jnp.asarray(st.instance["matter"]["mobilizer_params"])
+        mult = smap.fb_c + jnp.einsum("bij,bj->bi", smap.fb_M, F[smap.fb_parent])
+        par = par.at[smap.fb_mobod, :3].set(mult.astype(par.dtype))
+        st = st.with_instance("matter", "mobilizer_params", par)
+    return st
+
+
+def scale_stations(model: LoadedModel, factors: Any, names: list[str]) -> Any:
+    """The named markers' stations ``(n, 3)`` (in their body frames) on the model scaled by
+    ``factors`` (see :func:`scale_state`); differentiable in ``factors``."""
+    smap = _scale_map(model)
+    F = _factor_rows(model, factors)
+    pos = {n: k for k, n in enumerate(smap.marker_names)}
+    idx = np.array([pos[n] for n in names], int)
+    return jnp.einsum("nij,nj->ni", smap.A_m[idx], F[smap.m_body[idx]])
+
+
+def _factor_rows(model: LoadedModel, factors: Any) -> Any:
+    nb = len(model.matter._mobods)
+    if isinstance(factors, Mapping):
+        rows = np.ones((nb, 3))
+        for n, f in factors.items():
+            rows[model.bodies[n].index] = np.asarray(f, float)
+        return jnp.asarray(rows)
+    F = jnp.asarray(factors)
+    if F.shape != (nb, 3):
+        raise ValueError(
+            f"scale_state: factors must be ({nb}, 3) (one row per body, ground first), got {F.shape}"
+        )
+    return F
+
+
+@dataclass
+class ScaleFit:
+    """What :func:`fit_scale_factors` returns.
+
+    ``group_factors``: the fitted factor of each group; ``factors``: per body (for
+    :func:`scale_osim`); ``marker_offsets``: the fitted change of each free marker's
+    station (m, in its body frame); ``state``: the static pose at the fit (on the scaled
+    geometry, see :func:`scale_state`); ``rms_error``: the weighted RMS marker error
+    there (m); ``history``: the RMS error per iteration; ``converged``: whether the
+    relative change of the parameters fell below ``tol``; ``status``: the static IK's
+    Assembler status at the fit (0 or 5: converged).
+    """
+
+    group_factors: dict[str, float]
+    factors: dict[str, np.ndarray]
+    marker_offsets: dict[str, np.ndarray]
+    state: Any
+    rms_error: float
+    history: list[float]
+    iterations: int
+    converged: bool
+    status: int = 0
+
+
+def fit_scale_factors(
+    model: LoadedModel,
+    static: MarkerTable | str | os.PathLike[str] | None,
+    groups: Mapping[str, Mapping[str, str] | list[str]] | ScaleSetup,
+    *,
+    weights: Mapping[str, float] | None = None,
+    coordinate_tasks: Mapping[str, CoordinateTask] | None = None,
+    free_markers: list[str] | tuple[str, ...] = (),
+    time_range: tuple[float, float] | None = None,
+    init: Mapping[str, float] | None = None,
+    max_iterations: int = 50,
+    tol: float = 1e-10,
+) -> ScaleFit:
+    """Scale factors (and marker stations) fitted to a static trial by gradient, beyond
+    OpenSim's marker-pair measurements: minimise the weighted marker error of the static
+    pose, where the pose itself is the inverse-kinematics solution for the current
+    geometry (a bilevel fit; derivatives through the IK by implicit differentiation).
+
+    Args:
+        model: The generic model (an ``.osim``).
+        static: The static trial (MarkerTable or .trc path); its frames in ``time_range``
+            are averaged (as OpenSim's MarkerPlacer does).
+        groups: One factor per group, given to its bodies along their axes:
+            ``{"thigh": {"femur_r": "XYZ", "femur_l": "XYZ"}, ...}`` (a list of bodies
+            means all axes); or a ScaleSetup, whose measurements are the groups (and its
+            MarkerPlacer's tasks and time range the defaults).
+        weights: Marker weights (default: the setup's placer tasks, else 1 for every model
+            marker the trial has).
+        coordinate_tasks: Coordinate tasks of the static IK (default: the setup's).
+        free_markers: Markers whose stations are fitted too (3 numbers each). Free only
+            markers whose body's pose the other markers determine: a marker that alone
+            fixes a joint angle (a wrist keypoint and pronation) trades off with it.
+        time_range: Frames averaged (default: the setup's placer time range, else all).
+        init: Starting factors by group (default 1).
+        max_iterations: Levenberg-Marquardt iterations.
+        tol: Stop when the parameters change by less than this (relative).
+
+    Returns:
+        A :class:`ScaleFit`. Build the final model with
+        ``sj.io.scale_osim(model, fit.factors, mass=...)``.
+    """
+    setup = groups if isinstance(groups, ScaleSetup) else None
+    if setup is not None:
+        group_map: dict[str, dict[str, str]] = {m.name: dict(m.body_scales) for m in setup.measurements}
+        weights = weights if weights is not None else (setup.placer.marker_weights or None)
+        if coordinate_tasks is None:
+            coordinate_tasks = setup.placer.coordinate_tasks
+        if time_range is None:
+            time_range = setup.placer.time_range if setup.placer.marker_file else setup.time_range
+        if static is None:
+            file = setup.placer.marker_file or setup.marker_file
+            if file is None:
+                raise ModelFileError(f"{setup.path}: names no static trial; pass it")
+            static = file
+    else:
+        assert not isinstance(groups, ScaleSetup)
+        group_map = {
+            g: (
+                {b: "XYZ" for b in v}
+                if not isinstance(v, Mapping)
+                else {b: str(a).upper() for b, a in v.items()}
+            )
+            for g, v in groups.items()
+        }
+    if static is None:
+        raise ValueError("fit_scale_factors: pass the static trial")
+    table = static if isinstance(static, MarkerTable) else read_trc(static)
+    table = table.in_units("m")
+    avg = _average_rows(table, time_range or (-math.inf, math.inf))
+    col = {n: k for k, n in enumerate(table.marker_names)}
+    nb = len(model.matter._mobods)
+    # the groups as a (n_groups, nb, 3) mask: F = 1 + sum_g (theta_g - 1) mask_g
+    mask = np.zeros((len(group_map), nb, 3))
+    for g, (gname, bodies) in enumerate(group_map.items()):
+        for b, axes in bodies.items():
+            if b not in model.bodies:
+                raise ValueError(
+                    f"fit_scale_factors: group {gname!r} names body {b!r}, which the model lacks"
+                )
+            for ax in axes:
+                mask[g, model.bodies[b].index, "XYZ".index(ax)] = 1.0
+    if np.any(mask.sum(axis=0) > 1):
+        raise ValueError("fit_scale_factors: a body axis is in two groups; give each to one group")
+    w = dict(weights) if weights else {n: 1.0 for n in model.markers}
+    w = {n: v for n, v in w.items() if n in model.markers and n in col and v > 0}
+    if not w:
+        raise ModelFileError(
+            "fit_scale_factors: no weighted marker is both in the model and the static trial"
+        )
+    free = list(free_markers)
+    for n in free:
+        if n not in w:
+            raise ValueError(f"fit_scale_factors: free marker {n!r} is not a weighted marker of the trial")
+    names = list(w)
+    _scale_map(model)  # built before tracing
+    ik = IKSetup(path="fit_scale_factors", marker_weights=w, coordinate_tasks=dict(coordinate_tasks or {}))
+    asm = ik.make_assembler(model)
+    asm.set_accuracy(1e-8)
+    asm.initialize(model.default_state)
+    params = asm.get_parameters()
+    mk = next(i for i, c in enumerate(asm._conditions) if hasattr(c, "get_marker_index"))
+    obs = jnp.asarray(np.stack([avg[col[n]] for n in names]))
+    seen = np.all(np.isfinite(np.asarray(obs)), axis=1)
+    sqw = jnp.asarray(np.sqrt(np.array([w[n] for n in names]) * seen))
+    params["conditions"][mk] = dict(params["conditions"][mk], observations=obs)
+    free_ix = np.array([names.index(n) for n in free], int)
+    markers_cond = asm._conditions[mk]
+    n_g = len(group_map)
+    system = model.system
+    maskj = jnp.asarray(mask)
+
+    def unpack(theta: Any) -> tuple[Any, Any]:
+        F = 1.0 + jnp.einsum("g,gbk->bk", theta[:n_g] - 1.0, maskj)
+        off = theta[n_g:].reshape(-1, 3)
+        return F, off
+
+    def residuals(theta: Any, q_start: Any, data: dict[str, Any]) -> tuple[Any, Any]:
+        F, off = unpack(theta)
+        st = scale_state(model, F, model.default_state.with_q(q_start))
+        stations = scale_stations(model, F, names)
+        if len(free_ix):
+            stations = stations.at[free_ix].add(off)
+        p = dict(data["params"])
+        p["conditions"] = list(p["conditions"])
+        p["conditions"][mk] = dict(p["conditions"][mk], stations=stations)
+        out, info = asm.solve(st, p)
+        rs = system.realize(out, Stage.POSITION)
+        target = jnp.where(data["seen"][:, None], data["obs"], 0.0)
+        r = ((markers_cond._locations(rs, p["conditions"][mk]) - target) * data["sqw"][:, None]).reshape(-1)
+        return r, (jax.lax.stop_gradient(out.q), info.status, out)
+
+    @jax.jit
+    def lin_data(theta: Any, q_start: Any, data: dict[str, Any]) -> Any:
+        J, (r, aux) = jax.jacfwd(lambda t: _pair(residuals(t, q_start, data)), has_aux=True)(theta)
+        return r, J, aux
+
+    data = {"params": params, "sqw": sqw, "seen": jnp.asarray(seen), "obs": obs}
+
+    def lin(theta: Any, q_start: Any) -> Any:
+        return lin_data(theta, q_start, data)
+
+    start = np.ones(n_g)
+    for gname, v in (init or {}).items():
+        if gname not in group_map:
+            raise ValueError(
+                f"fit_scale_factors: init names group {gname!r}; the groups are {list(group_map)}"
+            )
+        start[list(group_map).index(gname)] = float(v)
+    theta = jnp.concatenate([jnp.asarray(start), jnp.zeros(3 * len(free))])
+    q = model.default_state.q
+    wsum = float(np.sum(np.asarray(sqw) ** 2))
+    r, J, (q, status, out) = lin(theta, q)
+    lam, history, converged, it = 1e-3, [], False, 0
+    cost = float(r @ r)
+    history.append(math.sqrt(cost / wsum))
+    for it in range(1, max_iterations + 1):  # noqa: B007 - the count is reported
+        JtJ, g = J.T @ J, J.T @ r
+        step = -jnp.linalg.solve(JtJ + lam * (jnp.diag(jnp.diag(JtJ)) + 1e-12 * jnp.eye(len(theta))), g)
+        r_n, J_n, aux_n = lin(theta + step, q)
+        cost_n = float(r_n @ r_n)
+        if np.isfinite(cost_n) and cost_n <= cost:
+            theta, r, J, (q, status, out), cost = theta + step, r_n, J_n, aux_n, cost_n
+            lam = max(lam / 3, 1e-12)
+            history.append(math.sqrt(cost / wsum))
+            if float(jnp.max(jnp.abs(step))) <= tol * (1 + float(jnp.max(jnp.abs(theta)))):
+                converged = True
+                break
+        else:
+            lam *= 4
+            if lam > 1e12:
+                break
+    F, off = unpack(theta)
+    Fn = np.asarray(F)
+    return ScaleFit(
+        group_factors={g: float(theta[i]) for i, g in enumerate(group_map)},
+        factors={n: Fn[b.index].copy() for n, b in model.bodies.items()},
+        marker_offsets={n: np.asarray(off[i]) for i, n in enumerate(free)},
+        state=out,
+        rms_error=history[-1],
+        history=history,
+        iterations=it,
+        converged=converged,
+        status=int(status),
+    )
+
+
+def _pair(x: tuple[Any, Any]) -> tuple[Any, tuple[Any, Any]]:
+    r, aux = x
+    return r, (r, aux)

@@ -594,7 +594,13 @@ class FunctionBased(AbstractMobilizer):
     """Six functions of q: three rotations about ``axes[0:3]`` (applied in order, body
     fixed) and three translations along ``axes[3:6]`` (in F), as Simbody's
     ``MobilizedBody::FunctionBased``. ``qdot == u``; H and its derivative come from autodiff.
+
+    Instance parameters: three multipliers of the translation functions (default 1), the
+    factors OpenSim's scaling puts on a CustomJoint's translations; as State data they can
+    be fitted by gradient (``sj.io.fit_scale_factors``).
     """
+
+    n_params: ClassVar[int] = 3
 
     n: int = 1
     functions: tuple[Any, ...] = ()
@@ -630,8 +636,13 @@ class FunctionBased(AbstractMobilizer):
         R = jnp.eye(3, dtype=q.dtype)
         for k in range(3):
             R = R @ sp.rot_axis(self._f(k, q), self.axes[k])
-        p = sum(self._f(3 + k, q) * jnp.asarray(_unit(self.axes[3 + k]), q.dtype) for k in range(3))
+        p = sum(
+            params[k] * self._f(3 + k, q) * jnp.asarray(_unit(self.axes[3 + k]), q.dtype) for k in range(3)
+        )
         return R, jnp.asarray(p, dtype=q.dtype)
+
+    def default_params(self) -> np.ndarray:
+        return np.ones(3)
 
 
 def _unit(axis: Any) -> np.ndarray:
