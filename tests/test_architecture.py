@@ -13,6 +13,7 @@ Layers, lowest first (README "Architecture")::
     build/        MultibodySystem, subsystems, handles users construct
     studies/      simulate, Assembler, assembly conditions
     io/           model and motion files
+    viz/          figures
     simjax        the public names
 """
 
@@ -34,6 +35,7 @@ LAYERS = [
     {"simjax.build"},
     {"simjax.studies"},
     {"simjax.io"},
+    {"simjax.viz"},
     {"simjax"},
 ]
 

@@ -49,6 +49,7 @@ SJ = [
     "dynamics",
     "forward",
     "io",
+    "viz",
     "model",
     "simulate",
     "studies",
@@ -268,6 +269,9 @@ IO = [
 ]
 
 
+VIZ = ["plot_coordinates", "plot_marker_errors"]
+
+
 def _public(obj) -> list[str]:
     return sorted(n for n in dir(obj) if not n.startswith("_"))
 
@@ -281,6 +285,7 @@ def _public(obj) -> list[str]:
         ("simjax.MobilizedBody", sj.MobilizedBody, MOBILIZED_BODY),
         ("simjax.Function", sj.Function, FUNCTION),
         ("simjax.io", sj.io, IO),
+        ("simjax.viz", sj.viz, VIZ),
     ],
 )
 def test_public_names_are_pinned(what, obj, expected):
