@@ -137,3 +137,22 @@ def test_track_gradients_match_finite_differences():
     dfr[1, 0, 0] = 1.0
     fd = (loss(frames + h * dfr) - loss(frames - h * dfr)) / (2 * h)
     assert float(g[1, 0, 0]) == pytest.approx(float(fd), rel=1e-5, abs=1e-9)
+
+
+def test_track_progress_bar_reports_frames_and_is_off_when_not_a_terminal(capsys, monkeypatch):
+    """``track(..., progress=True)`` draws a tqdm bar on stderr that reaches every frame
+    and says how many converged; by default (stderr not a terminal, as under pytest) and
+    under tracing there is none."""
+    system, asm, mk = make(np.array([0.3, 0.2, 0.0]))
+    state = system.realize_topology().with_q([0.6, 0.0])
+    t = np.linspace(0, 1, 9)
+    frames = np.stack([0.5 * np.cos(t), 0.5 * np.sin(t), 0 * t], axis=1)[:, None, :]
+    _, infos = asm.track(state, frames, progress=True)
+    err = capsys.readouterr().err
+    T = frames.shape[0]
+    assert f"{T}/{T}" in err and "converged" in err and "IK track" in err
+    asm.track(state, frames)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("SIMJAX_PROGRESS", "1")
+    jax.jit(lambda s: asm.track(s, frames)[1].goal)(state)  # traced: never a bar
+    assert capsys.readouterr().err == ""

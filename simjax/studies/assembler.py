@@ -49,6 +49,9 @@ come from the implicit function theorem applied to the KKT conditions at the sol
 from __future__ import annotations
 
 import math
+import os
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -58,6 +61,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from .._results import RESULTS
 from .._stage import Stage
@@ -663,15 +667,17 @@ class Assembler:
         return params, out
 
     # ------------------------------------------------------------------ solving
-    def _get_fn(self, kind: str, segments: int = 1, length: int = 1):
+    def _get_fn(self, kind: str, segments: int = 1, length: int = 1, progress: bool = False):
         plan = self._require_plan()
-        key = (kind, segments, length)
+        key = (kind, segments, length, progress)
         if key not in self._fns:
             solve = _make_solver(plan, self._matter)
             if kind == "single":
                 self._fns[key] = jax.jit(solve)
             else:
-                self._fns[key] = jax.jit(partial(_track, solve=solve, S=segments, Ls=length))
+                self._fns[key] = jax.jit(
+                    partial(_track, solve=solve, S=segments, Ls=length, progress=progress)
+                )
         return self._fns[key]
 
     def solve(self, state: State, params: dict[str, Any] | None = None) -> tuple[State, AssemblyInfo]:
@@ -707,7 +713,12 @@ class Assembler:
         return (out, info) if given else info
 
     def track(
-        self, state: State | float | None = None, frames: Any = None, params: dict[str, Any] | None = None
+        self,
+        state: State | float | None = None,
+        frames: Any = None,
+        params: dict[str, Any] | None = None,
+        *,
+        progress: bool | None = None,
     ):
         """Inverse kinematics.
 
@@ -719,6 +730,9 @@ class Assembler:
           solution, and segments are re-solved from their neighbour where that is better,
           so consecutive frames stay in the same basin. Returns ``(states, infos)``
           batched along T; failed frames are reported in ``infos.status``, not raised.
+          ``progress``: a ``tqdm`` bar on stderr (compiling, frames solved, seams);
+          default on when stderr is a terminal and the call is not being traced
+          (``SIMJAX_PROGRESS=0``/``1`` overrides the default).
         * ``track(frame_time=-1)``: Simbody's sequential use; solve the current
           observations warm-started from the internal State, set its time if >= 0, and
           return the info (raises ``AssemblyFailed`` on failure).
@@ -737,9 +751,17 @@ class Assembler:
             S = min(S, T)
             Ls = -(-T // S)
             S = -(-T // Ls)
-            states, infos = self._get_fn("batched", S, Ls)(self._canonical(state), p, per, self._settings())
-            if not isinstance(infos.status, jax.core.Tracer):
-                self._count(infos)
+            show = _want_progress(progress, state, p, per)
+            fn = self._get_fn("batched", S, Ls, show)
+            if not show:
+                states, infos = fn(self._canonical(state), p, per, self._settings())
+                if not isinstance(infos.status, jax.core.Tracer):
+                    self._count(infos)
+                return states, infos
+            with _ProgressBar(T, "IK track") as bar:
+                states, infos = fn(self._canonical(state), p, per, self._settings())
+                self._count(infos)  # waits for the result
+                bar.finish(int(np.sum(np.isin(np.asarray(infos.status), list(CONVERGED)))))
             return states, infos
         if frames is not None:
             raise TypeError("Assembler.track(state, frames): the first argument must be a State")
@@ -1339,7 +1361,7 @@ def _solve_output_zeros(solve: Any, state: State) -> tuple[State, AssemblyInfo]:
     return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), st), info
 
 
-def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settings):
+def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settings, progress: bool = False):
     """Every frame of a trial: ``S`` segments of ``Ls`` frames side by side (one vmapped
     solve per round, traced once).
 
@@ -1378,6 +1400,8 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
     # lane k-1's last solution); 2 repair pass (lanes that improved, frames 1..Ls-1).
     def body(c):
         phase, j, q, buf, need = c["phase"], c["j"], c["q"], c["buf"], c["need"]
+        if progress:
+            jax.debug.callback(partial(_progress_report, S=S, T=T), phase, j)
         idx = jnp.arange(S)
         last_q = buf[0].q[:, Ls - 1]
         prev_last = jnp.concatenate([last_q[:1], last_q[:-1]])
@@ -1428,15 +1452,34 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
 
 
 @eqx.filter_custom_jvp
-def _track(state: State, params, frames, settings, *, solve, S: int, Ls: int):
+def _track(state: State, params, frames, settings, *, solve, S: int, Ls: int, progress: bool = False):
     """``_track_segments``; its derivative is that of every frame's solve started at its
     solution (implicit differentiation frame by frame; the rounds of warm starts and
     seam repairs are not differentiated, and a while loop cannot be reverse-differentiated)."""
-    return _track_segments(solve, S, Ls, state, params, frames, settings)
+    return _track_segments(solve, S, Ls, state, params, frames, settings, progress)
+
+
+# The progress bar of the track call running now (host side; see Assembler.track).
+_PROGRESS: list[Any] = []
+
+
+def _progress_report(phase: Any, j: Any, *, S: int, T: int) -> None:
+    """Host callback from the track loop: frames done in the main pass, then the seams."""
+    if not _PROGRESS:
+        return
+    bar = _PROGRESS[-1]
+    ph, jj = int(np.max(phase)), int(np.max(j))
+    if ph == 0:
+        done = min(T, (jj + 1) * S)
+        bar.set_postfix_str("solving", refresh=False)
+        bar.update(max(0, done - bar.n))
+    elif ph in (1, 2):
+        bar.set_postfix_str("re-solving seams", refresh=False)
+        bar.refresh()
 
 
 @_track.def_jvp
-def _track_jvp(primals, tangents, *, solve, S: int, Ls: int):
+def _track_jvp(primals, tangents, *, solve, S: int, Ls: int, progress: bool = False):
     state, params, frames, settings = primals
     out = _track_segments(solve, S, Ls, state, params, frames, settings)
     q_star = jax.lax.stop_gradient(out[0].q)
@@ -1495,3 +1538,47 @@ def _implicit_jvp(primals, tangents, *, plan, delta):
     scale = jnp.maximum(jnp.max(jnp.abs(jnp.diag(Hm))), 1.0)
     dx, _ = _kkt_solve(Hm + delta * scale * jnp.eye(n, dtype=x.dtype), Am, -dF[:n], -dF[n:], delta)
     return x, dx * mask
+
+
+def _want_progress(progress: bool | None, *trees: Any) -> bool:
+    """Whether ``track`` shows a progress bar: as asked, else when stderr is a terminal,
+    the inputs are concrete (not being traced) and ``SIMJAX_PROGRESS`` does not say no."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(trees))
+    if traced:
+        return False
+    if progress is not None:
+        return bool(progress)
+    env = os.environ.get("SIMJAX_PROGRESS", "")
+    if env in ("0", "1"):
+        return env == "1"
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+class _ProgressBar:
+    """A tqdm bar over the frames of one ``track`` call; its clock ticks while XLA
+    compiles (a helper thread refreshes it) and the loop reports frames as they finish."""
+
+    def __init__(self, total: int, desc: str):
+        self.bar = tqdm(total=total, desc=desc, unit="frame", leave=True, file=sys.stderr)
+        self.bar.set_postfix_str("compiling / starting", refresh=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self.bar.refresh()
+
+    def __enter__(self) -> _ProgressBar:
+        _PROGRESS.append(self.bar)
+        self._thread.start()
+        return self
+
+    def finish(self, converged: int) -> None:
+        self.bar.update(self.bar.total - self.bar.n)
+        self.bar.set_postfix_str(f"{converged}/{self.bar.total} converged", refresh=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        _PROGRESS.remove(self.bar)
+        self.bar.close()
