@@ -39,14 +39,16 @@ def opensim_ik_file(
     accuracy: float = 1e-5,
     start: Mapping[str, float] | None = None,
     coordinate_tasks: Mapping[str, object] | None = None,
+    coordinate_file: str | None = None,
 ) -> dict:
     """OpenSim IK of ``frames`` ``(T, n, 3)`` (m) of the markers ``names`` on the model file.
 
     ``start``: coordinate values by name for the first frame (default: the model's
     defaults, as the IK tool). ``coordinate_tasks``: ``{name: task}`` with ``task.weight``
-    and ``task.value_type`` ``"default_value"``/``"manual_value"`` (``task.value``), as
-    ``sj.io.read_ik_setup`` reads them. Returns ``dict(coords={name: (T,)}, time_solve=s,
-    time_setup=s)``.
+    and ``task.value_type`` ``"default_value"``/``"manual_value"`` (``task.value``) or
+    ``"from_file"`` (``coordinate_file``, splined as OpenSim's IK tool does: a quintic GCV
+    spline set, degrees converted), as ``sj.io.read_ik_setup`` reads them. Returns
+    ``dict(coords={name: (T,)}, time_solve=s, time_setup=s)``.
     """
     import opensim as osim
 
@@ -62,7 +64,19 @@ def opensim_ik_file(
     mref = osim.MarkersReference(marker_table(names, frames, times), wset)
     cref = osim.SimTKArrayCoordinateReference()
     cs0 = model.getCoordinateSet()
+    splines = None
+    if coordinate_file is not None:
+        sto = osim.Storage(str(coordinate_file))
+        if sto.isInDegrees():
+            model.getSimbodyEngine().convertDegreesToRadians(sto)
+        splines = osim.GCVSplineSet(5, sto)
     for n, task in (coordinate_tasks or {}).items():
+        if task.value_type == "from_file":
+            assert splines is not None, "from_file coordinate tasks need coordinate_file"
+            ref = osim.CoordinateReference(n, splines.get(n))
+            ref.setWeight(float(task.weight))
+            cref.push_back(ref)
+            continue
         v = cs0.get(n).getDefaultValue() if task.value_type == "default_value" else task.value
         ref = osim.CoordinateReference(n, osim.Constant(float(v)))
         ref.setWeight(float(task.weight))
@@ -90,27 +104,34 @@ def opensim_ik_file(
 
 
 def goals_under_simjax(
-    asm, model, coords: Mapping[str, Sequence[float]], obs: np.ndarray, marker_condition: int = 1
+    asm,
+    model,
+    coords: Mapping[str, Sequence[float]],
+    obs: np.ndarray,
+    marker_condition: int = 1,
+    per_frame: Mapping[int, np.ndarray] | None = None,
 ):
     """OpenSim's answer scored by simjax's objective: for every frame, the goal
     (1/2 sum w |e|^2 + coordinate tasks) of ``asm`` at OpenSim's coordinate values
     ``coords[name][k]``, with frame ``k``'s observations ``obs[k]`` set on the marker
-    condition (index ``marker_condition`` in ``asm.get_parameters()["conditions"]``).
-    Returns the goals ``(T,)`` and the largest error-condition residual of each frame
-    (OpenSim's answer must satisfy the couplers)."""
+    condition (index ``marker_condition`` in ``asm.get_parameters()["conditions"]``) and
+    any other per-frame data ``per_frame`` (``{condition index: (T, ...)}``, as
+    ``IKSetup.make_frames`` gives). Returns the goals ``(T,)`` and the largest
+    error-condition residual of each frame (OpenSim's answer must satisfy the couplers)."""
     import jax.numpy as jnp
 
     from simjax.studies import assembler as A
 
     asm.initialize()
     plan = asm._plan
+    data = {marker_condition: np.asarray(obs)} | {int(i): np.asarray(v) for i, v in (per_frame or {}).items()}
     goals, errs = [], []
     for k in range(len(obs)):
         s = model.set_coordinate_values(model.default_state, {n: coords[n][k] for n in model.coordinates})
         p = asm.get_parameters()
-        p["conditions"][marker_condition] = dict(
-            p["conditions"][marker_condition], observations=jnp.asarray(obs[k])
-        )
+        for i, arr in data.items():
+            key = asm.get_assembly_condition(i)._frame_key
+            p["conditions"][i] = dict(p["conditions"][i], **{key: jnp.asarray(arr[k])})
         sc = asm._canonical(s)
         r, e, g, _ = A._evaluate(plan, sc.q[plan.free], sc, p)
         goals.append(float(0.5 * r @ r + g))

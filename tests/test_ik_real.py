@@ -81,6 +81,55 @@ def test_read_ik_setup(trial, tmp_path):
         sj.io.read_ik_setup(bad).make_assembler(trial["model"])
 
 
+def test_coordinate_tasks_from_a_file_match_opensim(trial, tmp_path):
+    """The setup's coordinate task made ``from_file``: a lumbar flexion that sweeps
+    +-3 degrees over the trial, written as a .mot (degrees) at the trial's times. simjax
+    tracks it per frame (``setup.make_frames``); OpenSim's IK (quintic GCV spline of the
+    same file) finds no lower objective in any frame."""
+    import dataclasses
+
+    setup, model, trc = trial["setup"], trial["model"], trial["trc"]
+    T = 40
+    t = np.asarray(trc.time)
+    wave = 3.0 * np.sin(2 * np.pi * (t - t[0]) / (t[-1] - t[0]))
+    mot = tmp_path / "lumbar.mot"
+    sj.io.write_mot(mot, sj.io.CoordinateTable(t, ["L5_S1_Flex_Ext"], wave[:, None], in_degrees=True))
+    task = dataclasses.replace(setup.coordinate_tasks["L5_S1_Flex_Ext"], value_type="from_file", weight=10.0)
+    fs = dataclasses.replace(setup, coordinate_file=str(mot), coordinate_tasks={task.name: task})
+    asm = fs.make_assembler(model)
+    names = list(fs.marker_weights)
+    obs = trc.observations(names)[:T]
+    frames = fs.make_frames(model, asm, obs, t[:T])
+    (qv,) = [i for i in frames if i != 1]
+    np.testing.assert_allclose(np.asarray(frames[qv]), np.deg2rad(wave[:T]), rtol=1e-12)
+    states, infos = asm.track(model.default_state, frames)
+    assert np.all(np.isin(np.asarray(infos.status), A.CONVERGED))
+    lumbar = np.asarray(model.coordinates["L5_S1_Flex_Ext"].get_value(states))
+    assert np.corrcoef(lumbar, np.deg2rad(wave[:T]))[0, 1] > 0.9  # it follows the file
+    ref = ook.opensim_ik_file(
+        trial["model_path"],
+        names,
+        obs,
+        times=t[:T],
+        weights=fs.marker_weights,
+        accuracy=fs.accuracy,
+        coordinate_tasks=fs.coordinate_tasks,
+        coordinate_file=str(mot),
+    )
+    g_os, _ = ook.goals_under_simjax(asm, model, ref["coords"], obs, per_frame={qv: frames[qv]})
+    ratio = np.asarray(infos.goal) / g_os
+    assert np.all(ratio <= 1 + 1e-3), np.round(ratio, 4)
+    # errors name the fix
+    with pytest.raises(ModelFileError, match="names no <coordinate_file>"):
+        dataclasses.replace(fs, coordinate_file=None).make_assembler(model)
+    short = tmp_path / "short.mot"
+    sj.io.write_mot(short, sj.io.CoordinateTable(t[:5], ["L5_S1_Flex_Ext"], wave[:5, None], in_degrees=True))
+    with pytest.raises(ModelFileError, match="covers t ="):
+        dataclasses.replace(fs, coordinate_file=str(short)).make_frames(model, asm, obs, t[:T])
+    with pytest.raises(ValueError, match="different numbers of frames"):
+        asm.track(model.default_state, {1: obs, qv: frames[qv][:5]})
+
+
 def setup_path_text(trial) -> str:
     return open(trial["setup_path"]).read()
 

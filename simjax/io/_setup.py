@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..studies.conditions import Markers, QValue
-from ._loaded import LoadedModel, ModelFileError
-from ._motion import CoordinateTable
+from ._loaded import LoadedModel, ModelFileError, _coordinate_label
+from ._motion import CoordinateTable, read_mot
 
 
 @dataclass
@@ -85,16 +85,59 @@ class IKSetup:
                 target = c.default_value
             elif task.value_type == "manual_value":
                 target = task.value
-            else:
-                raise ModelFileError(
-                    f"{self.path}: coordinate task {task.name!r} takes its value from a file "
-                    f"({self.coordinate_file}); simjax's Assembler holds coordinate tasks at one "
-                    "value per solve. Use value_type default_value or manual_value, or build the "
-                    "goal yourself with sj.QValue and change its value per frame"
-                )
+            else:  # from_file: a target per frame, given to track by make_frames
+                if self.coordinate_file is None:
+                    raise ModelFileError(
+                        f"{self.path}: coordinate task {task.name!r} takes its value from a file, "
+                        "but the setup names no <coordinate_file>; set one or use default_value/manual_value"
+                    )
+                target = c.default_value
             which = c.q_index(euler) - int(topo.q_start[c.body.index])
-            asm.adopt_assembly_goal(QValue(c.body, which, float(target)), task.weight)
+            asm.adopt_assembly_goal(
+                QValue(c.body, which, float(target), name=_task_name(task.name)), task.weight
+            )
         return asm
+
+    def make_frames(self, model: LoadedModel, asm: Any, observations: Any, time: Any) -> dict[int, Any]:
+        """What ``asm.track(state, frames)`` takes for this setup: the marker observations
+        ``(T, n, 3)`` and, for every coordinate task ``from_file``, its target at each of
+        the ``T`` frame ``time``s, read from the setup's coordinate file (radians for
+        rotational coordinates; linear interpolation between the file's rows, where OpenSim
+        fits a quintic GCV spline: equal at the rows when the file is sampled at the trial's
+        times, within the spline's smoothing otherwise)."""
+        t = np.asarray(time, float)
+        out: dict[int, Any] = {}
+        for i in range(asm.get_num_assembly_conditions()):
+            if isinstance(asm.get_assembly_condition(i), Markers):
+                out[i] = observations
+        from_file = [k for k in self.coordinate_tasks.values() if k.value_type == "from_file"]
+        if not from_file:
+            return out
+        table = read_mot(str(self.coordinate_file))
+        for task in from_file:
+            c = model.coordinates[task.name]
+            label = next((lb for lb in table.labels if _coordinate_label(lb) == task.name), None)
+            if label is None:
+                raise ModelFileError(
+                    f"{self.coordinate_file}: no column for coordinate task {task.name!r} "
+                    f"(its columns start {table.labels[:6]})"
+                )
+            v = table.column(label)
+            if table.in_degrees and c.motion_type == "rotational":
+                v = np.deg2rad(v)
+            tt = np.asarray(table.time)
+            if t.min() < tt[0] - 1e-9 or t.max() > tt[-1] + 1e-9:
+                raise ModelFileError(
+                    f"{self.coordinate_file}: covers t = {tt[0]:g}..{tt[-1]:g} s, the frames "
+                    f"{t.min():g}..{t.max():g} s; give a file that covers the trial"
+                )
+            idx = next(
+                i
+                for i in range(asm.get_num_assembly_conditions())
+                if asm.get_assembly_condition(i).name == _task_name(task.name)
+            )
+            out[idx] = jnp.asarray(np.interp(t, tt, v))
+        return out
 
     def frames_in_range(self, times: np.ndarray) -> np.ndarray:
         """Indices of the frames whose times lie in ``time_range`` (as OpenSim selects)."""
@@ -102,6 +145,10 @@ class IKSetup:
         lo, hi = self.time_range
         eps = 1e-9 * max(1.0, abs(hi) if math.isfinite(hi) else 1.0)
         return np.flatnonzero((t >= lo - eps) & (t <= hi + eps))
+
+
+def _task_name(name: str) -> str:
+    return f"coordinate task {name}"
 
 
 def _text(node: ET.Element, tag: str) -> str | None:

@@ -645,7 +645,9 @@ class Assembler:
 
     def _params_with_frames(
         self, params: dict[str, Any], frames: Any
-    ) -> tuple[dict[str, Any], dict[int, Any]]:
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Per-frame data by ``"<condition index>:<data key>"`` (observations of Markers
+        and OrientationSensors, target values of QValue)."""
         if isinstance(frames, dict):
             per = {self._cond_index(k): v for k, v in frames.items()}
         else:
@@ -659,11 +661,20 @@ class Assembler:
                 )
             per = {observed[0]: frames}
         out = {}
+        lengths = set()
         for i, fr in per.items():
             c = self._conditions[i]
-            if not isinstance(c, _Observed):
-                raise ValueError(f"Assembler.track: condition {c.name!r} takes no observation frames")
-            out[i] = c._check_obs(fr, batched=True)
+            if c._frame_key is None:
+                raise ValueError(
+                    f"Assembler.track: condition {c.name!r} takes no per-frame data (Markers, "
+                    "OrientationSensors and QValue do)"
+                )
+            out[f"{i}:{c._frame_key}"] = c._check_frames(fr)
+            lengths.add(int(np.shape(fr)[0]))
+        if len(lengths) > 1:
+            raise ValueError(
+                f"Assembler.track: the per-frame data have different numbers of frames {sorted(lengths)}"
+            )
         return params, out
 
     # ------------------------------------------------------------------ solving
@@ -1331,13 +1342,15 @@ def _goal_at_jvp(primals, tangents, *, plan):
     return goal, dg
 
 
-def _with_observations(params: dict[str, Any], frame: dict[int, Any]) -> dict[str, Any]:
+def _with_observations(params: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with one frame's data (keys ``"<condition index>:<data key>"``)."""
     p = dict(params)
     conds = list(p["conditions"])
-    for i, v in frame.items():
-        d = dict(conds[i])
-        d["observations"] = v
-        conds[i] = d
+    for k, v in frame.items():
+        i, key = k.split(":", 1)
+        d = dict(conds[int(i)])
+        d[key] = v
+        conds[int(i)] = d
     p["conditions"] = conds
     return p
 

@@ -42,6 +42,13 @@ class AssemblyCondition:
     :meth:`AssemblyCondition.Custom` for a condition written as a plain JAX function.
     """
 
+    # The get_data() entry Assembler.track varies per frame (None: none).
+    _frame_key: str | None = None
+
+    def _check_frames(self, frames: Any) -> Any:
+        """Per-frame data for ``Assembler.track``, shape-checked (batched along T)."""
+        raise ValueError(f"{type(self).__name__} {self.name!r} takes no per-frame data")
+
     def __init__(self, name: str):
         self.name = name
         self._assembler: Any = None
@@ -209,6 +216,7 @@ class _Observed(AssemblyCondition):
 
     _item = "marker"
     _obs_shape: tuple[int, ...] = (3,)
+    _frame_key = "observations"
 
     def __init__(self, name: str):
         super().__init__(name)
@@ -317,6 +325,9 @@ class _Observed(AssemblyCondition):
                 f"{', '.join(map(str, want))}) ({n} observations in observation order), got {shape}"
             )
         return obs
+
+    def _check_frames(self, frames: Any) -> Any:
+        return self._check_obs(frames, batched=True)
 
     def move_one_observation(self, ox: int, value: Any) -> None:
         """Set observation ``ox`` (NaN entries mark it missing)."""
@@ -586,7 +597,11 @@ class OrientationSensors(_Observed):
 class QValue(AssemblyCondition):
     """Bring one generalized coordinate to a value (Simbody ``QValue``): error
     ``q - value``, goal ``(q - value)^2``. The coordinate is numbered as in the
-    Assembler's internal (Euler-angle) State."""
+    Assembler's internal (Euler-angle) State. ``Assembler.track(state, {markers: obs,
+    qvalue: values})`` gives it a target per frame (``values`` of shape ``(T,)``, as
+    OpenSim's coordinate tasks from a file)."""
+
+    _frame_key = "value"
 
     def __init__(self, mobod: Any, qx: int, value: float, name: str = "QValue"):
         super().__init__(name)
@@ -617,6 +632,12 @@ class QValue(AssemblyCondition):
     def get_data(self) -> dict[str, Any]:
         """Traced numbers of this condition: the target value."""
         return {"value": jnp.asarray(self._value)}
+
+    def _check_frames(self, frames: Any) -> Any:
+        shape = tuple(np.shape(frames))
+        if len(shape) != 1:
+            raise ValueError(f"QValue {self.name!r}: per-frame targets must have shape (T,), got {shape}")
+        return frames
 
     def _errors(self, state: State, data: dict[str, Any]) -> jax.Array:
         return (state.q[self._q_index] - data["value"])[None]
