@@ -19,6 +19,11 @@ class Function:
     """Base of the function family: ``f(x)`` with ``x`` a 1-D array of arguments."""
 
     arg_size: int = 1
+    # Built-in kinds evaluate with any array in place of their float attributes, so their
+    # numbers can be data (``_split``/``_bind``): mobilizers whose functions differ only in
+    # numbers (knots, coefficients) then share one traced kind. A user subclass may do
+    # Python control flow on its attributes, so it stays one kind per instance.
+    _numbers_as_data: bool = False
 
     def __call__(self, x: Any) -> jax.Array:
         return self.calc_value(x)
@@ -41,6 +46,43 @@ class Function:
     def calc_value(self, x: Any) -> jax.Array:
         """Value at ``x``."""
         raise TypeError(f"{type(self).__name__} does not define calc_value")
+
+    def _split(self) -> tuple[Any, list[np.ndarray]]:
+        """``(structure, numbers)``: the structure (kind, array shapes, other attributes) is
+        hashable and static; the numbers (float arrays and floats, nested functions' too)
+        are the data ``_bind`` puts back."""
+        if not type(self)._numbers_as_data:
+            return ("value", self), []  # the whole function is the structure (eq by definition)
+        meta: list[Any] = []
+        data: list[np.ndarray] = []
+        for k, v in sorted(vars(self).items()):
+            if isinstance(v, Function):
+                m, d = v._split()
+                meta.append((k, "fn", m))
+                data += d
+            elif isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                meta.append((k, "array", v.shape))
+                data.append(v)
+            elif isinstance(v, float):
+                meta.append((k, "float", ()))
+                data.append(np.asarray(v, float))
+            else:
+                meta.append((k, "static", _frozen(v)))
+        return (type(self), tuple(meta)), data
+
+    def _bind(self, arrays: Any) -> Function:
+        """A copy whose numbers are taken, in ``_split``'s order, from the iterator
+        ``arrays`` (e.g. traced slices of a parameter vector)."""
+        if not type(self)._numbers_as_data:
+            return self
+        new = object.__new__(type(self))
+        new.__dict__.update(vars(self))
+        for k, v in sorted(vars(self).items()):
+            if isinstance(v, Function):
+                new.__dict__[k] = v._bind(arrays)
+            elif (isinstance(v, np.ndarray) and v.dtype.kind == "f") or isinstance(v, float):
+                new.__dict__[k] = next(arrays)
+        return new
 
     def get_argument_size(self) -> int:
         """Number of arguments."""
@@ -127,6 +169,8 @@ def _frozen(v: Any) -> Any:
 class Constant(Function):
     """``f(x) = value``."""
 
+    _numbers_as_data = True
+
     def __init__(self, value: float, arg_size: int = 1):
         self.value = float(value)
         self.arg_size = int(arg_size)
@@ -138,6 +182,8 @@ class Constant(Function):
 
 class Linear(Function):
     """``f(x) = a_0 x_0 + ... + a_{n-1} x_{n-1} + a_n``."""
+
+    _numbers_as_data = True
 
     def __init__(self, coefficients: ArrayLike):
         self.coefficients = np.asarray(coefficients, dtype=float)
@@ -156,6 +202,8 @@ class Linear(Function):
 class Polynomial(Function):
     """``f(x) = a_0 x^n + ... + a_n`` of one argument."""
 
+    _numbers_as_data = True
+
     def __init__(self, coefficients: ArrayLike):
         self.coefficients = np.asarray(coefficients, dtype=float)
 
@@ -167,6 +215,8 @@ class Polynomial(Function):
 class Sinusoid(Function):
     """``f(x) = A sin(w x + phi)`` of one argument."""
 
+    _numbers_as_data = True
+
     def __init__(self, amplitude: float, frequency: float, phase: float = 0.0):
         self.amplitude, self.frequency, self.phase = float(amplitude), float(frequency), float(phase)
 
@@ -177,6 +227,8 @@ class Sinusoid(Function):
 
 class Step(Function):
     """Smooth step ``y0 -> y1`` between ``x0`` and ``x1`` (quintic, C2)."""
+
+    _numbers_as_data = True
 
     def __init__(self, y0: float, y1: float, x0: float, x1: float):
         if x1 == x0:
@@ -194,6 +246,8 @@ class Spline(Function):
     """Natural cubic spline through ``(x, y)`` (``x`` strictly increasing), one argument.
 
     Outside the knots it extrapolates linearly (the natural end condition)."""
+
+    _numbers_as_data = True
 
     def __init__(self, x: ArrayLike, y: ArrayLike):
         xs = np.asarray(x, dtype=float)

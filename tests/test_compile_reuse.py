@@ -24,6 +24,7 @@ from data_fetch import fetch  # skips the test when the model cannot be fetched 
 
 import simjax as sj
 import simjax.forward.realize as realize_module
+from simjax._spatial import rot_axis
 from simjax.model.mobilizers import FunctionBased
 
 jax.config.update("jax_enable_x64", True)
@@ -178,9 +179,30 @@ def test_functions_compare_by_definition():
     assert hash(F.Spline([0, 1, 2], [0, 1, 0])) == hash(F.Spline([0, 1, 2], [0, 1, 0]))
     assert F.Linear([1.0, 2.0]) != F.Linear([1.0, 3.0])
     assert F.Constant(1.0) != F.Linear([1.0])
-    # so FunctionBased mobilizers (OpenSim's CustomJoint) compare by their definitions
-    fb = lambda c: FunctionBased(n=1, functions=(F.Linear([c, 0.0]),) + (F.Constant(0.0),) * 5)
-    assert fb(1.0) == fb(1.0) and hash(fb(1.0)) == hash(fb(1.0)) and fb(1.0) != fb(2.0)
+    # FunctionBased mobilizers (OpenSim's CustomJoint) compare by their functions' kinds and
+    # sizes: the numbers are Instance data, so joints differing only in them are one kind
+    spl = lambda n: F.Spline(np.arange(n), np.arange(n) ** 2)
+    fb = lambda c, n=3: FunctionBased(
+        n=1,
+        functions=(
+            F.Linear([c, 0.0]),
+            F.Constant(0.0),
+            F.Constant(0.0),
+            spl(n),
+            F.Constant(0.0),
+            F.Constant(0.0),
+        ),
+        coordinate_indices=((0,), (), (), (0,), (), ()),
+    )
+    assert fb(1.0) == fb(2.0) and hash(fb(1.0)) == hash(fb(2.0))
+    assert fb(1.0) != fb(1.0, n=4)  # another spline size: another kind
+    assert not np.array_equal(fb(1.0).default_params(), fb(2.0).default_params())
+    # ... and evaluate with their own numbers
+    q = jnp.array([0.7])
+    for c in (1.0, 2.0):
+        R, p = fb(c).X_FM(q, jnp.asarray(fb(c).default_params()))
+        np.testing.assert_allclose(np.asarray(R), np.asarray(rot_axis(c * 0.7, [1.0, 0.0, 0.0])), atol=1e-15)
+        np.testing.assert_allclose(np.asarray(p), [float(spl(3)(q)), 0, 0], atol=1e-15)
 
 
 def test_one_osim_file_loaded_twice_shares_the_compiled_realize(traces):

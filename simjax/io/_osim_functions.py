@@ -42,6 +42,8 @@ class _PiecewiseCubic(Function):
     """``y_i + b_i dx + c_i dx^2 + d_i dx^3`` on ``[x_i, x_{i+1})``; linear outside with the
     end slopes ``b_0`` and ``b_{n-1}`` (OpenSim's rule for its splines)."""
 
+    _numbers_as_data = True
+
     x: np.ndarray
     y: np.ndarray
     b: np.ndarray
@@ -136,6 +138,8 @@ class PiecewiseConstantFunction(Function):
     """OpenSim ``PiecewiseConstantFunction``: the value of the nearest knot at or below
     ``x`` (the first value below the first knot); derivatives are zero."""
 
+    _numbers_as_data = True
+
     def __init__(self, x: Sequence[float], y: Sequence[float]):
         self.x, self.y = _knots("PiecewiseConstantFunction", x, y, min_n=1)
 
@@ -148,6 +152,8 @@ class PiecewiseConstantFunction(Function):
 class MultiplierFunction(Function):
     """OpenSim ``MultiplierFunction``: ``scale * f(x)``."""
 
+    _numbers_as_data = True
+
     def __init__(self, function: Function, scale: float):
         self.function, self.scale = function, float(scale)
         self.arg_size = function.get_argument_size()
@@ -158,6 +164,8 @@ class MultiplierFunction(Function):
 
 class Sine(Function):
     """OpenSim ``Sine``: ``amplitude sin(omega x + phase) + offset``."""
+
+    _numbers_as_data = True
 
     def __init__(self, amplitude: float, omega: float, phase: float = 0.0, offset: float = 0.0):
         self.amplitude, self.omega, self.phase, self.offset = map(float, (amplitude, omega, phase, offset))
@@ -170,6 +178,8 @@ class Sine(Function):
 class CoupledFunction(Function):
     """``scale * f(independent) - dependent``: OpenSim's coupler equation, argument order
     ``[independent..., dependent]``."""
+
+    _numbers_as_data = True
 
     def __init__(self, function: Function, scale: float, n_independent: int):
         self.function, self.scale, self.arg_size = function, float(scale), n_independent + 1

@@ -589,21 +589,22 @@ class Weld(AbstractMobilizer):
 # ----------------------------------------------------------------------------- user kinds
 
 
-@dataclass(frozen=True)  # eq and hash by value: bodies group only with identical definitions
+@dataclass(frozen=True)  # eq and hash by structure: bodies whose functions differ only in numbers group
 class FunctionBased(AbstractMobilizer):
     """Six functions of q: three rotations about ``axes[0:3]`` (applied in order, body
     fixed) and three translations along ``axes[3:6]`` (in F), as Simbody's
     ``MobilizedBody::FunctionBased``. ``qdot == u``; H and its derivative come from autodiff.
 
     Instance parameters: three multipliers of the translation functions (default 1), the
-    factors OpenSim's scaling puts on a CustomJoint's translations; as State data they can
-    be fitted by gradient (``sj.io.fit_scale_factors``).
+    factors OpenSim's scaling puts on a CustomJoint's translations (fitted by gradient in
+    ``sj.io.fit_scale_factors``), then the numbers of the six functions (knots and
+    coefficients of the built-in ``sj.Function`` kinds). Mobilizers whose functions have
+    the same kinds and sizes (e.g. the left and right knees of a model) compare equal and
+    are evaluated as one kind, each with its own numbers.
     """
 
-    n_params: ClassVar[int] = 3
-
     n: int = 1
-    functions: tuple[Any, ...] = ()
+    functions: tuple[Any, ...] = field(default=(), compare=False, hash=False, repr=False)
     coordinate_indices: tuple[tuple[int, ...], ...] = ()
     axes: tuple[tuple[float, float, float], ...] = (
         (1.0, 0.0, 0.0),
@@ -614,6 +615,24 @@ class FunctionBased(AbstractMobilizer):
         (0.0, 0.0, 1.0),
     )
     n_angles_: int = 0
+    structure: tuple[Any, ...] = field(default=(), init=False)
+    shapes: tuple[tuple[tuple[int, ...], ...], ...] = field(default=(), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        structure, shapes = [], []
+        for f in self.functions:
+            if hasattr(f, "_split"):
+                meta, data = f._split()
+            else:  # a plain callable: its own kind, no data
+                meta, data = ("callable", _SameCallable(f)), []
+            structure.append(meta)
+            shapes.append(tuple(np.shape(d) for d in data))
+        object.__setattr__(self, "structure", tuple(structure))
+        object.__setattr__(self, "shapes", tuple(shapes))
+
+    @property
+    def n_params(self) -> int:  # type: ignore[override]
+        return 3 + sum(int(np.prod(sh)) for shs in self.shapes for sh in shs)
 
     @property
     def nq(self) -> int:  # type: ignore[override]
@@ -627,22 +646,55 @@ class FunctionBased(AbstractMobilizer):
     def n_angles(self) -> int:  # type: ignore[override]
         return self.n_angles_
 
-    def _f(self, k: int, q: jax.Array) -> jax.Array:
+    def default_params(self) -> np.ndarray:
+        parts = [np.ones(3)]
+        for f in self.functions:
+            if hasattr(f, "_split"):
+                parts += [np.ravel(d) for d in f._split()[1]]
+        return np.concatenate(parts)
+
+    def _bound(self, params: jax.Array) -> list[Any]:
+        """The six functions with their numbers taken from ``params``."""
+        out, off = [], 3
+        for f, shs in zip(self.functions, self.shapes, strict=True):
+            arrays = []
+            for sh in shs:
+                size = int(np.prod(sh))
+                arrays.append(params[off : off + size].reshape(sh))
+                off += size
+            out.append(f._bind(iter(arrays)) if shs else f)
+        return out
+
+    def _f(self, fn: Any, k: int, q: jax.Array) -> jax.Array:
         idx = self.coordinate_indices[k]
         x = q[np.asarray(idx, dtype=int)] if idx else jnp.zeros(0, q.dtype)
-        return jnp.asarray(self.functions[k](x), dtype=q.dtype).reshape(())
+        return jnp.asarray(fn(x), dtype=q.dtype).reshape(())
 
     def X_FM(self, q, params):
+        fns = self._bound(params)
         R = jnp.eye(3, dtype=q.dtype)
         for k in range(3):
-            R = R @ sp.rot_axis(self._f(k, q), self.axes[k])
+            R = R @ sp.rot_axis(self._f(fns[k], k, q), self.axes[k])
         p = sum(
-            params[k] * self._f(3 + k, q) * jnp.asarray(_unit(self.axes[3 + k]), q.dtype) for k in range(3)
+            params[k] * self._f(fns[3 + k], 3 + k, q) * jnp.asarray(_unit(self.axes[3 + k]), q.dtype)
+            for k in range(3)
         )
         return R, jnp.asarray(p, dtype=q.dtype)
 
-    def default_params(self) -> np.ndarray:
-        return np.ones(3)
+
+class _SameCallable:
+    """A plain callable in a structure: compared by identity."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _SameCallable) and other.fn is self.fn
+
+    def __hash__(self) -> int:
+        return hash(id(self.fn))
 
 
 def _unit(axis: Any) -> np.ndarray:
