@@ -13,6 +13,7 @@ type.
 from __future__ import annotations
 
 import math
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,14 +58,23 @@ class IKSetup:
     coordinate_tasks: dict[str, CoordinateTask] = field(default_factory=dict)
 
     def make_markers(self, model: LoadedModel) -> Markers:
-        """A ``Markers`` goal with the applied marker tasks the model has, weighted."""
+        """A ``Markers`` goal with the applied marker tasks the model has, weighted. Tasks
+        for markers the model lacks are skipped with a warning, as OpenSim's IK skips them
+        (Pose2Sim's setups list every keypoint of a family); none left is an error."""
         missing = [n for n in self.marker_weights if n not in model.markers]
-        if missing:
+        names = [n for n in self.marker_weights if n in model.markers]
+        if not names:
             raise ModelFileError(
-                f"{self.path}: marker tasks {missing[:6]} name markers the model "
-                f"{Path(model.path).name} does not have; add them to the model or set apply=false"
+                f"{self.path}: no marker task names a marker of the model {Path(model.path).name} "
+                f"(tasks {list(self.marker_weights)[:6]}, model markers {list(model.markers)[:6]})"
             )
-        return model.make_markers(list(self.marker_weights), self.marker_weights)
+        if missing:
+            warnings.warn(
+                f"{self.path}: {len(missing)} marker task(s) name markers the model "
+                f"{Path(model.path).name} does not have; skipped (as OpenSim does): {missing[:8]}",
+                stacklevel=2,
+            )
+        return model.make_markers(names, self.marker_weights)
 
     def make_assembler(self, model: LoadedModel) -> Any:
         """The Assembler OpenSim's IK tool solves with this setup (see the module docstring)."""

@@ -209,6 +209,8 @@ class Assembler:
         self._max_iterations = 100
         self._batch_size: int | None = None
         self._barrier = 0.1
+        self._warm_push = 1e-2
+        self._retry_push: float | None = 0.25
         self._numerical_gradient = False
         self._numerical_jacobian = False
         self._locked_mobods: set[int] = set()
@@ -291,6 +293,17 @@ class Assembler:
         if n is not None and int(n) < 1:
             raise ValueError("Assembler.set_track_batch_size: need a positive size or None")
         self._batch_size = None if n is None else int(n)
+
+    def set_track_retry(self, push: float | None = 0.25) -> None:
+        """``track`` solves every frame from two starts, its warm start and the same start
+        with the bounded q's that lie within ``push`` of their range from a bound moved
+        that far inside, and keeps the better: a frame caught in a local minimum held by
+        a bound (a straight elbow with the humerus turned half a turn, the elbow unable
+        to bend backwards) leaves it. About twice the solve time, no extra compile.
+        ``None`` solves once per frame (a recompile)."""
+        if push is not None and not 0.0 < float(push) < 0.5:
+            raise ValueError(f"Assembler.set_track_retry: push must be in (0, 0.5) or None, got {push}")
+        self._retry_push = None if push is None else float(push)
 
     def set_initial_barrier(self, weight: float = 0.1) -> None:
         """Initial weight of the interior-point barrier that keeps q's inside their
@@ -574,6 +587,8 @@ class Assembler:
             "barrier": np.float64(self._barrier if barrier is None else barrier),
             "warm_barrier": np.float64(min(self._barrier, 1e-2 * acc)),
             "push": np.float64(1e-2),
+            "warm_push": np.float64(self._warm_push),
+            "retry_push": np.float64(self._retry_push or 0.0),
         }
 
     def describe_bounds(self, info: AssemblyInfo) -> list[str] | list[list[str]]:
@@ -680,14 +695,15 @@ class Assembler:
     # ------------------------------------------------------------------ solving
     def _get_fn(self, kind: str, segments: int = 1, length: int = 1, progress: bool = False):
         plan = self._require_plan()
-        key = (kind, segments, length, progress)
+        retry = self._retry_push is not None
+        key = (kind, segments, length, progress, retry)
         if key not in self._fns:
             solve = _make_solver(plan, self._matter)
             if kind == "single":
                 self._fns[key] = jax.jit(solve)
             else:
                 self._fns[key] = jax.jit(
-                    partial(_track, solve=solve, S=segments, Ls=length, progress=progress)
+                    partial(_track, solve=solve, S=segments, Ls=length, progress=progress, retry=retry)
                 )
         return self._fns[key]
 
@@ -1374,7 +1390,17 @@ def _solve_output_zeros(solve: Any, state: State) -> tuple[State, AssemblyInfo]:
     return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), st), info
 
 
-def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settings, progress: bool = False):
+def _track_segments(
+    solve,
+    S: int,
+    Ls: int,
+    state: State,
+    params,
+    frames,
+    settings,
+    progress: bool = False,
+    retry: bool = False,
+):
     """Every frame of a trial: ``S`` segments of ``Ls`` frames side by side (one vmapped
     solve per round, traced once).
 
@@ -1422,8 +1448,24 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
         jj = jnp.where(phase == 1, 0, j)
         is_cold = (phase == 0) & (j == 0)
         barrier = jnp.where(is_cold, cold, warm) * jnp.ones(S)
-        push = jnp.where(is_cold, settings["push"], 1e-6) * jnp.ones(S)
-        out, info = run(q0, frame_at(jnp.full(S, jj)), barrier, push)
+        push = jnp.where(is_cold, settings["push"], settings["warm_push"]) * jnp.ones(S)
+        fa = frame_at(jnp.full(S, jj))
+        if retry:
+            # A second start per frame: q's near a bound pushed a quarter of their range
+            # inside (a local minimum held by a bound, e.g. a straight elbow on a humerus
+            # turned half a turn, is left from there); the better of the two is kept.
+            twice = jax.tree.map(lambda a: jnp.concatenate([a, a]), (q0, fa, barrier))
+            push2 = jnp.concatenate([push, jnp.full(S, settings["retry_push"], push.dtype)])
+            out2, info2 = run(twice[0], twice[1], twice[2], push2)
+            first = jax.tree.map(lambda a: a[:S], (out2, info2))
+            second = jax.tree.map(lambda a: a[S:], (out2, info2))
+            g1, g2 = first[1].goal, second[1].goal
+            pick = good(second[1]) & (~good(first[1]) | (g2 < g1 - settings["acc"] * jnp.abs(g1)))
+            out, info = jax.tree.map(
+                lambda a, b: jnp.where(pick.reshape((S,) + (1,) * (a.ndim - 1)), b, a), first, second
+            )
+        else:
+            out, info = run(q0, fa, barrier, push)
         old_goal = buf[1].goal[:, 0]
         old_ok = good(jax.tree.map(lambda a: a[:, 0], buf[1]))
         margin = settings["acc"] * jnp.abs(old_goal)
@@ -1465,11 +1507,22 @@ def _track_segments(solve, S: int, Ls: int, state: State, params, frames, settin
 
 
 @eqx.filter_custom_jvp
-def _track(state: State, params, frames, settings, *, solve, S: int, Ls: int, progress: bool = False):
+def _track(
+    state: State,
+    params,
+    frames,
+    settings,
+    *,
+    solve,
+    S: int,
+    Ls: int,
+    progress: bool = False,
+    retry: bool = False,
+):
     """``_track_segments``; its derivative is that of every frame's solve started at its
     solution (implicit differentiation frame by frame; the rounds of warm starts and
     seam repairs are not differentiated, and a while loop cannot be reverse-differentiated)."""
-    return _track_segments(solve, S, Ls, state, params, frames, settings, progress)
+    return _track_segments(solve, S, Ls, state, params, frames, settings, progress, retry)
 
 
 # The progress bar of the track call running now (host side; see Assembler.track).
@@ -1492,9 +1545,9 @@ def _progress_report(phase: Any, j: Any, *, S: int, T: int) -> None:
 
 
 @_track.def_jvp
-def _track_jvp(primals, tangents, *, solve, S: int, Ls: int, progress: bool = False):
+def _track_jvp(primals, tangents, *, solve, S: int, Ls: int, progress: bool = False, retry: bool = False):
     state, params, frames, settings = primals
-    out = _track_segments(solve, S, Ls, state, params, frames, settings)
+    out = _track_segments(solve, S, Ls, state, params, frames, settings, False, retry)
     q_star = jax.lax.stop_gradient(out[0].q)
     warm = dict(settings, barrier=settings["warm_barrier"], push=1e-6)
 
