@@ -778,14 +778,39 @@ class CoordinateCoupler(Constraint):
             _which("CoordinateCoupler", b, k, b.mobilizer.nq, "q's")
         self._fn = _check_function("CoordinateCoupler", function, len(sel), "coordinates")
         self._sel = tuple(sel)
-        super().__init__(matter, mobilizers=tuple(uniq))
+        # The numbers of a built-in sj.Function (spline knots, coefficients) are Instance
+        # parameters, so couplers whose functions differ only in them form one group.
+        split = getattr(self._fn, "_split", None)
+        self._structure, data = split() if split is not None else (("callable", _Ident(self._fn)), [])
+        self._n_data = len(data)
+        super().__init__(
+            matter, mobilizers=tuple(uniq), params={f"fn{i}": d for i, d in enumerate(data)} or None
+        )
 
     def _equation_key(self) -> Any:
-        return (self._fn, self._sel)
+        return (self._structure, self._sel)
 
     def _perr(self, ctx: ConstraintContext) -> jax.Array:
         x = jnp.stack([ctx.one_q(m, k) for m, k in self._sel])
-        return jnp.reshape(self._fn(x), (1,))
+        fn: Any = self._fn
+        if self._n_data:
+            fn = fn._bind(iter([ctx.param(f"fn{i}") for i in range(self._n_data)]))
+        return jnp.reshape(fn(x), (1,))
+
+
+class _Ident:
+    """A plain callable in an equation key: compared by identity."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Ident) and other.fn is self.fn
+
+    def __hash__(self) -> int:
+        return hash(id(self.fn))
 
 
 class SpeedCoupler(Constraint):

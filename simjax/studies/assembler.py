@@ -209,7 +209,7 @@ class Assembler:
         self._max_iterations = 100
         self._batch_size: int | None = None
         self._barrier = 0.1
-        self._warm_push = 1e-2
+        self._warm_push = 1e-6
         self._retry_push: float | None = 0.25
         self._numerical_gradient = False
         self._numerical_jacobian = False
@@ -296,11 +296,12 @@ class Assembler:
 
     def set_track_retry(self, push: float | None = 0.25) -> None:
         """``track`` solves every frame from two starts, its warm start and the same start
-        with the bounded q's that lie within ``push`` of their range from a bound moved
-        that far inside, and keeps the better: a frame caught in a local minimum held by
-        a bound (a straight elbow with the humerus turned half a turn, the elbow unable
-        to bend backwards) leaves it. About twice the solve time, no extra compile.
-        ``None`` solves once per frame (a recompile)."""
+        with every bounded q moved at least ``push * max(1, |bound|)`` (at most its range)
+        inside its bounds (IPOPT's bound push: 0.25 rad from an elbow's bound at 0), and
+        keeps the better: a frame caught in a local minimum held by a bound (a straight
+        elbow on a humerus turned about its axis, the elbow unable to bend backwards)
+        leaves it. About twice the solve time, no extra compile. ``None`` solves once per
+        frame (a recompile)."""
         if push is not None and not 0.0 < float(push) < 0.5:
             raise ValueError(f"Assembler.set_track_retry: push must be in (0, 0.5) or None, got {push}")
         self._retry_push = None if push is None else float(push)
@@ -1451,9 +1452,9 @@ def _track_segments(
         push = jnp.where(is_cold, settings["push"], settings["warm_push"]) * jnp.ones(S)
         fa = frame_at(jnp.full(S, jj))
         if retry:
-            # A second start per frame: q's near a bound pushed a quarter of their range
-            # inside (a local minimum held by a bound, e.g. a straight elbow on a humerus
-            # turned half a turn, is left from there); the better of the two is kept.
+            # A second start per frame: bounded q's pushed `retry_push` inside their bounds
+            # (a local minimum held by a bound, e.g. a straight elbow on a humerus turned
+            # about its axis, is left from there); the better of the two is kept.
             twice = jax.tree.map(lambda a: jnp.concatenate([a, a]), (q0, fa, barrier))
             push2 = jnp.concatenate([push, jnp.full(S, settings["retry_push"], push.dtype)])
             out2, info2 = run(twice[0], twice[1], twice[2], push2)
