@@ -12,6 +12,7 @@ read back by OpenSim.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import xml.etree.ElementTree as ET
@@ -234,6 +235,10 @@ def test_marker_placer_matches_opensim_on_unfixed_markers(files, tmp_path):
     g_sj, e_sj = ook.goals_under_simjax(asm, scaled, ours_q, obs)
     assert e_sj[0] < 1e-8
     assert g_sj[0] <= g_os[0] * (1 + 1e-3), (g_sj, g_os)
+    # OpenSim's max_marker_movement: a warning naming the markers that moved while averaged
+    tight = dataclasses.replace(setup.placer, max_marker_movement=1e-4)
+    with pytest.warns(UserWarning, match=r"moves .* m in the averaged frames .*max_marker_movement = 0.0001"):
+        sj.io.place_markers(scaled, static, tight)
     errs = np.array(list(res.marker_errors.values()))
     assert np.all(np.isfinite(errs)) and errs.max() < 0.06  # keypoints vs a scaled model: cm
 

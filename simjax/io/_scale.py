@@ -696,6 +696,19 @@ def place_markers(
     table = static if isinstance(static, MarkerTable) else read_trc(static)
     table = table.in_units("m")
     avg = _average_rows(table, setup.time_range)
+    if setup.max_marker_movement > 0:  # OpenSim warns about markers that moved while averaged
+        lo, hi = _frame_range(np.asarray(table.time), setup.time_range)
+        seg = np.asarray(table.data[lo : hi + 1])
+        with np.errstate(invalid="ignore"):
+            extent = np.nanmax(seg, axis=0) - np.nanmin(seg, axis=0)
+        for k, n in enumerate(table.marker_names):
+            moved = float(np.max(extent[k])) if np.all(np.isfinite(extent[k])) else 0.0
+            if moved > setup.max_marker_movement:
+                warnings.warn(
+                    f"place_markers: marker {n!r} moves {moved:.4g} m in the averaged frames of the static "
+                    f"trial (max_marker_movement = {setup.max_marker_movement:g}); is the subject still?",
+                    stacklevel=2,
+                )
     in_trial = set(table.marker_names)
     doc = _source_doc(model)
     # remove the markers the static trial lacks (OpenSim's deleteUnusedMarkers)
