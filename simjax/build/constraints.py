@@ -20,6 +20,7 @@ from .._stage import Stage
 from ..constraints import kernels as cn
 from ..constraints.kernels import ConstraintContext, _common_ancestor, _Compiled, _dummy_kin
 from ..forward.realize import realize
+from ..model.model import Identity
 from ..model.state import State
 from .bodies import MobilizedBody
 from .matter import SimbodyMatterSubsystem
@@ -781,7 +782,7 @@ class CoordinateCoupler(Constraint):
         # The numbers of a built-in sj.Function (spline knots, coefficients) are Instance
         # parameters, so couplers whose functions differ only in them form one group.
         split = getattr(self._fn, "_split", None)
-        self._structure, data = split() if split is not None else (("callable", _Ident(self._fn)), [])
+        self._structure, data = split() if split is not None else (("callable", Identity(self._fn)), [])
         self._n_data = len(data)
         super().__init__(
             matter, mobilizers=tuple(uniq), params={f"fn{i}": d for i, d in enumerate(data)} or None
@@ -796,21 +797,6 @@ class CoordinateCoupler(Constraint):
         if self._n_data:
             fn = fn._bind(iter([ctx.param(f"fn{i}") for i in range(self._n_data)]))
         return jnp.reshape(fn(x), (1,))
-
-
-class _Ident:
-    """A plain callable in an equation key: compared by identity."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Any):
-        self.fn = fn
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Ident) and other.fn is self.fn
-
-    def __hash__(self) -> int:
-        return hash(id(self.fn))
 
 
 class SpeedCoupler(Constraint):

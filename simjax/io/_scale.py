@@ -36,7 +36,7 @@ from .._stage import Stage
 from ._loaded import LoadedModel, ModelFileError
 from ._motion import MarkerTable, read_trc
 from ._osim import FUNCTION_TAGS, _OsimReader, load_osim, rotation_body_xyz
-from ._setup import CoordinateTask, IKSetup, _bool, _file, _float, _read_tasks, _text
+from ._setup import CoordinateTask, IKSetup, _bool, _file, _float, _read_tasks, _text, _time_range, _tool_root
 from ._xml import XmlDoc
 
 _SIGNIFICANT = float(np.finfo(float).eps ** 0.875)  # SimTK::SignificantReal
@@ -126,18 +126,19 @@ class ScaleSetup:
         for ms in self.measurements:
             pairs, factor = [], 0.0
             for a, b in ms.marker_pairs:
-                if a not in pos or b not in pos:
+                where = next(
+                    (
+                        (m, place)
+                        for place, have in (("model", pos), ("static trial", idx))
+                        for m in (a, b)
+                        if m not in have
+                    ),
+                    None,
+                )
+                if where is not None:
                     warnings.warn(
-                        f"{self.path}: measurement {ms.name!r}: marker {a if a not in pos else b!r} "
-                        "is not in the model; the measurement is not used",
-                        stacklevel=3,
-                    )
-                    factor = math.nan
-                    break
-                if a not in idx or b not in idx:
-                    warnings.warn(
-                        f"{self.path}: measurement {ms.name!r}: marker {a if a not in idx else b!r} "
-                        "is not in the static trial; the measurement is not used",
+                        f"{self.path}: measurement {ms.name!r}: marker {where[0]!r} is not in the "
+                        f"{where[1]}; the measurement is not used",
                         stacklevel=3,
                     )
                     factor = math.nan
@@ -257,13 +258,6 @@ class ScaleResult:
     marker_errors: dict[str, float] | None = None
 
 
-def _time_range(node: ET.Element, sp: str) -> tuple[float, float]:
-    tr = (_text(node, "time_range") or "").split()
-    if len(tr) != 2:
-        return (-math.inf, math.inf)
-    return (_float(tr[0], -math.inf, sp, "time_range"), _float(tr[1], math.inf, sp, "time_range"))
-
-
 def _vec3(s: str | None, sp: str, what: str) -> np.ndarray:
     parts = (s or "").split()
     if len(parts) != 3:
@@ -274,13 +268,7 @@ def _vec3(s: str | None, sp: str, what: str) -> np.ndarray:
 def read_scale_setup(path: str | os.PathLike[str]) -> ScaleSetup:
     """Read an OpenSim ``ScaleTool`` setup file (see :class:`ScaleSetup`)."""
     p = Path(path)
-    try:
-        root = ET.parse(p).getroot()
-    except (OSError, ET.ParseError) as e:
-        raise ModelFileError(f"read_scale_setup: cannot read {p}: {e}") from None
-    tool = root if root.tag == "ScaleTool" else root.find("ScaleTool")
-    if tool is None:
-        raise ModelFileError(f"read_scale_setup: {p} has no <ScaleTool>; is it a Scale setup file?")
+    tool = _tool_root(p, "ScaleTool", "read_scale_setup", "a Scale setup file")
     base, sp = p.parent, str(p)
     setup = ScaleSetup(path=sp, mass=_float(_text(tool, "mass"), -1.0, sp, "mass"))
     gmm = tool.find("GenericModelMaker")

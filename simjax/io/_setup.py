@@ -212,24 +212,33 @@ def _read_tasks(tool: ET.Element, sp: str) -> tuple[dict[str, float], dict[str, 
     return weights, coords
 
 
-def read_ik_setup(path: str | Path) -> IKSetup:
-    """Read an OpenSim ``InverseKinematicsTool`` setup file (see :class:`IKSetup`)."""
-    p = Path(path)
+def _tool_root(p: Path, tag: str, who: str, what: str) -> ET.Element:
+    """The ``<tag>`` element of an OpenSim tool setup file (at the root or under
+    ``<OpenSimDocument>``)."""
     try:
         root = ET.parse(p).getroot()
     except (OSError, ET.ParseError) as e:
-        raise ModelFileError(f"read_ik_setup: cannot read {p}: {e}") from None
-    tool = root if root.tag == "InverseKinematicsTool" else root.find("InverseKinematicsTool")
+        raise ModelFileError(f"{who}: cannot read {p}: {e}") from None
+    tool = root if root.tag == tag else root.find(tag)
     if tool is None:
-        raise ModelFileError(f"read_ik_setup: {p} has no <InverseKinematicsTool>; is it an IK setup file?")
+        raise ModelFileError(f"{who}: {p} has no <{tag}>; is it {what}?")
+    return tool
+
+
+def _time_range(node: ET.Element, sp: str) -> tuple[float, float]:
+    """A tool's ``<time_range>`` (unbounded when absent)."""
+    tr = (_text(node, "time_range") or "").split()
+    if len(tr) != 2:
+        return (-math.inf, math.inf)
+    return (_float(tr[0], -math.inf, sp, "time_range"), _float(tr[1], math.inf, sp, "time_range"))
+
+
+def read_ik_setup(path: str | Path) -> IKSetup:
+    """Read an OpenSim ``InverseKinematicsTool`` setup file (see :class:`IKSetup`)."""
+    p = Path(path)
+    tool = _tool_root(p, "InverseKinematicsTool", "read_ik_setup", "an IK setup file")
     base = p.parent
     sp = str(p)
-    tr = (_text(tool, "time_range") or "").split()
-    time_range = (
-        (_float(tr[0], -math.inf, sp, "time_range"), _float(tr[1], math.inf, sp, "time_range"))
-        if len(tr) == 2
-        else (-math.inf, math.inf)
-    )
     setup = IKSetup(
         path=sp,
         model_file=_file(base, _text(tool, "model_file")),
@@ -238,7 +247,7 @@ def read_ik_setup(path: str | Path) -> IKSetup:
         output_motion_file=_text(tool, "output_motion_file"),
         accuracy=_float(_text(tool, "accuracy"), 1e-5, sp, "accuracy"),
         constraint_weight=_float(_text(tool, "constraint_weight"), math.inf, sp, "constraint_weight"),
-        time_range=time_range,
+        time_range=_time_range(tool, sp),
     )
     setup.marker_weights, setup.coordinate_tasks = _read_tasks(tool, sp)
     return setup

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _spatial as sp
+from .._functions import _Same
 
 Rp = tuple[jax.Array, jax.Array]
 
@@ -624,7 +625,7 @@ class FunctionBased(AbstractMobilizer):
             if hasattr(f, "_split"):
                 meta, data = f._split()
             else:  # a plain callable: its own kind, no data
-                meta, data = ("callable", _SameCallable(f)), []
+                meta, data = ("callable", _Same(f)), []
             structure.append(meta)
             shapes.append(tuple(np.shape(d) for d in data))
         object.__setattr__(self, "structure", tuple(structure))
@@ -680,21 +681,6 @@ class FunctionBased(AbstractMobilizer):
             for k in range(3)
         )
         return R, jnp.asarray(p, dtype=q.dtype)
-
-
-class _SameCallable:
-    """A plain callable in a structure: compared by identity."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Any):
-        self.fn = fn
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _SameCallable) and other.fn is self.fn
-
-    def __hash__(self) -> int:
-        return hash(id(self.fn))
 
 
 def _unit(axis: Any) -> np.ndarray:
