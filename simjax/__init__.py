@@ -19,6 +19,7 @@ from ._stage import Stage as Stage
 from .build.bodies import Body as Body
 from .build.bodies import MobilizedBody as MobilizedBody
 from .build.constraints import Constraint as Constraint
+from .build.couplings import Coupling as Coupling
 from .build.forces import Force as Force
 from .build.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .build.system import ForceSubsystem as ForceSubsystem

@@ -91,6 +91,12 @@ class RESULTS(eqx.Enumeration):
         "or an adaptive integrator with tighter `accuracy`, and check the model (stiff or "
         "singular forces, NaN parameters or initial values)."
     )
+    unilateral_solve_failed = (
+        "Simulation failed: the complementarity solve of the unilateral constraints "
+        "(coordinate limits) did not settle on a set of pushing rows within its iteration "
+        "limit. Use a smaller step (`dt`), remove limits that contradict each other or the "
+        "bilateral constraints, or widen ranges that leave no admissible configuration."
+    )
 
 
 def all_finite(tree) -> jax.Array:

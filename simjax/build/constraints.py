@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +24,7 @@ from ..forward.realize import realize
 from ..model.model import Identity
 from ..model.state import State
 from .bodies import MobilizedBody
+from .couplings import Coupling
 from .matter import SimbodyMatterSubsystem
 
 
@@ -53,6 +55,8 @@ class Constraint:
     ConstantOrientation: ClassVar[type[ConstantOrientation]]
     Weld: ClassVar[type[Weld]]
     NoSlip1D: ClassVar[type[NoSlip1D]]
+    CoordinateLimit: ClassVar[type[CoordinateLimit]]
+    Coupling: ClassVar[type[CouplingJoint]]
 
     _param_names: tuple[str, ...] = ()
 
@@ -1171,3 +1175,537 @@ Constraint.NoSlip1D = NoSlip1D
 Constraint.ConstantDistance = Rod
 Constraint.CoincidentPoints = Ball
 Constraint.Spherical = Ball
+
+
+# ============================================================================ unilateral
+
+
+def _speed_offset(mob: Any, which: int, params: np.ndarray, where: str) -> int:
+    """The u (within the mobilizer) whose value is ``qdot[which]`` identically; refuses a
+    coordinate whose rate is a mixture of speeds (a quaternion, an Euler angle of a Ball)."""
+    if mob.N(jnp.asarray(mob.default_q(), float), jnp.asarray(params, float)) is None:
+        return which
+    rng = np.random.default_rng(0)
+    rows = []
+    for k in range(3):
+        q = np.asarray(mob.default_q(), float) + (0.0 if k == 0 else 0.3 * rng.standard_normal(mob.nq))
+        if mob.uses_quaternion:
+            q[:4] = q[:4] / np.linalg.norm(q[:4])
+        rows.append(np.asarray(mob.N(jnp.asarray(q), jnp.asarray(params, float)))[which])
+    j = int(np.argmax(np.abs(rows[0])))
+    unit = np.zeros(mob.nu)
+    unit[j] = 1.0
+    if not all(np.allclose(r, unit, atol=1e-12) for r in rows):
+        raise ValueError(
+            f"{where}: the rate of q[{which}] of this {mob.kind} mobilizer is not one of its speeds "
+            "(qdot = N(q) u mixes them), so it cannot carry a coordinate limit. Limit a coordinate "
+            "whose qdot is a speed (Pin, Slider, Universal, Gimbal, a Free's translation, a "
+            "FunctionBased/CustomJoint coordinate), or use the mobilizer in that form"
+        )
+    return j
+
+
+class CoordinateLimit:
+    """A hard, one-sided limit on one mobilizer coordinate: ``lower <= q <= upper``
+    (ArtiSynth's coordinate limit, a unilateral constraint; seed 001, 4.9.1–4.9.2).
+
+    ``sj.Constraint.CoordinateLimit(knee, 0, lower=-2.0, upper=0.0)`` limits q[0] of the
+    knee's mobilizer (linear or rotary). It owns one unilateral row whose engaged value
+    ``E`` (``is_engaged``) is ``+1`` while it holds the lower bound, ``-1`` the upper and 0
+    when free; ``E``, the steps it has been engaged and its last force are discrete
+    variables of the State. The limit acts in ``sj.simulate(..., integrator="euler")``,
+    which then steps at the velocity level with complementarity (inelastic, as ArtiSynth):
+    it engages when the coordinate enters the inadmissible region, disengages only out of
+    it, moving away and after two steps, and the position correction leaves the joint
+    resting ``tol`` inside (the deadband). ``realize`` (forward dynamics) and the smooth
+    integrators do not see it.
+
+    Args:
+        mobod: The mobilized body whose mobilizer's coordinate is limited.
+        which_q: Index of the coordinate in that mobilizer's q (quaternion mode numbering).
+        lower, upper: The admissible range (either may be infinite). Instance data:
+            ``set_range`` changes them per State (a batch may hold different limits).
+        tol: Penetration tolerance of this limit (the deadband); default the matter
+            subsystem's ``rotary_limit_tol`` for a rotary coordinate, ``penetration_tol``
+            for a linear one.
+        rotary: Whether the coordinate is an angle (default: from the mobilizer's motion).
+        name: A name for ``summary()``.
+    """
+
+    def __init__(
+        self,
+        mobod: MobilizedBody,
+        which_q: int,
+        lower: float = -np.inf,
+        upper: float = np.inf,
+        *,
+        tol: float | None = None,
+        rotary: bool | None = None,
+        name: str | None = None,
+    ):
+        if not isinstance(mobod, MobilizedBody):
+            raise TypeError(
+                f"Constraint.CoordinateLimit: expected a MobilizedBody, got {type(mobod).__name__}"
+            )
+        mob = mobod.mobilizer if not mobod.is_ground() else None
+        where = f"Constraint.CoordinateLimit on {mobod.name!r} q[{which_q}]"
+        if mob is None:
+            raise ValueError(f"{where}: Ground has no coordinates; pass a mobilized body")
+        self._which = _which("CoordinateLimit", mobod, which_q, mob.nq, "q's")
+        if mob.uses_quaternion and self._which < 4:
+            raise ValueError(
+                f"{where}: q[0:4] of a {mob.kind} mobilizer is a quaternion, which has no range "
+                "to limit. Limit an angle instead: build the joint from Pins or a FunctionBased "
+                "(CustomJoint) mobilizer with angle coordinates, or limit a translation q[4:]"
+            )
+        lo, hi = float(lower), float(upper)
+        if np.isnan(lo) or np.isnan(hi) or lo > hi:
+            raise ValueError(
+                f"{where}: lower={lo} must not exceed upper={hi}; give the range as (lower, upper)"
+            )
+        if tol is not None and not (np.isfinite(tol) and tol >= 0):
+            raise ValueError(f"{where}: tol must be a finite number >= 0, got {tol}")
+        self._mobod = mobod
+        self._matter = mobod._matter
+        self.where = where
+        self._lower, self._upper = lo, hi
+        self._tol = None if tol is None else float(tol)
+        self._speed = {
+            False: _speed_offset(mob, self._which, mobod._params, where),
+        }
+        euler_mob = mob.with_euler_angles()
+        self._which_euler = (
+            self._which - 1 if (mob.uses_quaternion and not euler_mob.uses_quaternion) else self._which
+        )
+        self._speed[True] = _speed_offset(euler_mob, self._which_euler, mobod._params, where)
+        if rotary is None:
+            H = np.asarray(mob.H_FM(jnp.asarray(mob.default_q(), float), jnp.asarray(mobod._params, float)))
+            rotary = bool(np.linalg.norm(H[:3, self._speed[False]]) > 1e-12)
+        self._rotary = bool(rotary)
+        self.name = name or f"{mobod.name}.q{self._which}"
+        self.index = len(self._matter._limits)
+        self._matter._limits.append(self)
+        self._matter._system.invalidate_topology()
+
+    def __repr__(self) -> str:
+        return f"Constraint.CoordinateLimit({self.name!r}, [{self._lower:g}, {self._upper:g}])"
+
+    def _structure_key(self) -> tuple:
+        return (CoordinateLimit, self._mobod.index, self._which, self._rotary)
+
+    def _indices(self, topo: Any, euler: bool) -> tuple[int, int]:
+        b = self._mobod.index
+        w = self._which_euler if euler else self._which
+        return int(topo.q_start[b]) + w, int(topo.u_start[b]) + self._speed[euler]
+
+    def _check(self, state: State) -> None:
+        model = self._matter._system.model_for(state)
+        if self.index >= len(model.limit_objects) or model.limit_objects[self.index] is not self:
+            raise ValueError(f"{self!r} was added after realize_topology(); realize the topology again")
+
+    def _get(self, state: State, kind: str, name: str) -> jax.Array:
+        self._check(state)
+        src = state.instance if kind == "instance" else state.discrete
+        return src["matter"][name][self.index]
+
+    # ------------------------------------------------------------------ queries
+    def get_mobilized_body(self) -> MobilizedBody:
+        """The body whose mobilizer coordinate is limited."""
+        return self._mobod
+
+    def get_which_q(self) -> int:
+        """Index of the limited coordinate in its mobilizer's q."""
+        return self._which
+
+    def is_rotary(self) -> bool:
+        """Whether the rotary tolerance applies (else the linear penetration tolerance)."""
+        return self._rotary
+
+    def get_coordinate(self, state: State) -> jax.Array:
+        """The limited coordinate's value."""
+        self._check(state)
+        q, _ = self._indices(
+            self._matter._system.model_for(state).topology(state.use_euler_angles), state.use_euler_angles
+        )
+        return state.q[q]
+
+    def get_default_range(self) -> tuple[float, float]:
+        """``(lower, upper)`` of the default State."""
+        return self._lower, self._upper
+
+    def get_range(self, state: State) -> tuple[jax.Array, jax.Array]:
+        """``(lower, upper)`` in ``state``."""
+        return self._get(state, "instance", "limit_lower"), self._get(state, "instance", "limit_upper")
+
+    def set_range(self, state: State, lower: Any, upper: Any) -> State:
+        """New State with the range changed (Instance stage; ``lower <= upper``)."""
+        self._check(state)
+        lo, hi = jnp.asarray(lower, state.q.dtype), jnp.asarray(upper, state.q.dtype)
+        if not isinstance(lo, jax.core.Tracer) and not isinstance(hi, jax.core.Tracer):
+            if bool(jnp.any(jnp.isnan(lo) | jnp.isnan(hi) | (lo > hi))):
+                raise ValueError(f"{self.where}: set_range lower={lo} must not exceed upper={hi}")
+        inst = state.instance["matter"]
+        state = state.with_instance("matter", "limit_lower", inst["limit_lower"].at[self.index].set(lo))
+        return state.with_instance("matter", "limit_upper", inst["limit_upper"].at[self.index].set(hi))
+
+    def get_tolerance(self, state: State) -> jax.Array:
+        """The deadband (penetration tolerance) of this limit in ``state``."""
+        return self._get(state, "instance", "limit_tol")
+
+    def set_tolerance(self, state: State, tol: Any) -> State:
+        """New State with this limit's tolerance changed (Instance stage)."""
+        self._check(state)
+        t = state.instance["matter"]["limit_tol"]
+        return state.with_instance("matter", "limit_tol", t.at[self.index].set(jnp.asarray(tol, t.dtype)))
+
+    def is_engaged(self, state: State) -> jax.Array:
+        """``E`` in ``{0, +1, -1}``: free, holding the lower bound, holding the upper."""
+        return self._get(state, "discrete", "limit_engaged").astype(jnp.int32)
+
+    def get_distance(self, state: State) -> jax.Array:
+        """Distance to the bound it holds (negative inside the region; 0 when free)."""
+        lo, hi = self.get_range(state)
+        e = self._get(state, "discrete", "limit_engaged")
+        q = self.get_coordinate(state)
+        return jnp.where(e > 0, q - lo, jnp.where(e < 0, hi - q, 0.0))
+
+    def get_multipliers(self, state: State) -> jax.Array:
+        """The limit's force (torque for a rotary coordinate) during the last step, (1,):
+        ``>= 0``, pushing the coordinate out of the region it holds (up from ``lower``
+        when ``E = +1``, down from ``upper`` when ``E = -1``)."""
+        return self._get(state, "discrete", "limit_force").reshape(1)
+
+    def get_generalized_force(self, state: State) -> jax.Array:
+        """The limit's signed generalized force on its coordinate during the last step."""
+        return self.get_multipliers(state)[0] * self._get(state, "discrete", "limit_engaged")
+
+
+class _CouplingRow:
+    """One unilateral row of a custom coupling (a coordinate limit or another one-sided
+    constraint of the coupling), kept with the System's limits."""
+
+    def __init__(self, joint: CouplingJoint, k: int, lower: float, upper: float, rotary: bool, name: str):
+        self._joint = joint
+        self._k = k
+        self._lower, self._upper = lower, upper
+        self._tol: float | None = None
+        self._rotary = rotary
+        self.name = name
+        self._matter = joint._matter
+        self.index = len(self._matter._limits)
+        self._matter._limits.append(self)
+
+    def get_default_range(self) -> tuple[float, float]:
+        """``(lower, upper)`` of the default State."""
+        return self._lower, self._upper
+
+    def _structure_key(self) -> tuple:
+        return (_CouplingRow, self._joint.index, self._k, self._rotary)
+
+
+class CouplingJoint(Constraint):
+    """A custom joint written the ArtiSynth way: ``coupling`` (an ``sj.Coupling``) between
+    frame C on ``body_a`` (``X_AC``) and frame D on ``body_b`` (``X_BD``); ArtiSynth's
+    ``JointBase`` with its ``RigidBodyCoupling``.
+
+    The bilateral constraints are holonomic rows of the System (``perr_k = G_k . err``, the
+    pose error twist from G to C weighted by the constraint's wrench in G), so forward
+    dynamics, every integrator, projection and the Assembler see them; the unilateral ones
+    (coordinate limits, and one-sided rows whose distance ``unilateral_distances`` gives)
+    are limits stepped by ``sj.simulate(..., integrator="euler")``. ``X_AC`` and ``X_BD`` are
+    Instance parameters.
+
+    Queries: ``get_coordinates(state)``, ``set_coordinates(state, coords)`` (moves body A
+    when its mobilizer can fit the pose), ``is_engaged(state)`` and ``get_multipliers
+    (state)`` of the unilateral rows, ``get_multipliers_as_vector(state)`` of the bilateral
+    rows (Simbody's sign: ``M udot + G^T lambda = f``), ``get_wrenches(state)``."""
+
+    def __init__(
+        self,
+        coupling: Coupling,
+        body_a: MobilizedBody,
+        X_AC: Any,
+        body_b: MobilizedBody,
+        X_BD: Any,
+        *,
+        name: str | None = None,
+        check: bool = True,
+    ):
+        if not isinstance(coupling, Coupling):
+            raise TypeError(
+                f"Constraint.Coupling: expected an sj.Coupling instance, got {type(coupling).__name__}"
+            )
+        kind = type(coupling).__name__
+        self._coupling = coupling
+        self.name = name or f"{kind}({body_a.name}, {body_b.name})"
+        if not coupling._bilateral():
+            raise ValueError(
+                f"Constraint.Coupling {self.name}: {kind} declares no bilateral constraint; a joint "
+                "removes at least one degree of freedom (add_constraint(sj.Coupling.BILATERAL | ...))"
+            )
+        if body_a is body_b:
+            raise ValueError(f"Constraint.Coupling {self.name}: body_a and body_b must differ")
+        Xac = _transform(X_AC, f"Constraint.Coupling {self.name}: X_AC")
+        Xbd = _transform(X_BD, f"Constraint.Coupling {self.name}: X_BD")
+        self._check_wrenches()
+        self._uni = coupling._unilateral()
+        self._lim_coord = {k: coupling._constraints[k].get("coordinate") for k in self._uni}
+        for k in self._uni:
+            if (
+                self._lim_coord[k] is None
+                and type(coupling).unilateral_distances is Coupling.unilateral_distances
+            ):
+                raise ValueError(
+                    f"Constraint.Coupling {self.name}: unilateral constraint {k} of {kind} limits no "
+                    "coordinate; "
+                    "give its distance (negative inside the inadmissible region) in unilateral_distances, or "
+                    "tie it to a coordinate with add_coordinate(..., lim_con=...)"
+                )
+        super().__init__(
+            body_a._matter,
+            bodies=(body_a, body_b),
+            params={"X_AC_R": Xac.R, "X_AC_p": Xac.p, "X_BD_R": Xbd.R, "X_BD_p": Xbd.p},
+        )
+        if check and coupling._coordinates:
+            self._check_inverse()
+        rows = []
+        for k in self._uni:
+            c = coupling._constraints[k]
+            i = self._lim_coord[k]
+            if i is not None:
+                lo, hi = coupling._coordinates[i]["min"], coupling._coordinates[i]["max"]
+                label = f"{self.name}.coord{i}"
+            else:
+                lo, hi, label = 0.0, np.inf, f"{self.name}.con{k}"
+            if c["flags"] & Coupling.ROTARY:
+                rotary = True
+            elif c["flags"] & Coupling.LINEAR:
+                rotary = False
+            else:
+                rotary = i is not None and self._coordinate_is_rotary(i)
+            rows.append(_CouplingRow(self, k, lo, hi, rotary, label))
+        self._limit_rows = tuple(rows)
+        self._unilateral_rows = tuple(r.index for r in rows)
+
+    # ------------------------------------------------------------------ structure
+    def _equation_key(self) -> Any:
+        return self._coupling.structure_key()
+
+    def _transforms(self, ctx: ConstraintContext) -> tuple[sp.Transform, sp.Transform]:
+        X_AC = sp.Transform(ctx.param("X_AC_R"), ctx.param("X_AC_p"))
+        X_BD = sp.Transform(ctx.param("X_BD_R"), ctx.param("X_BD_p"))
+        X_GC = ctx.body_transform(0).compose(X_AC)
+        X_GD = ctx.body_transform(1).compose(X_BD)
+        T_CD = X_GD.invert().compose(X_GC)
+        T_GD = self._coupling.project_to_constraints(T_CD)
+        return T_CD, T_GD
+
+    def _perr(self, ctx: ConstraintContext) -> jax.Array:
+        T_CD, T_GD = self._transforms(ctx)
+        cp = self._coupling
+        coords = self._coords(T_GD, jnp.zeros(cp.num_coordinates(), T_CD.p.dtype))
+        return cp._wrenches(T_GD, coords) @ cp._pose_error(T_GD, T_CD)
+
+    def _coords(self, T_GD: sp.Transform, prev: jax.Array) -> jax.Array:
+        cp = self._coupling
+        if not cp._coordinates:
+            return jnp.zeros(0, T_GD.p.dtype)
+        return jnp.asarray(cp.tcd_to_coordinates(T_GD, prev), T_GD.p.dtype).reshape(cp.num_coordinates())
+
+    def _prev_coords(self, prev_rows: jax.Array, dtype: Any) -> jax.Array:
+        """The coupling's previous coordinates from its limit rows' last values (0 where a
+        coordinate has no limit)."""
+        out = jnp.zeros(self._coupling.num_coordinates(), dtype)
+        for j, k in enumerate(self._uni):
+            i = self._lim_coord[k]
+            if i is not None:
+                out = out.at[i].set(prev_rows[j])
+        return out
+
+    def _unilateral_phi(self, ctx: ConstraintContext) -> jax.Array:
+        T_CD, T_GD = self._transforms(ctx)
+        coords = self._coords(T_GD, self._prev_coords(ctx.param("unilateral_prev"), T_CD.p.dtype))
+        dist = {}
+        if any(self._lim_coord[k] is None for k in self._uni):
+            dist = self._coupling.unilateral_distances(T_GD, T_CD, coords)
+        vals = [coords[self._lim_coord[k]] if self._lim_coord[k] is not None else dist[k] for k in self._uni]
+        return jnp.stack([jnp.reshape(jnp.asarray(v, T_CD.p.dtype), ()) for v in vals])
+
+    # ------------------------------------------------------------------ build-time checks
+    def _sample_coords(self, n: int = 4) -> list[np.ndarray]:
+        rng = np.random.default_rng(7)
+        out = []
+        for k in range(n):
+            c = []
+            for info in self._coupling._coordinates:
+                lo, hi = max(info["min"], -1.0), min(info["max"], 1.0)
+                c.append(0.5 * (lo + hi) if k == 0 else rng.uniform(lo, hi))
+            out.append(np.asarray(c, float))
+        return out
+
+    def _check_wrenches(self) -> None:
+        cp = self._coupling
+        kind = type(cp).__name__
+        coords = self._sample_coords(1)[0] if cp._coordinates else np.zeros(0)
+        T = cp.coordinates_to_tcd(jnp.asarray(coords)) if cp._coordinates else sp.Transform()
+        given = cp.update_constraints(T, jnp.asarray(coords))
+        missing = [k for k in cp._bilateral() if cp._constraints[k]["wrench"] is None and k not in given]
+        nb = len(cp._bilateral())
+        if len(missing) > 1 or (missing and cp.num_coordinates() + nb - 1 != 5):
+            raise ValueError(
+                f"Constraint.Coupling {self.name}: bilateral constraints {missing} of {kind} have no wrench. "
+                "Autodiff can find one missing wrench when the coordinates and the other bilateral "
+                f"constraints number 5 (here {cp.num_coordinates()} + {nb - 1}); give the others as constant "
+                "wrenches (add_constraint(flags, wrench)) or return them from "
+                "update_constraints(T_GD, coords)"
+            )
+
+    def _coordinate_is_rotary(self, i: int) -> bool:
+        c = jnp.asarray(self._sample_coords(1)[0])
+        H = np.asarray(self._coupling._coordinate_twists(c))
+        return bool(np.linalg.norm(H[:3, i]) > 1e-12)
+
+    def _check_inverse(self) -> None:
+        cp = self._coupling
+        kind = type(cp).__name__
+        for c in self._sample_coords():
+            cj = jnp.asarray(c)
+            T = cp.coordinates_to_tcd(cj)
+            if not isinstance(T, sp.Transform):
+                raise TypeError(
+                    f"Constraint.Coupling {self.name}: {kind}.coordinates_to_tcd must return an "
+                    "sj.Transform, "
+                    f"got {type(T).__name__}"
+                )
+            back = np.asarray(self._coords(T, cj))
+            TG = cp.project_to_constraints(T)
+            off = max(
+                float(np.max(np.abs(np.asarray(TG.R) - np.asarray(T.R)))),
+                float(np.max(np.abs(np.asarray(TG.p) - np.asarray(T.p)))),
+            )
+            if not np.allclose(back, c, atol=1e-9) or off > 1e-9:
+                raise ValueError(
+                    f"Constraint.Coupling {self.name}: {kind}.tcd_to_coordinates does not invert "
+                    f"coordinates_to_tcd (coordinates {np.round(c, 6).tolist()} -> T_CD -> "
+                    f"{np.round(back, 6).tolist()}), or project_to_constraints moves a legal T_CD "
+                    f"(by {off:.3g}). "
+                    "Make tcd_to_coordinates(coordinates_to_tcd(c), c) == c and project_to_constraints "
+                    "leave legal poses alone"
+                )
+            H = np.asarray(cp._coordinate_twists(cj))
+            W = np.asarray(cp._wrenches(T, cj))
+            if np.max(np.abs(W @ H), initial=0.0) > 1e-9:
+                raise ValueError(
+                    f"Constraint.Coupling {self.name}: the bilateral wrenches of {kind} do not "
+                    "annihilate its "
+                    f"coordinate motions (max |G_k . H_i| = {np.max(np.abs(W @ H)):.3g} at coordinates "
+                    f"{np.round(c, 6).tolist()}); a bilateral constraint must not restrict a coordinate"
+                )
+
+    # ------------------------------------------------------------------ queries
+    def get_coupling(self) -> Coupling:
+        """The coupling."""
+        return self._coupling
+
+    def _eval(self, state: State, fn: Callable[[ConstraintContext], Any]) -> Any:
+        """``fn`` of this joint's ``ConstraintContext`` in ``state`` (realized to Position)."""
+        cc = self._check(state)
+        model = self._matter._system.model_for(state)
+        s = realize(model, state, Stage.POSITION)
+        g = cn.single_group(model, s.use_euler_angles, cc.index)
+        kin = cn.gather_kin(model, s, g, 0)
+        params = dict(kin.params)
+        prev = (
+            s.discrete["matter"]["limit_value"][np.asarray(self._unilateral_rows, int)]
+            if self._limit_rows
+            else None
+        )
+        params["unilateral_prev"] = jnp.zeros((1, 0)) if prev is None else prev[None]
+        kin = eqx.tree_at(lambda k: k.params, kin, params)
+        one = jax.tree.map(lambda x: x[0], kin)
+        return fn(ConstraintContext(one, g.mobs))
+
+    def get_coordinates(self, state: State) -> jax.Array:
+        """The coupling's coordinates in ``state`` (of ``T_GD``, angles nearest their last
+        values)."""
+
+        def f(ctx):
+            _, T_GD = self._transforms(ctx)
+            prev = ctx.param("unilateral_prev")
+            return self._coords(T_GD, self._prev_coords(prev, T_GD.p.dtype))
+
+        return self._eval(state, f)
+
+    def get_transform_cd(self, state: State) -> tuple[sp.Transform, sp.Transform]:
+        """``(T_CD, T_GD)`` in ``state``."""
+        return self._eval(state, self._transforms)
+
+    def get_wrenches(self, state: State) -> jax.Array:
+        """The bilateral constraints' wrenches in G, ``[m; f]`` (nb, 6), as used in ``state``."""
+
+        def f(ctx):
+            _, T_GD = self._transforms(ctx)
+            cp = self._coupling
+            return cp._wrenches(T_GD, self._coords(T_GD, jnp.zeros(cp.num_coordinates(), T_GD.p.dtype)))
+
+        return self._eval(state, f)
+
+    def get_num_limits(self) -> int:
+        """Number of unilateral rows."""
+        return len(self._limit_rows)
+
+    def is_engaged(self, state: State) -> jax.Array:
+        """``E`` of each unilateral row (in the order the coupling added them)."""
+        self._check(state)
+        return state.discrete["matter"]["limit_engaged"][np.asarray(self._unilateral_rows, int)].astype(
+            jnp.int32
+        )
+
+    def get_multipliers(self, state: State) -> jax.Array:
+        """Forces (>= 0) of the unilateral rows during the last step."""
+        self._check(state)
+        return state.discrete["matter"]["limit_force"][np.asarray(self._unilateral_rows, int)]
+
+    def set_coordinates(self, state: State, coords: Any) -> State:
+        """New State with body A placed so that the joint has ``coords`` (body B held), when
+        A's mobilizer can fit the pose (a Free body, say); the limit rows remember the
+        values (for ``nearest_angle``)."""
+        cp = self._coupling
+        c = jnp.asarray(coords, state.q.dtype).reshape(cp.num_coordinates())
+        model = self._matter._system.model_for(state)
+        s = realize(model, state, Stage.POSITION)
+        inst = s.instance["matter"]
+        ci = self._check(s).index
+        X_AC = sp.Transform(inst[f"constraint{ci}.X_AC_R"], inst[f"constraint{ci}.X_AC_p"])
+        X_BD = sp.Transform(inst[f"constraint{ci}.X_BD_R"], inst[f"constraint{ci}.X_BD_p"])
+        a, b = self._bodies
+        Rb, pb = s.position_cache.R_GB[b.index], s.position_cache.p_GB[b.index]
+        X_GC = sp.Transform(Rb, pb).compose(X_BD).compose(cp.coordinates_to_tcd(c))
+        X_GA = X_GC.compose(X_AC.invert())
+        p = a._parent
+        if p is None:
+            raise ValueError(f"Constraint.Coupling {self.name}: body A is Ground; it cannot be moved")
+        Rp, pp = s.position_cache.R_GB[p.index], s.position_cache.p_GB[p.index]
+        X_PA = sp.Transform(Rp, pp).invert().compose(X_GA)
+        X_FM = a._X_PF.invert().compose(X_PA).compose(a._X_BM)
+        out = a.set_q_to_fit_transform(state, X_FM)
+        if self._limit_rows:
+            val = out.discrete["matter"]["limit_value"]
+            for r, k in zip(self._limit_rows, self._uni, strict=True):
+                i = self._lim_coord[k]
+                if i is not None:
+                    val = val.at[r.index].set(c[i])
+            out = out.with_discrete("matter", "limit_value", val)
+        return out
+
+
+def _transform(X: Any, what: str) -> sp.Transform:
+    if isinstance(X, sp.Transform):
+        return X
+    if X is None:
+        return sp.Transform()
+    raise TypeError(f"{what} must be an sj.Transform, got {type(X).__name__}")
+
+
+Constraint.CoordinateLimit = CoordinateLimit
+Constraint.Coupling = CouplingJoint

@@ -33,9 +33,54 @@ class SimbodyMatterSubsystem(Subsystem):
             raise ValueError("this System already has a SimbodyMatterSubsystem")
         self._mobods: list[MobilizedBody] = []
         self._constraints: list[Any] = []
+        self._limits: list[Any] = []  # Constraint.CoordinateLimit, in order of creation
+        self._penetration_tol: float | None = None
+        self._rotary_limit_tol: float | None = None
         super().__init__(system, name)
         system._matter = self
         Ground(self)
+
+    # ------------------------------------------------------------------ unilateral
+    def set_penetration_tol(self, tol: float | None) -> None:
+        """Default deadband of linear unilateral rows (ArtiSynth's ``penetrationTol``); ``None``:
+        1e-4 times the model's size (its reach from Ground at the default frames). A topological
+        setting: it fills each limit's ``tol`` in the default State."""
+        if tol is not None and not (np.isfinite(tol) and tol >= 0):
+            raise ValueError(f"set_penetration_tol: give a finite tolerance >= 0 (or None), got {tol}")
+        self._penetration_tol = None if tol is None else float(tol)
+        self._system.invalidate_topology()
+
+    def set_rotary_limit_tol(self, tol: float | None) -> None:
+        """Default deadband of rotary unilateral rows in radians (ArtiSynth's
+        ``rotaryLimitTol``); ``None``: 1e-4 rad."""
+        if tol is not None and not (np.isfinite(tol) and tol >= 0):
+            raise ValueError(f"set_rotary_limit_tol: give a finite tolerance >= 0 (or None), got {tol}")
+        self._rotary_limit_tol = None if tol is None else float(tol)
+        self._system.invalidate_topology()
+
+    def get_penetration_tol(self) -> float:
+        """Default deadband of linear unilateral rows (see ``set_penetration_tol``)."""
+        if self._penetration_tol is not None:
+            return self._penetration_tol
+        reach = np.zeros(len(self._mobods))
+        extent = 0.0
+        for m in self._mobods[1:]:
+            parent = 0 if m._parent is None else m._parent.index
+            reach[m.index] = reach[parent] + np.linalg.norm(m._X_PF.p) + np.linalg.norm(m._X_BM.p)
+            extent = max(extent, reach[m.index] + float(np.linalg.norm(m._mass_props.com)))
+        return 1e-4 * extent if extent > 0 else 1e-4
+
+    def get_rotary_limit_tol(self) -> float:
+        """Default deadband of rotary unilateral rows, radians (see ``set_rotary_limit_tol``)."""
+        return 1e-4 if self._rotary_limit_tol is None else self._rotary_limit_tol
+
+    def get_num_limits(self) -> int:
+        """Number of coordinate limits (unilateral constraints)."""
+        return len(self._limits)
+
+    def get_limit(self, index: int) -> Any:
+        """A coordinate limit by its index."""
+        return self._limits[index]
 
     # ------------------------------------------------------------------ structure
     def Ground(self) -> MobilizedBody:  # noqa: N802 (Simbody name)

@@ -120,8 +120,18 @@ class MultibodySystem:
         instance["matter"]["constraint_enabled"] = np.array(
             [0.0 if c._disabled_by_default else 1.0 for c in matter._constraints]
         )
-        groups: list[ForceGroup] = []
         discrete: list[tuple[str, str, int, np.ndarray]] = []
+        if matter._limits:
+            lin, rot = matter.get_penetration_tol(), matter.get_rotary_limit_tol()
+            lims = matter._limits
+            instance["matter"]["limit_lower"] = np.array([lim._lower for lim in lims])
+            instance["matter"]["limit_upper"] = np.array([lim._upper for lim in lims])
+            instance["matter"]["limit_tol"] = np.array(
+                [lim._tol if lim._tol is not None else (rot if lim._rotary else lin) for lim in lims]
+            )
+            for name in ("limit_engaged", "limit_engaged_count", "limit_force", "limit_value"):
+                discrete.append((matter.name, name, int(Stage.REPORT), np.zeros(len(lims))))
+        groups: list[ForceGroup] = []
         zdecl: list[tuple[str, np.ndarray]] = []
         for sub in self._subsystems:
             sub._declared_discrete = {}
@@ -151,6 +161,7 @@ class MultibodySystem:
             version=self._version,
             uid=self._uid,
             constraint_objects=tuple(matter._constraints),
+            limit_objects=tuple(matter._limits),
             force_subsystems=tuple(s for s in self._subsystems if isinstance(s, ForceSubsystem)),
         )
 
@@ -192,6 +203,12 @@ class MultibodySystem:
                 on = " (disabled by default)" if c._disabled_by_default else ""
                 who = ", ".join(b.name for b in (*c._bodies, *c._mobilizers)) or "-"
                 lines.append(f"  {c.index:>3} {type(c).__name__:<20} on {who}{on}")
+        if matter._limits:
+            lines.append(f"coordinate limits ({len(matter._limits)} unilateral rows, hard):")
+            for lim in matter._limits:
+                lo, hi = lim.get_default_range()
+                kind = "rotary" if lim._rotary else "linear"
+                lines.append(f"  {lim.index:>3} {lim.name:<24} [{lo:.6g}, {hi:.6g}] {kind}")
         for sub in self._subsystems:
             if isinstance(sub, GeneralForceSubsystem):
                 kinds: dict[str, int] = {}

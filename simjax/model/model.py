@@ -81,9 +81,11 @@ class Model:
     uid: int
     constraint_objects: tuple[Any, ...] = ()
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
+    limit_objects: tuple[Any, ...] = ()  # unilateral coordinate limits (build.constraints)
     _topos: dict[bool, Topology] = field(default_factory=dict)
     _cons: dict[bool, tuple[Any, ...]] = field(default_factory=dict)
     _groups: dict[bool, tuple[Any, ...]] = field(default_factory=dict)  # constraints.kernels
+    _limits: dict[bool, Any] = field(default_factory=dict)  # constraints.unilateral
 
     # ------------------------------------------------------------------ equality
     @cached_property
@@ -119,6 +121,7 @@ class Model:
             tuple((sub, name, st, np.shape(v)) for sub, name, st, v in self.discrete_decl),
             tuple((name, np.shape(z0)) for name, z0 in self.z_decl),
             cons,
+            tuple(_key_of(lim) for lim in self.limit_objects),
         )
         try:
             hash(key)

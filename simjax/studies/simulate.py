@@ -10,6 +10,11 @@ Integrators:
 * ``"rk4"``: classical fixed-step Runge-Kutta 4.
 * ``"euler"``: semi-explicit (symplectic) Euler, ``u1 = u0 + h udot(q0, u0)``,
   ``q1 = q0 + h N(q0) u1`` (Simbody's ``SemiExplicitEulerIntegrator``).
+  With coordinate limits (``Constraint.CoordinateLimit``, unilateral constraints) it is
+  ArtiSynth's velocity-level step instead (:mod:`simjax.forward.stepper`): ``u1`` from a
+  complementarity solve with the engaged limits, ``q1 = q0 + h N(q0) u1``, engagement
+  update, mass-weighted position correction with the deadband. It is the only integrator
+  that enforces limits; the others refuse a System that has them.
 * ``"tsit5"``, ``"dopri5"``: adaptive explicit (diffrax) with error control from
   ``accuracy`` (relative) and ``atol``.
 * ``"kvaerno5"``, ``"kvaerno3"``: adaptive implicit (diffrax, L-stable SDIRK) for stiff
@@ -43,6 +48,7 @@ from .._stage import Stage
 from ..build.system import MultibodySystem
 from ..dynamics import stages as rz
 from ..forward import projection as pj
+from ..forward import stepper as us
 from ..forward.realize import realize
 from ..model.model import Model, _replace
 from ..model.state import Cache, State
@@ -354,16 +360,30 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
     def advance(t, yy, hh, b=None):
         return stepper(model, base if b is None else b, t, yy, hh)
 
+    limits = bool(model.limit_objects)
+
     @jax.checkpoint
     def step(L: _Loop, i):
         t = t0 + i * h
         bd = _with_disc(base, L.disc)
-        y1 = advance(t, L.y, h, bd)
-        y1, e = _project(model, bd, t + h, y1, cfg)
-        adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
-        y1, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1, h, L.disc)
+        ok = jnp.asarray(True)
+        if limits:  # velocity-level step with complementarity (simjax.forward.stepper)
+            y1, dm, e, ok = us.limit_step(model, bd, t, L.y, h, cfg.projection_iterations)
+            disc0 = {**L.disc, "matter": dm}
+
+            def adv(tt, yy, hh, b=None):
+                return us.velocity_step(model, bd if b is None else b, tt, yy, hh)[0]
+
+        else:
+            y1 = advance(t, L.y, h, bd)
+            y1, e = _project(model, bd, t + h, y1, cfg)
+            disc0 = L.disc
+            adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
+        y1, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1, h, disc0)
         live = (i < n) & ~_stopped(L)
         new = _accepted(L, y1, disc, term, t_end, e, fired)
+        # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+        new = _select(ok, new, _failed(L, t, RESULTS.unilateral_solve_failed))  # type: ignore[arg-type]
         # a step to a non-finite state is not taken: stop at the last good one
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
@@ -496,6 +516,15 @@ def simulate(
     if integrator in _FIXED and (dt is None or not dt > 0):
         raise ValueError(f"integrator {integrator!r} has a fixed step: give dt > 0 (e.g. dt=1e-3)")
     model = system.model_for(state)
+    if model.limit_objects and integrator != "euler":
+        names = ", ".join(lim.name for lim in model.limit_objects[:3])
+        more = f" and {len(model.limit_objects) - 3} more" if len(model.limit_objects) > 3 else ""
+        raise ValueError(
+            f"simulate: this System has {len(model.limit_objects)} coordinate limits ({names}{more}), "
+            f"hard one-sided constraints that integrator {integrator!r} cannot enforce. They are "
+            "stepped at the velocity level with complementarity: use integrator='euler' with a step dt "
+            "(e.g. dt=1e-3)"
+        )
     t0 = _static_time(state.t) if t0 is None else float(t0)
     times = _save_times(save_at, t0, float(t1))
     cfg = _Config(
@@ -519,7 +548,12 @@ def simulate(
     return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
 
 
-_FAILURES = (RESULTS.simulation_nonfinite, RESULTS.max_steps_reached, RESULTS.step_size_too_small)
+_FAILURES = (
+    RESULTS.simulation_nonfinite,
+    RESULTS.max_steps_reached,
+    RESULTS.step_size_too_small,
+    RESULTS.unilateral_solve_failed,
+)
 _TIME_BINS = 100  # under jit the message names the time reached to 1/100 of the run
 
 
@@ -542,6 +576,12 @@ def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
         fix = (
             "raise max_steps, loosen accuracy/atol, add output times (save_at), or use an implicit "
             "integrator (integrator='kvaerno5') if the system is stiff"
+        )
+    elif kind == 3:
+        what = "the complementarity solve of the coordinate limits did not settle"
+        fix = (
+            f"use a smaller step than dt={cfg.dt:g}, and remove limits that contradict each other or the "
+            "constraints (a range no configuration can meet)"
         )
     else:
         what = f"the {cfg.integrator!r} integrator's step size shrank to the time resolution"
@@ -622,6 +662,10 @@ def _simulate(
     y = (state.q, state.u, state.z)
     # start on the manifold (Simbody projects the initial state too)
     y, err0 = _project(model, base, t0, y, cfg)
+    if model.limit_objects:  # rows that start inside their region are engaged before the first step
+        disc0 = dict(base.discrete)
+        disc0["matter"] = us.initial_engagement(model, _state_of(base, t0, y))
+        base = _with_disc(base, disc0)
     sched = [(tt, k) for k, e in enumerate(events) if isinstance(e, ScheduledEvent) for tt in e.times]
     sched = [(tt, k) for tt, k in sched if t0 < tt <= times[-1]]
     bounds = sorted(set(times) | {tt for tt, _ in sched})

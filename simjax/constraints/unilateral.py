@@ -1,0 +1,296 @@
+"""One-sided (unilateral) constraints, as ArtiSynth defines them (seed 001, 4.9.1–4.9.2).
+
+A unilateral row ``l`` watches a scalar ``phi_l`` of the configuration (a coordinate for a
+``CoordinateLimit``) against an admissible range ``[lower_l, upper_l]``. Its *engaged*
+value ``E_l`` in ``{0, +1, -1}`` says whether it acts and in which direction: ``+1`` holds
+the lower bound (``N_l u >= 0``), ``-1`` the upper (``-N_l u >= 0``). ``E_l``, the number of
+steps it has been engaged and its last force are discrete variables of the State, so a
+batch with different engagements is one compiled program; every row is always present,
+masked when not engaged.
+
+This module holds the numerics, vectorised over all rows at once:
+
+* ``limit_rows``: the rows' values ``phi``, their speed rows ``N`` (``phidot = N u``) and
+  their distances to the engaged bound (negative inside the inadmissible region);
+* ``update_engaged``: ArtiSynth's engagement rule (engage on entering the region, with
+  the sign that points out of it; disengage only outside it, moving away, and after at
+  least two steps);
+* ``deadband_rhs``: the right-hand side of the position correction with the deadband
+  (correct by ``-d - tol``, so a joint rests just inside its region);
+* ``solve_qp``: the velocity-level problem of a step,
+  ``min 1/2 x^T M x - c^T x`` subject to ``A x = a`` (bilateral rows) and ``B_l x >= b_l``
+  (engaged unilateral rows), whose multipliers satisfy complementarity
+  ``theta >= 0, B x - b >= 0, theta . (B x - b) = 0``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..model.model import Model
+from ..model.state import State
+from . import kernels as cn
+from .kernels import min_norm_solve
+
+# ============================================================================ static data
+
+
+@dataclass(frozen=True, eq=False)
+class LimitRows:
+    """Static description of the Model's unilateral rows in one Model mode (quaternion or
+    Euler-angle): coordinate limits (which q each watches and which u is its speed) and
+    groups of constraints that own unilateral rows (custom couplings), each evaluated with
+    one ``vmap`` like the bilateral constraint groups."""
+
+    n: int  # number of rows, L
+    coord_rows: np.ndarray  # (Lc,) rows that are coordinate limits
+    q_index: np.ndarray  # (Lc,)
+    u_index: np.ndarray  # (Lc,)
+    groups: tuple[tuple[cn.ConstraintGroup, np.ndarray], ...]  # (group, rows (n, n_u))
+
+    @property
+    def constant(self) -> bool:
+        """Whether every row is a coordinate limit (rows of N constant, values linear in q)."""
+        return not self.groups
+
+
+def limit_data(model: Model, euler: bool) -> LimitRows:
+    """The Model's compiled unilateral rows (cached on the Model).
+
+    A limit object with ``_indices(topo, euler)`` is a coordinate limit; a constraint with
+    ``_unilateral_rows`` (indices among the limits) owns unilateral rows, whose values its
+    ``_unilateral_phi`` gives (a function of its ``ConstraintContext``)."""
+    if euler not in model._limits:
+        topo = model.topology(euler)
+        rows, qi, ui = [], [], []
+        for k, lim in enumerate(model.limit_objects):
+            if hasattr(lim, "_indices"):
+                q, u = lim._indices(topo, euler)
+                rows.append(k)
+                qi.append(q)
+                ui.append(u)
+        by_key: dict[Any, list[Any]] = {}
+        compiled = model.constraints(euler)
+        for c in compiled:
+            obj = model.constraint_objects[c.index]
+            if getattr(obj, "_unilateral_rows", ()):
+                by_key.setdefault((obj._structure_key(), c.mobs, len(c.bodies)), []).append(c)
+        groups = []
+        for members in by_key.values():
+            g = cn._group(model, members)
+            obj = model.constraint_objects[members[0].index]
+            proxy = _Phi(obj._unilateral_phi)
+            g = replace(g, funcs=cn.level_functions(proxy, g.mobs))
+            r = np.stack(
+                [np.asarray(model.constraint_objects[c.index]._unilateral_rows, int) for c in members]
+            )
+            groups.append((g, r))
+        model._limits[euler] = LimitRows(
+            n=len(model.limit_objects),
+            coord_rows=np.asarray(rows, dtype=int),
+            q_index=np.asarray(qi, dtype=int),
+            u_index=np.asarray(ui, dtype=int),
+            groups=tuple(groups),
+        )
+    return model._limits[euler]
+
+
+class _Phi:
+    """A unilateral rows' value function in the shape ``level_functions`` reads."""
+
+    _verr = None
+    _aerr = None
+
+    def __init__(self, fn: Any):
+        self._perr = fn
+
+
+# ============================================================================ rows
+
+
+def limit_rows(model: Model, state: State, q: jax.Array | None = None):
+    """``(phi, N)`` of every unilateral row: values (L,) and speed rows (L, nu)
+    (``phidot = N u``). Coordinate limits read ``q`` (default the State's); rows of custom
+    couplings need ``state`` realized to Position (at that ``q``)."""
+    data = limit_data(model, state.use_euler_angles)
+    q = state.q if q is None else q
+    nu = state.u.shape[-1]
+    phi = jnp.zeros(data.n, q.dtype).at[data.coord_rows].set(q[data.q_index])
+    N = jnp.zeros((data.n, nu), q.dtype).at[data.coord_rows, data.u_index].set(1.0)
+    if data.groups:
+        prev = state.discrete["matter"]["limit_value"]
+        for g, rows in data.groups:
+            kin = cn.gather_kin(model, state, g, 0)
+            params = dict(kin.params)
+            params["unilateral_prev"] = prev[rows]
+            kin = eqx.tree_at(lambda k: k.params, kin, params)
+            perr, verr, _, _ = g.funcs
+
+            def coef(k, verr=verr):
+                def fv(w, v, u):
+                    return verr(eqx.tree_at(lambda kk: (kk.w, kk.v, kk.u), k, (w, v, u)))
+
+                Cw, Cv, Cu = jax.jacfwd(fv, argnums=(0, 1, 2))(k.w, k.v, k.u)
+                return jnp.concatenate([Cw, Cv], axis=-1), Cu
+
+            vals = jax.vmap(perr)(kin)
+            Ng = cn.group_G(model, state, g, jax.vmap(coef)(kin))
+            phi = phi.at[rows.reshape(-1)].set(vals.reshape(-1))
+            N = N.at[rows.reshape(-1)].set(Ng.reshape(-1, nu))
+    return phi, N
+
+
+def distances(phi: jax.Array, lower: jax.Array, upper: jax.Array, engaged: jax.Array) -> jax.Array:
+    """Distance of each row to the bound it holds (``E = +1``: ``phi - lower``; ``E = -1``:
+    ``upper - phi``; negative inside the inadmissible region); 0 where not engaged."""
+    return jnp.where(engaged > 0, phi - lower, jnp.where(engaged < 0, upper - phi, 0.0))
+
+
+def update_engaged(phi, speed, lower, upper, engaged, count):
+    """ArtiSynth's engagement rule (seed 4.9.2), one step, every row at once.
+
+    Engage with ``E = +1`` when ``phi <= lower`` and ``E = -1`` when ``phi >= upper`` (the
+    count restarts when the sign changes); an engaged row disengages only when it is out of
+    the region (``d > 0``), moving away from it (``E N u > 0``) and has been engaged for at
+    least two steps. ``count`` is the number of steps a row has been engaged."""
+    below = phi <= lower
+    above = phi >= upper
+    new = jnp.where(below, 1.0, jnp.where(above, -1.0, engaged))
+    count = jnp.where(new != engaged, 0.0, count)
+    d = distances(phi, lower, upper, engaged)
+    release = (engaged != 0) & ~below & ~above & (d > 0) & (engaged * speed > 0) & (count > 1)
+    new = jnp.where(release, 0.0, new)
+    count = jnp.where(release, 0.0, count)
+    count = jnp.where(new != 0, count + 1.0, count)
+    return new, count
+
+
+def deadband_rhs(d: jax.Array, tol: jax.Array, engaged: jax.Array) -> jax.Array:
+    """Right side ``b`` of the position correction ``E N dq >= b`` with ArtiSynth's
+    deadband: a row deeper than ``tol`` is brought back to ``-tol`` (``b = -(d + tol)``);
+    one within ``tol`` is left alone (``b = 0``)."""
+    return jnp.where((engaged != 0) & (d < -tol), -(d + tol), 0.0)
+
+
+def correction_rows(phi, lower, upper, tol, engaged):
+    """Rows of the position correction ``sign N dq >= b`` (on ``mask``): engaged rows with
+    their deadband (``sign = E``, ``b = deadband_rhs``), and free rows kept from crossing
+    the bound they are nearer to (``b = -d``, ``d >= 0`` the distance to it), so that one
+    limit's correction does not push a neighbour into its region."""
+    below = phi - lower
+    above = upper - phi
+    near_lower = below <= above
+    d_free = jnp.where(near_lower, below, above)
+    sign = jnp.where(engaged != 0, engaged, jnp.where(near_lower, 1.0, -1.0))
+    d = distances(phi, lower, upper, engaged)
+    finite = jnp.isfinite(d_free)
+    mask = (engaged != 0) | finite
+    b = jnp.where(
+        engaged != 0, deadband_rhs(d, tol, engaged), jnp.where(finite, -jnp.maximum(d_free, 0.0), 0.0)
+    )
+    return sign, b, mask
+
+
+# ============================================================================ solver
+
+
+def _masked_solve(W: jax.Array, r: jax.Array, act: jax.Array) -> jax.Array:
+    """``theta`` with ``W_AA theta_A = r_A`` on the active set ``A`` and 0 elsewhere
+    (minimum-norm on a singular block: redundant rows share their force)."""
+    D = act.astype(W.dtype)
+    Wm = W * D[:, None] * D[None, :] + jnp.diag(1.0 - D)
+    return min_norm_solve(Wm, r * D, refinements=1) * D
+
+
+def solve_lcp(W: jax.Array, q: jax.Array, mask: jax.Array, max_iter: int = 50):
+    """``theta >= 0`` with ``w = W theta + q >= 0`` and ``theta . w = 0`` on the rows of
+    ``mask`` (``theta = 0`` elsewhere), for a symmetric positive semi-definite ``W``.
+
+    A primal-dual active-set method (semi-smooth Newton on ``min(theta, w) = 0``): guess the
+    rows that push (those whose gap would close), solve them as equalities, drop rows whose
+    force came out negative and add rows whose gap came out negative, until the set
+    repeats; exact to round-off when it stops. Derivatives are those of the implicit
+    function with the final set held (``dtheta_A = -W_AA^-1 (dW theta + dq)_A``).
+    Returns ``(theta, converged)``."""
+    if W.shape[0] == 0:
+        return jnp.zeros_like(q), jnp.asarray(True)
+    theta, ok, _ = _lcp(W, q, mask, max_iter)
+    return theta, ok
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _lcp(W, q, mask, max_iter):
+    rel = 1e-12 if W.dtype == jnp.float64 else 1e-5
+    tol = rel * jnp.maximum(jnp.max(jnp.abs(jnp.where(mask, q, 0.0))), jnp.finfo(W.dtype).tiny)
+
+    def body(c):
+        act, _, th, k = c
+        th = _masked_solve(W, -q, act)
+        w = W @ th + q
+        # an active row stays while it pushes; an inactive one joins when its gap is negative
+        new = mask & ((act & (th > 0)) | (~act & (w < -tol)))
+        return new, act, th, k + 1
+
+    def cond(c):
+        act, prev, _, k = c
+        return jnp.any(act != prev) & (k < max_iter)
+
+    act0 = mask & (q < 0)
+    c = body((act0, act0, jnp.zeros_like(q), jnp.asarray(0)))
+    act, prev, theta, _ = jax.lax.while_loop(cond, body, c)
+    return theta, jnp.all(act == prev), prev
+
+
+@_lcp.defjvp
+def _lcp_jvp(max_iter, primals, tangents):
+    W, q, mask = primals
+    dW, dq, _ = tangents
+    theta, ok, act = _lcp(W, q, mask, max_iter)
+    dtheta = _masked_solve(W, -(dW @ theta + dq), act)
+    zero = np.zeros(np.shape(ok), dtype=jax.dtypes.float0)
+    return (theta, ok, act), (dtheta, zero, np.zeros(np.shape(act), dtype=jax.dtypes.float0))
+
+
+def solve_qp(M, c, A, a, B, b, mask, max_iter: int = 50, chol=None, YB=None):
+    """``x`` minimising ``1/2 x^T M x - c^T x`` subject to ``A x = a`` and, for the rows of
+    ``mask``, ``B x >= b``; with ``M x = c + A^T lam + B^T theta``.
+
+    ``M`` is symmetric positive definite; ``A`` may have redundant rows (minimum-norm
+    ``lam``). The bilateral rows are eliminated exactly (a Schur complement), which leaves
+    the complementarity problem of ``solve_lcp`` in ``theta``. Returns
+    ``(x, lam, theta, converged)``. ``chol``: the Cholesky factor of ``M``, and ``YB``:
+    ``M^-1 B^T``, where the caller has them."""
+    L = jnp.linalg.cholesky(M) if chol is None else chol
+
+    def cho(r):
+        return jax.scipy.linalg.cho_solve((L, True), r)
+
+    x0 = cho(c)
+    YB = cho(B.T) if YB is None else YB  # (n, nb)
+    W = B @ YB
+    qv = B @ x0 - b
+    if A.shape[0]:
+        YA = cho(A.T)
+        SAA = A @ YA
+        SAB = A @ YB
+        rA = a - A @ x0
+        sol = min_norm_solve(SAA, jnp.concatenate([rA[:, None], SAB], axis=1))
+        lam0, Kb = sol[:, 0], sol[:, 1:]
+        W = W - SAB.T @ Kb
+        qv = qv + SAB.T @ lam0
+    W = 0.5 * (W + W.T)
+    theta, ok = solve_lcp(W, qv, mask, max_iter)
+    if A.shape[0]:
+        lam = lam0 - Kb @ theta
+        x = x0 + YA @ lam + YB @ theta
+    else:
+        lam = jnp.zeros(0, x0.dtype)
+        x = x0 + YB @ theta
+    return x, lam, theta, ok
