@@ -318,7 +318,8 @@ def test_robot_structure(robots_dir):
 
     panda = _quiet_load(robots_dir / ROBOTS["panda"][0])
     c4 = panda.coordinates["panda_joint4"]
-    assert c4.range == (-3.0718, -0.0698) and c4.motion_type == "rotational" and not c4.clamped
+    assert c4.range == (-3.0718, -0.0698) and c4.motion_type == "rotational" and c4.clamped
+    assert c4.limit is not None and c4.limit.get_default_range() == c4.range
     assert panda.coordinates["panda_finger_joint1"].motion_type == "translational"
     assert list(panda.constraints) == ["panda_finger_joint2"]
 

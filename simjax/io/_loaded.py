@@ -16,6 +16,7 @@ import numpy as np
 
 from .._stage import Stage
 from ..build.bodies import MobilizedBody
+from ..build.constraints import CoordinateLimit
 from ..model.state import State
 from ..studies.assembler import Assembler
 from ..studies.conditions import Markers
@@ -47,6 +48,7 @@ class Coordinate:
     locked: bool = False
     prescribed: bool = False
     joint: str = ""
+    limit: CoordinateLimit | None = None  # the hard limit enforcing ``range``, if the loader made one
 
     def get_value(self, state: State) -> jax.Array:
         """This coordinate's q in ``state`` (one per State of a batch, e.g. from ``track``)."""
@@ -268,7 +270,7 @@ class LoadedModel:
         for c in self.coordinates.values():
             if lock and c.locked:
                 asm.lock_q(c.body, c.which)
-            elif clamp and c.clamped and all(math.isfinite(x) for x in c.range):
+            elif clamp and c.clamped and any(math.isfinite(x) for x in c.range):
                 asm.restrict_q(c.body, c.which, c.range[0], c.range[1])
         if markers is not None:
             if not hasattr(markers, "add_marker"):
@@ -285,7 +287,13 @@ class LoadedModel:
         if self.coordinates:
             lines.append(f"coordinates ({len(self.coordinates)}): name [q index, motion type, range]")
             for c in self.coordinates.values():
-                flags = "".join([" locked" if c.locked else "", " clamped" if c.clamped else ""])
+                flags = "".join(
+                    [
+                        " locked" if c.locked else "",
+                        " clamped" if c.clamped else "",
+                        " hard limit" if c.limit is not None else "",
+                    ]
+                )
                 lines.append(
                     f"  {c.name} [q{c.q_index(st)}, {c.motion_type}, "
                     f"{c.range[0]:.4g}..{c.range[1]:.4g}]{flags}"
@@ -357,3 +365,25 @@ def _assemble_default(model: LoadedModel) -> State:
         )
         return st
     return out
+
+
+def add_coordinate_limits(coordinates: Mapping[str, Coordinate], notes: list[str], select: Any = None) -> int:
+    """Hard limits (``Constraint.CoordinateLimit``) on the coordinates whose range is finite
+    at either end (and that ``select(c)`` accepts; locked and prescribed ones never). A
+    coordinate whose rate is not one of its mobilizer's speeds (an Euler angle of a ball,
+    say) gets none and a note. Returns how many were made."""
+    n = 0
+    for c in coordinates.values():
+        if c.locked or c.prescribed or (select is not None and not select(c)):
+            continue
+        lo, hi = c.range
+        if not (math.isfinite(lo) or math.isfinite(hi)):
+            continue
+        rotary = {"rotational": True, "translational": False}.get(c.motion_type)
+        try:
+            c.limit = CoordinateLimit(c.body, c.which, lo, hi, rotary=rotary, name=c.name)
+        except ValueError as e:
+            notes.append(f"coordinate {c.name!r}: its range is not enforced ({e})")
+            continue
+        n += 1
+    return n

@@ -25,7 +25,8 @@ armature, damping, springs, actuation, contacts and constraints left out):
   from a mesh (or hfield) geom is refused (give it an ``<inertial>``); a body welded to the
   world takes no mass from one (it does not move; a note says so).
 - ``<joint>`` ``hinge``, ``slide``, ``ball``, ``free`` (and ``<freejoint>``), with ``axis``,
-  ``pos``, ``ref``, ``range``/``limited`` (a Coordinate's range; limits are not enforced).
+  ``pos``, ``ref``, ``range``/``limited`` (a Coordinate's range, enforced as a hard
+  ``CoordinateLimit`` unless ``load_mjcf(..., limits=False)``).
   Mocap bodies are welded where the file puts them.
 - ``<site>``: a :class:`Marker` on its body (``model.markers``).
 - ``<equality>``: ``connect`` → ``Constraint.Ball``, ``weld`` → ``Constraint.Weld``,
@@ -77,7 +78,7 @@ import numpy as np
 from .. import _spatial as sp
 from .. import build as sj
 from ..build.bodies import MobilizedBody
-from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError
+from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, add_coordinate_limits
 from ._urdf import align_axis
 from ._xml import parse_with_lines
 
@@ -964,7 +965,7 @@ def _body_inertia(body: _Body, comp: _Compiler, skipped: list[str]) -> None:
 # ----------------------------------------------------------------------------- the loader
 
 
-def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> LoadedModel:
+def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits: bool = True) -> LoadedModel:
     """Load a MuJoCo MJCF model as a simjax System.
 
     Args:
@@ -974,6 +975,11 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> Loa
             physics (tendons, actuators, joint damping, stiffness and armature, contact pairs,
             gravity compensation, ...); every ignored part, cameras and geoms included, is
             counted in ``model.ignored``.
+        limits: Enforce the ranges of limited hinge and slide joints as hard limits
+            (``sj.Constraint.CoordinateLimit``, stepped by ``simulate(...,
+            integrator="euler")``; MuJoCo's limits are soft, simjax's are hard); each
+            Coordinate's ``limit``. ``False``: ranges are only recorded (and bound the
+            Assembler).
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by MuJoCo body name (``"world"`` is Ground),
@@ -1071,6 +1077,9 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> Loa
             markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
 
     constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
+    if limits:
+        add_coordinate_limits(coordinates, notes)
+        ignored.pop("joint range (limit constraint)", None)
     state = system.realize_topology()
     model = LoadedModel(
         system=system,
@@ -1210,7 +1219,7 @@ def _mobilize(
                 mob.set_default_q([j.ref])
             motion = "rotational" if j.type == "hinge" else "translational"
             coordinates[j.name] = Coordinate(
-                j.name, mob, 0, motion, default_value=j.ref, range=j.range, joint=j.name
+                j.name, mob, 0, motion, default_value=j.ref, range=j.range, clamped=j.limited, joint=j.name
             )
         joint_mobods[j.name] = mob
         cur, R_pre, p_pre = mob, np.eye(3), np.zeros(3)

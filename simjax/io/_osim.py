@@ -38,7 +38,7 @@ from ..build.forces import Force
 from ..build.matter import SimbodyMatterSubsystem
 from ..build.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
-from ._loaded import Coordinate, LoadedModel, Marker
+from ._loaded import Coordinate, LoadedModel, Marker, add_coordinate_limits
 from ._xml import XmlDoc
 
 FUNCTION_TAGS = (
@@ -122,13 +122,19 @@ class _Joint:
     radii: np.ndarray | None = None
 
 
-def load_osim(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> LoadedModel:
+def load_osim(
+    path: str | os.PathLike[str], *, warn_ignored: bool = True, limits: bool = False
+) -> LoadedModel:
     """Load an OpenSim model (``.osim``, format 3.x or 4.x) as a simjax System.
 
     Args:
         path: The ``.osim`` file.
         warn_ignored: Emit one warning line summarising the parts simjax does not model
             (muscles, actuators, contact, ...); they are always listed in ``model.ignored``.
+        limits: Enforce the ranges of ``clamped`` coordinates as hard limits
+            (``sj.Constraint.CoordinateLimit``, stepped by ``simulate(...,
+            integrator="euler")``). Off by default, as in OpenSim, whose forward dynamics do
+            not enforce ``clamped`` (only IK and assembly do; the Assembler's bounds here).
 
     Returns:
         A :class:`LoadedModel`: ``model.system``, ``model.state`` (the default State:
@@ -144,12 +150,12 @@ def load_osim(path: str | os.PathLike[str], *, warn_ignored: bool = True) -> Loa
             the file, line and element).
     """
     doc = XmlDoc(path, what="OpenSim model")
-    return _OsimReader(doc, warn_ignored).build()
+    return _OsimReader(doc, warn_ignored, limits).build()
 
 
 class _OsimReader:
-    def __init__(self, doc: XmlDoc, warn: bool = True):
-        self.doc, self.warn = doc, warn
+    def __init__(self, doc: XmlDoc, warn: bool = True, limits: bool = False):
+        self.doc, self.warn, self.limits = doc, warn, limits
         root = doc.root
         if root.tag == "OpenSimDocument":
             try:
@@ -639,6 +645,8 @@ class _OsimReader:
         self._read_constraints(matter, bodies, coordinates, constraints)
         markers = self._read_markers(bodies)
         self._count_ignored()
+        if self.limits:
+            add_coordinate_limits(coordinates, self.notes, select=lambda c: c.clamped)
 
         state = system.realize_topology()
         state = matter.set_use_euler_angles(state, True)

@@ -9,7 +9,8 @@ What is read (the ROS URDF specification, http://wiki.ros.org/urdf/XML):
 - ``<joint>``: ``revolute``, ``continuous``, ``prismatic``, ``fixed``, ``floating`` and
   ``planar``, with ``<origin xyz rpy>`` (the joint frame in the parent link's frame; rpy
   is fixed-axis roll-pitch-yaw, ``R = Rz(yaw) Ry(pitch) Rx(roll)``), ``<axis xyz>``
-  (default ``1 0 0``, normalized), ``<limit lower upper>`` (a coordinate's range) and
+  (default ``1 0 0``, normalized), ``<limit lower upper>`` (a coordinate's range, a hard
+  ``CoordinateLimit`` on revolute and prismatic joints unless ``limits=False``) and
   ``<mimic joint multiplier offset>`` (a ``Constraint.CoordinateCoupler``). The child
   link's frame is the joint frame (at zero joint angle).
 - Everything else (``<transmission>``, ``<gazebo>``, joint damping and friction, ...) is
@@ -41,7 +42,7 @@ import numpy as np
 from .. import _spatial as sp
 from .. import build as sj
 from ..build.bodies import MobilizedBody
-from ._loaded import Coordinate, LoadedModel, ModelFileError
+from ._loaded import Coordinate, LoadedModel, ModelFileError, add_coordinate_limits
 from ._xml import parse_with_lines
 
 __all__ = ["load_urdf"]
@@ -50,7 +51,7 @@ __all__ = ["load_urdf"]
 SUPPORTED_JOINTS = {"revolute": 1, "continuous": 1, "prismatic": 1, "fixed": 0, "floating": 6, "planar": 3}
 _ROOT_JOINTS = {"fixed": "fixed", "weld": "fixed", "free": "free", "floating": "free", "freeflyer": "free"}
 #: Parts of a file that carry no dynamics: counted in ``ignored`` without a warning.
-#: (Limits are never enforced, so ``limit on a <type> joint`` is quiet too.)
+#: (A ``<limit>`` on another joint type carries nothing simjax uses: quiet too.)
 _QUIET = {"visual", "collision", "material", "safety_controller", "calibration"}
 
 
@@ -285,6 +286,7 @@ def load_urdf(
     root_joint: str | None = None,
     gravity: Sequence[float] = (0.0, 0.0, -9.81),
     warn_ignored: bool = True,
+    limits: bool = True,
 ) -> LoadedModel:
     """Load a URDF robot as a simjax System (URDF is Z-up: gravity along -z by default).
 
@@ -300,6 +302,11 @@ def load_urdf(
         warn_ignored: Emit one warning line summarising what simjax leaves out that carries
             physics (transmissions, gazebo plugins, joint damping and friction, ...); every
             ignored part, visuals and collisions included, is counted in ``model.ignored``.
+        limits: Enforce the ``<limit lower upper>`` of revolute and prismatic joints as hard
+            limits (``sj.Constraint.CoordinateLimit``, stepped by ``simulate(...,
+            integrator="euler")``); each Coordinate's ``limit``. ``False``: the ranges are
+            only recorded (and bound the Assembler). Effort and velocity limits are not
+            modelled.
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by link name, ``joints`` (the mobilized body of
@@ -405,7 +412,10 @@ def load_urdf(
         mob = mobod_of_joint[j.name]
         if j.type in ("revolute", "continuous", "prismatic"):
             motion = "translational" if j.type == "prismatic" else "rotational"
-            coordinates[j.name] = Coordinate(j.name, mob, 0, motion, range=j.range, joint=j.name)
+            limited = math.isfinite(j.range[0]) or math.isfinite(j.range[1])
+            coordinates[j.name] = Coordinate(
+                j.name, mob, 0, motion, range=j.range, clamped=limited, joint=j.name
+            )
         elif j.type == "planar":
             planar = (("rz", "rotational"), ("x", "translational"), ("y", "translational"))
             for k, (suffix, motion) in enumerate(planar):
@@ -413,6 +423,8 @@ def load_urdf(
                 coordinates[cn] = Coordinate(cn, mob, k, motion, joint=j.name)
 
     constraints = _add_mimics(doc, matter, joints, mobod_of_joint, coordinates, ignored)
+    if limits:
+        add_coordinate_limits(coordinates, notes)
     state = system.realize_topology()
 
     model = LoadedModel(
