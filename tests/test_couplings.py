@@ -229,3 +229,41 @@ def test_bad_couplings_are_refused_with_the_fix():
                 self.add_coordinate(-1, 1, 0, 0)
 
         BadLim()
+
+
+class _SlotEndAsDistance(sh.SlottedHinge):
+    """The slot's lower end as a one-sided constraint that limits no coordinate: its distance
+    (ArtiSynth's ``setDistance`` in ``updateConstraints``) is ``x + 0.5``; its wrench comes
+    from autodiff of the distance."""
+
+    def initialize_constraints(self):
+        B, R, L = sj.Coupling.BILATERAL, sj.Coupling.ROTARY, sj.Coupling.LINEAR
+        self.add_constraint(B | L)
+        self.add_constraint(B | L, self.wrench(f=(0, 0, 1)))
+        self.add_constraint(B | R, self.wrench(m=(1, 0, 0)))
+        self.add_constraint(B | R, self.wrench(m=(0, 1, 0)))
+        self.add_constraint(L)  # the slot's end, by distance
+        lt = self.add_constraint(R, self.wrench(m=(0, 0, 1)))
+        self.add_coordinate()
+        self.add_coordinate(*sh.THETA_RANGE, 0, lt)
+
+    def unilateral_distances(self, T_GD, T_CD, coords):
+        return {4: coords[0] - sh.X_RANGE[0]}
+
+
+def test_a_unilateral_row_given_by_its_distance_acts_like_the_coordinate_limit():
+    system, joint, state = sh.build_coupled()
+    system2, matter2 = sh._system()
+    slider = sj.MobilizedBody.Free(matter2.Ground(), sj.Transform(), sh._slider_body(), sj.Transform())
+    joint2 = sj.Constraint.Coupling(_SlotEndAsDistance(), slider, sh.X_AC, matter2.Ground(), sh.X_GD)
+    assert joint2.get_num_limits() == 2
+    state2 = joint2.set_coordinates(system2.realize_topology(), [0.0, sh.THETA0])
+    t1 = sj.simulate(system, state, 1.5, integrator="euler", dt=DT, save_at=15)
+    t2 = sj.simulate(system2, state2, 1.5, integrator="euler", dt=DT, save_at=15)
+    c1, c2 = _coords_of(system, joint, t1), _coords_of(system2, joint2, t2)
+    assert c1[-1, 0] < -0.5 + 1e-9  # the slot's end was reached (its upper end never is)
+    np.testing.assert_allclose(c1, c2, atol=1e-9)
+    np.testing.assert_allclose(
+        joint.get_multipliers(t1.final_state), joint2.get_multipliers(t2.final_state), rtol=1e-6
+    )
+    np.testing.assert_array_equal(joint.is_engaged(t1.final_state), joint2.is_engaged(t2.final_state))
