@@ -61,12 +61,17 @@ class SlottedHinge(sj.Coupling):
     """ArtiSynth's tutorial ``CustomJoint``: translation x along D's x axis and rotation
     theta about D's z axis (T_CD = (Rz(theta), (x, 0, 0)))."""
 
-    def initialize_constraints(self):
+    def add_slot_bilaterals(self):
+        """The four bilateral rows that hold the slider in the slot (rows 0-3)."""
         B, R, L = sj.Coupling.BILATERAL, sj.Coupling.ROTARY, sj.Coupling.LINEAR
         self.add_constraint(B | L)  # y in D: not constant in G (its wrench from autodiff)
         self.add_constraint(B | L, self.wrench(f=(0, 0, 1)))  # z
         self.add_constraint(B | R, self.wrench(m=(1, 0, 0)))  # rotation about x
         self.add_constraint(B | R, self.wrench(m=(0, 1, 0)))  # rotation about y
+
+    def initialize_constraints(self):
+        R, L = sj.Coupling.ROTARY, sj.Coupling.LINEAR
+        self.add_slot_bilaterals()
         lx = self.add_constraint(L)  # x limit (unilateral)
         lt = self.add_constraint(R, self.wrench(m=(0, 0, 1)))  # theta limit
         self.add_coordinate(*X_RANGE, 0, lx)

@@ -61,11 +61,7 @@ class _Unlimited(sh.SlottedHinge):
     dynamics every integrator can run."""
 
     def initialize_constraints(self):
-        B, R, L = sj.Coupling.BILATERAL, sj.Coupling.ROTARY, sj.Coupling.LINEAR
-        self.add_constraint(B | L)
-        self.add_constraint(B | L, self.wrench(f=(0, 0, 1)))
-        self.add_constraint(B | R, self.wrench(m=(1, 0, 0)))
-        self.add_constraint(B | R, self.wrench(m=(0, 1, 0)))
+        self.add_slot_bilaterals()
         self.add_coordinate()
         self.add_coordinate()
 
@@ -237,11 +233,8 @@ class _SlotEndAsDistance(sh.SlottedHinge):
     from autodiff of the distance."""
 
     def initialize_constraints(self):
-        B, R, L = sj.Coupling.BILATERAL, sj.Coupling.ROTARY, sj.Coupling.LINEAR
-        self.add_constraint(B | L)
-        self.add_constraint(B | L, self.wrench(f=(0, 0, 1)))
-        self.add_constraint(B | R, self.wrench(m=(1, 0, 0)))
-        self.add_constraint(B | R, self.wrench(m=(0, 1, 0)))
+        R, L = sj.Coupling.ROTARY, sj.Coupling.LINEAR
+        self.add_slot_bilaterals()
         self.add_constraint(L)  # the slot's end, by distance
         lt = self.add_constraint(R, self.wrench(m=(0, 0, 1)))
         self.add_coordinate()

@@ -10,7 +10,6 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +18,7 @@ from .. import _spatial as sp
 from .._functions import Function
 from .._stage import Stage
 from ..constraints import kernels as cn
+from ..constraints import unilateral as uni
 from ..constraints.kernels import ConstraintContext, _common_ancestor, _Compiled, _dummy_kin
 from ..forward.realize import realize
 from ..model.model import Identity
@@ -1492,8 +1492,7 @@ class CouplingJoint(Constraint):
         return self._coupling.structure_key()
 
     def _transforms(self, ctx: ConstraintContext) -> tuple[sp.Transform, sp.Transform]:
-        X_AC = sp.Transform(ctx.param("X_AC_R"), ctx.param("X_AC_p"))
-        X_BD = sp.Transform(ctx.param("X_BD_R"), ctx.param("X_BD_p"))
+        X_AC, X_BD = self._frames(ctx.param)
         X_GC = ctx.body_transform(0).compose(X_AC)
         X_GD = ctx.body_transform(1).compose(X_BD)
         T_CD = X_GD.invert().compose(X_GC)
@@ -1613,15 +1612,12 @@ class CouplingJoint(Constraint):
         model = self._matter._system.model_for(state)
         s = realize(model, state, Stage.POSITION)
         g = cn.single_group(model, s.use_euler_angles, cc.index)
-        kin = cn.gather_kin(model, s, g, 0)
-        params = dict(kin.params)
         prev = (
-            s.discrete["matter"]["limit_value"][np.asarray(self._unilateral_rows, int)]
+            s.discrete["matter"]["limit_value"][np.asarray(self._unilateral_rows, int)][None]
             if self._limit_rows
             else None
         )
-        params["unilateral_prev"] = jnp.zeros((1, 0)) if prev is None else prev[None]
-        kin = eqx.tree_at(lambda k: k.params, kin, params)
+        kin = uni.with_unilateral_prev(cn.gather_kin(model, s, g, 0), prev)
         one = jax.tree.map(lambda x: x[0], kin)
         return fn(ConstraintContext(one, g.mobs))
 
@@ -1666,6 +1662,14 @@ class CouplingJoint(Constraint):
         self._check(state)
         return state.discrete["matter"]["limit_force"][np.asarray(self._unilateral_rows, int)]
 
+    @staticmethod
+    def _frames(param: Callable[[str], Any]) -> tuple[sp.Transform, sp.Transform]:
+        """``(X_AC, X_BD)`` from the joint's parameters (``param(name)``)."""
+        return (
+            sp.Transform(param("X_AC_R"), param("X_AC_p")),
+            sp.Transform(param("X_BD_R"), param("X_BD_p")),
+        )
+
     def set_coordinates(self, state: State, coords: Any) -> State:
         """New State with body A placed so that the joint has ``coords`` (body B held), when
         A's mobilizer can fit the pose (a Free body, say); the limit rows remember the
@@ -1676,8 +1680,7 @@ class CouplingJoint(Constraint):
         s = realize(model, state, Stage.POSITION)
         inst = s.instance["matter"]
         ci = self._check(s).index
-        X_AC = sp.Transform(inst[f"constraint{ci}.X_AC_R"], inst[f"constraint{ci}.X_AC_p"])
-        X_BD = sp.Transform(inst[f"constraint{ci}.X_BD_R"], inst[f"constraint{ci}.X_BD_p"])
+        X_AC, X_BD = self._frames(lambda name: inst[f"constraint{ci}.{name}"])
         a, b = self._bodies
         Rb, pb = s.position_cache.R_GB[b.index], s.position_cache.p_GB[b.index]
         X_GC = sp.Transform(Rb, pb).compose(X_BD).compose(cp.coordinates_to_tcd(c))

@@ -433,11 +433,12 @@ def group_errors(model: Model, state: State, g: ConstraintGroup, level: int, A: 
     return e * state.instance["matter"]["constraint_enabled"][g.index][:, None]
 
 
-def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = None):
+def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = None, kin: Kin | None = None):
     """Coefficients of the members' (affine) acceleration errors with respect to the
     constrained bodies' ``[alpha; a]`` (n, m, k, 6) and the constrained udots (per
     mobilizer, (n, m, nu_j)); with body accelerations ``A`` (nb, 6) also the errors
-    themselves at udot = 0 (n, m).
+    themselves at udot = 0 (n, m). ``kin``: the members' ``Kin`` where the caller has
+    prepared it (e.g. with extra parameters).
 
     For rows that are time derivatives (``d/dt uerr``) the coefficient of an acceleration
     is the coefficient of the matching velocity in ``uerr`` (``d/dt`` maps ``w -> alpha``,
@@ -465,7 +466,7 @@ def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = 
         Cud = tuple(jnp.concatenate([p[1][j] for p in parts], axis=0) for j in range(len(kin.u)))
         return (Cb, Cud), (aerr(kin) if A is not None else None)
 
-    coef, e0 = jax.vmap(one)(gather_kin(model, state, g, level, A))
+    coef, e0 = jax.vmap(one)(gather_kin(model, state, g, level, A) if kin is None else kin)
     return (coef, e0) if A is not None else coef
 
 

@@ -60,6 +60,13 @@ class LimitRows:
         """Whether every row is a coordinate limit (rows of N constant, values linear in q)."""
         return not self.groups
 
+    @property
+    def independent(self) -> bool:
+        """Whether the rows of N are linearly independent whatever the configuration
+        (coordinate limits on distinct speeds): then ``N M^-1 N^T`` is positive definite
+        and every subset of it can be factored without regularisation."""
+        return self.constant and len(set(self.u_index.tolist())) == len(self.u_index)
+
 
 def limit_data(model: Model, euler: bool) -> LimitRows:
     """The Model's compiled unilateral rows (cached on the Model).
@@ -86,10 +93,16 @@ def limit_data(model: Model, euler: bool) -> LimitRows:
         for members in by_key.values():
             g = cn._group(model, members)
             obj = model.constraint_objects[members[0].index]
-            proxy = _Phi(obj._unilateral_phi)
-            g = replace(g, funcs=cn.level_functions(proxy, g.mobs))
             r = np.stack(
                 [np.asarray(model.constraint_objects[c.index]._unilateral_rows, int) for c in members]
+            )
+            # the group's rows are now its unilateral values, all at the position level
+            g = replace(
+                g,
+                funcs=cn.level_functions(_Phi(obj._unilateral_phi), g.mobs),
+                mp=r.shape[1],
+                mv=0,
+                ma=0,
             )
             groups.append((g, r))
         model._limits[euler] = LimitRows(
@@ -115,6 +128,15 @@ class _Phi:
 # ============================================================================ rows
 
 
+def with_unilateral_prev(kin: cn.Kin, prev: jax.Array | None) -> cn.Kin:
+    """``kin`` (leading axis n) with the members' last unilateral values ``prev`` (n, k) as
+    the parameter ``unilateral_prev`` (angles are taken nearest them); (n, 0) when None."""
+    params = dict(kin.params)
+    n = kin.p.shape[0]
+    params["unilateral_prev"] = jnp.zeros((n, 0), kin.p.dtype) if prev is None else prev
+    return eqx.tree_at(lambda k: k.params, kin, params)
+
+
 def limit_rows(model: Model, state: State, q: jax.Array | None = None):
     """``(phi, N)`` of every unilateral row: values (L,) and speed rows (L, nu)
     (``phidot = N u``). Coordinate limits read ``q`` (default the State's); rows of custom
@@ -127,21 +149,9 @@ def limit_rows(model: Model, state: State, q: jax.Array | None = None):
     if data.groups:
         prev = state.discrete["matter"]["limit_value"]
         for g, rows in data.groups:
-            kin = cn.gather_kin(model, state, g, 0)
-            params = dict(kin.params)
-            params["unilateral_prev"] = prev[rows]
-            kin = eqx.tree_at(lambda k: k.params, kin, params)
-            perr, verr, _, _ = g.funcs
-
-            def coef(k, verr=verr):
-                def fv(w, v, u):
-                    return verr(eqx.tree_at(lambda kk: (kk.w, kk.v, kk.u), k, (w, v, u)))
-
-                Cw, Cv, Cu = jax.jacfwd(fv, argnums=(0, 1, 2))(k.w, k.v, k.u)
-                return jnp.concatenate([Cw, Cv], axis=-1), Cu
-
-            vals = jax.vmap(perr)(kin)
-            Ng = cn.group_G(model, state, g, jax.vmap(coef)(kin))
+            kin = with_unilateral_prev(cn.gather_kin(model, state, g, 0), prev[rows])
+            vals = jax.vmap(g.funcs[0])(kin)
+            Ng = cn.group_G(model, state, g, cn.group_coefficients(model, state, g, kin=kin))
             phi = phi.at[rows.reshape(-1)].set(vals.reshape(-1))
             N = N.at[rows.reshape(-1)].set(Ng.reshape(-1, nu))
     return phi, N
@@ -201,15 +211,18 @@ def correction_rows(phi, lower, upper, tol, engaged):
 # ============================================================================ solver
 
 
-def _masked_solve(W: jax.Array, r: jax.Array, act: jax.Array) -> jax.Array:
+def _masked_solve(W: jax.Array, r: jax.Array, act: jax.Array, pd: bool = False) -> jax.Array:
     """``theta`` with ``W_AA theta_A = r_A`` on the active set ``A`` and 0 elsewhere
-    (minimum-norm on a singular block: redundant rows share their force)."""
+    (minimum-norm on a singular block: redundant rows share their force). ``pd``: ``W`` is
+    known to be positive definite, so a plain Cholesky solve is exact."""
     D = act.astype(W.dtype)
     Wm = W * D[:, None] * D[None, :] + jnp.diag(1.0 - D)
+    if pd:
+        return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(Wm), True), r * D) * D
     return min_norm_solve(Wm, r * D, refinements=1) * D
 
 
-def solve_lcp(W: jax.Array, q: jax.Array, mask: jax.Array, max_iter: int = 50):
+def solve_lcp(W: jax.Array, q: jax.Array, mask: jax.Array, max_iter: int = 50, pd: bool = False):
     """``theta >= 0`` with ``w = W theta + q >= 0`` and ``theta . w = 0`` on the rows of
     ``mask`` (``theta = 0`` elsewhere), for a symmetric positive semi-definite ``W``.
 
@@ -218,21 +231,22 @@ def solve_lcp(W: jax.Array, q: jax.Array, mask: jax.Array, max_iter: int = 50):
     force came out negative and add rows whose gap came out negative, until the set
     repeats; exact to round-off when it stops. Derivatives are those of the implicit
     function with the final set held (``dtheta_A = -W_AA^-1 (dW theta + dq)_A``).
+    ``pd``: ``W`` is positive definite (independent rows), so no regularisation is needed.
     Returns ``(theta, converged)``."""
     if W.shape[0] == 0:
         return jnp.zeros_like(q), jnp.asarray(True)
-    theta, ok, _ = _lcp(W, q, mask, max_iter)
+    theta, ok, _ = _lcp(W, q, mask, max_iter, pd)
     return theta, ok
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _lcp(W, q, mask, max_iter):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _lcp(W, q, mask, max_iter, pd):
     rel = 1e-12 if W.dtype == jnp.float64 else 1e-5
     tol = rel * jnp.maximum(jnp.max(jnp.abs(jnp.where(mask, q, 0.0))), jnp.finfo(W.dtype).tiny)
 
     def body(c):
         act, _, th, k = c
-        th = _masked_solve(W, -q, act)
+        th = _masked_solve(W, -q, act, pd)
         w = W @ th + q
         # an active row stays while it pushes; an inactive one joins when its gap is negative
         new = mask & ((act & (th > 0)) | (~act & (w < -tol)))
@@ -249,24 +263,26 @@ def _lcp(W, q, mask, max_iter):
 
 
 @_lcp.defjvp
-def _lcp_jvp(max_iter, primals, tangents):
+def _lcp_jvp(max_iter, pd, primals, tangents):
     W, q, mask = primals
     dW, dq, _ = tangents
-    theta, ok, act = _lcp(W, q, mask, max_iter)
-    dtheta = _masked_solve(W, -(dW @ theta + dq), act)
+    theta, ok, act = _lcp(W, q, mask, max_iter, pd)
+    dtheta = _masked_solve(W, -(dW @ theta + dq), act, pd)
     zero = np.zeros(np.shape(ok), dtype=jax.dtypes.float0)
     return (theta, ok, act), (dtheta, zero, np.zeros(np.shape(act), dtype=jax.dtypes.float0))
 
 
-def solve_qp(M, c, A, a, B, b, mask, max_iter: int = 50, chol=None, YB=None):
+def solve_qp(M, c, A, a, B, b, mask, max_iter: int = 50, chol=None, YB=None, independent: bool = False):
     """``x`` minimising ``1/2 x^T M x - c^T x`` subject to ``A x = a`` and, for the rows of
     ``mask``, ``B x >= b``; with ``M x = c + A^T lam + B^T theta``.
 
     ``M`` is symmetric positive definite; ``A`` may have redundant rows (minimum-norm
     ``lam``). The bilateral rows are eliminated exactly (a Schur complement), which leaves
     the complementarity problem of ``solve_lcp`` in ``theta``. Returns
-    ``(x, lam, theta, converged)``. ``chol``: the Cholesky factor of ``M``, and ``YB``:
-    ``M^-1 B^T``, where the caller has them."""
+    ``(x, lam, theta, converged)``. ``chol``: the Cholesky factor of
+    ``M``, and ``YB``: ``M^-1 B^T``, where the caller has them. ``independent``: the rows
+    of ``B`` are linearly independent (then, with no ``A``, the LCP needs no
+    regularisation)."""
     L = jnp.linalg.cholesky(M) if chol is None else chol
 
     def cho(r):
@@ -286,7 +302,7 @@ def solve_qp(M, c, A, a, B, b, mask, max_iter: int = 50, chol=None, YB=None):
         W = W - SAB.T @ Kb
         qv = qv + SAB.T @ lam0
     W = 0.5 * (W + W.T)
-    theta, ok = solve_lcp(W, qv, mask, max_iter)
+    theta, ok = solve_lcp(W, qv, mask, max_iter, pd=independent and A.shape[0] == 0)
     if A.shape[0]:
         lam = lam0 - Kb @ theta
         x = x0 + YA @ lam + YB @ theta

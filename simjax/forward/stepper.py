@@ -82,7 +82,16 @@ def velocity_step(model: Model, base: State, t: Any, y: Any, h: Any):
     chol = jnp.linalg.cholesky(M)
     YN = jax.scipy.linalg.cho_solve((chol, True), N.T)  # M^-1 N^T: N is constant for coordinate limits
     u1, _, theta, ok = uni.solve_qp(
-        M, M @ u0 + h * f, G, a, E[:, None] * N, jnp.zeros_like(E), E != 0, chol=chol, YB=YN * E[None, :]
+        M,
+        M @ u0 + h * f,
+        G,
+        a,
+        E[:, None] * N,
+        jnp.zeros_like(E),
+        E != 0,
+        chol=chol,
+        YB=YN * E[None, :],
+        independent=uni.limit_data(model, s.use_euler_angles).independent,
     )
     q1 = rz.normalize_quaternions(model, s, q0 + h * rz.calc_qdot(model, s.with_u(u1)))
     z1 = z0
@@ -99,8 +108,8 @@ def correct_positions(model: Model, base: State, q: jax.Array, E: jax.Array, Mc:
     mp, _, _ = model.constraint_counts(base.use_euler_angles)
     inst = base.instance["matter"]
     lo, hi, tol = inst["limit_lower"], inst["limit_upper"], inst["limit_tol"]
-    zero_c = jnp.zeros(M.shape[0], M.dtype)
-    constant = uni.limit_data(model, base.use_euler_angles).constant
+    data = uni.limit_data(model, base.use_euler_angles)
+    constant = data.constant
 
     def step(q, _):
         s = base.with_q(q)
@@ -114,7 +123,16 @@ def correct_positions(model: Model, base: State, q: jax.Array, E: jax.Array, Mc:
         Y = YN if constant else jax.scipy.linalg.cho_solve((chol, True), N.T)
         sign, bn, mask = uni.correction_rows(phi, lo, hi, tol, E)
         du, _, _, _ = uni.solve_qp(
-            M, zero_c, P, rhs, sign[:, None] * N, bn, mask, chol=chol, YB=Y * sign[None, :]
+            M,
+            jnp.zeros(M.shape[0], M.dtype),
+            P,
+            rhs,
+            sign[:, None] * N,
+            bn,
+            mask,
+            chol=chol,
+            YB=Y * sign[None, :],
+            independent=data.independent,
         )
         dq = rz.calc_qdot(model, s.with_u(du.astype(q.dtype)))
         return rz.normalize_quaternions(model, s, q + dq), None

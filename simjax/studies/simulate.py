@@ -523,7 +523,8 @@ def simulate(
             f"simulate: this System has {len(model.limit_objects)} coordinate limits ({names}{more}), "
             f"hard one-sided constraints that integrator {integrator!r} cannot enforce. They are "
             "stepped at the velocity level with complementarity: use integrator='euler' with a step dt "
-            "(e.g. dt=1e-3)"
+            "(e.g. dt=1e-3); or, for a loaded model whose ranges you do not want enforced, load it "
+            "with limits=False (sj.io.load_mjcf/load_urdf/load_osim keep the ranges as data then)"
         )
     t0 = _static_time(state.t) if t0 is None else float(t0)
     times = _save_times(save_at, t0, float(t1))
