@@ -128,3 +128,40 @@ def test_changing_mass_in_a_state_scales_inertia_like_simbody():
     np.testing.assert_allclose(ke(s3), 3.0 * ke(s), rtol=1e-14)
     with pytest.raises(ValueError, match="massless body cannot have inertia"):
         sj.MassProperties(0.0, [0, 0, 0], sj.Inertia(0.1))
+
+
+def test_a_frame_that_is_not_a_rotation_is_refused_with_the_fix():
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    with pytest.raises(ValueError, match=r"X_PF: R is not a rotation .*sj.Rotation"):
+        sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(R=2 * np.eye(3)), _body(), sj.Transform())
+    reflect = np.diag([1.0, 1.0, -1.0])  # orthonormal but det -1
+    with pytest.raises(ValueError, match="X_BM: R is not a rotation"):
+        sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), _body(), sj.Transform(R=reflect))
+    # a rotation with round-off is accepted
+    R = np.asarray(sj.Rotation.about_axis(0.3, [1.0, 2.0, 3.0])) + 1e-12
+    sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(R=R), _body(), sj.Transform())
+
+
+def test_gravity_that_is_not_a_3_vector_is_refused():
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    with pytest.raises(ValueError, match=r"finite 3-vector .*got \[0.0, -9.81\]"):
+        sj.Force.Gravity(forces, matter, (0.0, -9.81))
+    with pytest.raises(ValueError, match="finite 3-vector"):
+        sj.Force.Gravity(forces, matter, (0.0, np.nan, 0.0))
+
+
+def test_a_moving_body_with_nothing_massive_outboard_is_refused():
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    tip = sj.MobilizedBody.Pin(
+        matter.Ground(), sj.Transform(), sj.Body.Massless(), sj.Transform(), name="tip"
+    )
+    with pytest.raises(ValueError, match="'tip' .*neither it nor any body outboard.*mass"):
+        system.realize_topology()
+    # a massless body is fine when a massive body is outboard of it
+    sj.MobilizedBody.Pin(tip, sj.Transform(p=[0.0, -1.0, 0.0]), _body(), sj.Transform())
+    state = system.realize_topology()
+    assert np.all(np.isfinite(np.asarray(system.realize(state, sj.Stage.ACCELERATION).udot)))

@@ -298,7 +298,12 @@ class Gravity(Force):
         magnitude: float | None = None,
         zero_height: float = 0.0,
     ):
-        d = np.asarray(direction, dtype=float).reshape(3)
+        d = np.asarray(direction, dtype=float)
+        if d.shape != (3,) or not np.all(np.isfinite(d)):
+            raise ValueError(
+                f"Force.Gravity: direction must be a finite 3-vector (x, y, z) in Ground, got "
+                f"{np.asarray(direction).tolist()}; e.g. (0, -9.81, 0)"
+            )
         if magnitude is None:
             magnitude = float(np.linalg.norm(d))
             d = d / magnitude if magnitude > 0 else np.array([0.0, -1.0, 0.0])

@@ -9,7 +9,7 @@ later change to the System bumps its topology version: States made before are re
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 import equinox as eqx
@@ -96,6 +96,7 @@ class MultibodySystem:
         mass = np.array([m._mass_props.mass for m in mob])
         com = np.stack([m._mass_props.com for m in mob])
         unit_inertia = np.stack([m._mass_props.unit_inertia() for m in mob])
+        _check_massless_subtrees(mob, mass)
         XPF_R, XPF_p = stack_transforms([m._X_PF for m in mob])
         XBM_R, XBM_p = stack_transforms([m._X_BM for m in mob])
         mparams = np.zeros((nb, mp_len))
@@ -645,3 +646,22 @@ class GeneralForceSubsystem(Subsystem):
     def get_num_forces(self) -> int:
         """Number of force elements."""
         return len(self._elements)
+
+
+def _check_massless_subtrees(mob: Sequence[Any], mass: np.ndarray) -> None:
+    """Refuse a moving body whose whole subtree (it and everything outboard) is massless
+    (a massless body has no inertia either): its mobilities have no inertia, M is singular
+    and every acceleration would come out NaN (Simbody: a massless body must not be
+    terminal)."""
+    carried = np.array(mass, dtype=float)
+    for m in reversed(mob[1:]):
+        if m._parent is not None:
+            carried[m._parent.index] += carried[m.index]
+    for m in mob[1:]:
+        if m._mobilizer.nu > 0 and carried[m.index] <= 0:
+            raise ValueError(
+                f"MobilizedBody {m.name!r} ({type(m).__name__}) moves but neither it nor any body "
+                "outboard of it has mass or inertia, so its accelerations are undefined (M is "
+                "singular). Give it (or a child) mass properties, weld it "
+                "(MobilizedBody.Weld), or remove it"
+            )
