@@ -1,5 +1,6 @@
 """Every user error gets a clear message that names the part and the fix."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -165,3 +166,48 @@ def test_a_moving_body_with_nothing_massive_outboard_is_refused():
     sj.MobilizedBody.Pin(tip, sj.Transform(p=[0.0, -1.0, 0.0]), _body(), sj.Transform())
     state = system.realize_topology()
     assert np.all(np.isfinite(np.asarray(system.realize(state, sj.Stage.ACCELERATION).udot)))
+
+
+def test_loaders_given_xml_text_say_they_take_a_path(tmp_path):
+    for load, text in (
+        (sj.io.load_mjcf, "<mujoco><worldbody/></mujoco>"),
+        (sj.io.load_urdf, '<robot name="r"><link name="a"/></robot>'),
+        (sj.io.load_osim, '<OpenSimDocument Version="40000"><Model/></OpenSimDocument>'),
+    ):
+        with pytest.raises(FileNotFoundError, match=r"takes a file's path.*looks like XML text.*write_text"):
+            load(text)
+    with pytest.raises(FileNotFoundError, match=r"file not found: 'nothing.xml' \(relative to"):
+        sj.io.load_mjcf("nothing.xml")
+
+
+def test_mjcf_negative_inertial_mass_is_named(tmp_path):
+    p = tmp_path / "m.xml"
+    p.write_text(
+        '<mujoco><worldbody><body><joint type="hinge"/>'
+        '<inertial pos="0 0 0" mass="-1" diaginertia="1 1 1"/></body></worldbody></mujoco>'
+    )
+    with pytest.raises(sj.io.ModelFileError, match=r"m.xml:1: <inertial>: .*mass is negative \(-1\)"):
+        sj.io.load_mjcf(p)
+
+
+def test_simulate_with_a_traced_end_time_or_step_says_to_make_it_static():
+    system, _, _, _ = pendulum(1)
+    state = system.realize_topology()
+    with pytest.raises(TypeError, match=r"t1 is traced.*Python number"):
+        jax.jit(lambda t1: sj.simulate(system, state, t1, integrator="rk4", dt=1e-2).final_state.q)(1.0)
+    with pytest.raises(TypeError, match=r"dt is traced"):
+        jax.jit(lambda dt: sj.simulate(system, state, 1.0, integrator="rk4", dt=dt).final_state.q)(1e-2)
+
+
+def test_a_vector_valued_witness_is_refused_with_the_fix():
+    system, _, _, _ = pendulum(1)
+    state = system.realize_topology()
+
+    def both_angles(s):
+        return jnp.stack([s.q[0], s.q[0] - 0.1])
+
+    ev = sj.TriggeredEvent(both_angles)
+    with pytest.raises(
+        ValueError, match=r"TriggeredEvent \(both_angles\): the witness must return one number.*\(2,\)"
+    ):
+        sj.simulate(system, state, 0.1, integrator="rk4", dt=1e-2, events=[ev])

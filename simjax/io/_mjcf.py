@@ -80,7 +80,7 @@ from .. import build as sj
 from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, add_coordinate_limits
 from ._urdf import align_axis
-from ._xml import parse_with_lines
+from ._xml import check_model_path, parse_with_lines
 
 __all__ = ["load_mjcf"]
 
@@ -916,6 +916,10 @@ def _body_inertia(body: _Body, comp: _Compiler, skipped: list[str]) -> None:
         a = el.attrib
         com = _floats(el, a, "pos", 3)
         mass = _number(el, a, "mass", None)
+        if mass < 0:
+            raise _error(
+                el, f"body {body.name!r}: <inertial> mass is negative ({mass:g}); masses must be >= 0"
+            )
         if "fullinertia" in a:
             if any(k in a for k in ("quat", *_ALT)):
                 raise _error(el, "fullinertia and an inertial orientation cannot both be specified")
@@ -999,9 +1003,7 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
             (``<composite>``, ``<flexcomp>``, ``<replicate>``, ``<attach>``). The message
             names the file, the line and the element.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"MJCF file not found: {path!r}")
+    path = check_model_path(path, "MJCF")
     root = _read_with_includes(path)
     if root.tag != "mujoco":
         raise _error(root, f"an MJCF file's top element must be <mujoco>, found <{root.tag}>")

@@ -43,7 +43,7 @@ from .. import _spatial as sp
 from .. import build as sj
 from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, ModelFileError, add_coordinate_limits
-from ._xml import parse_with_lines
+from ._xml import check_model_path, parse_with_lines
 
 __all__ = ["load_urdf"]
 
@@ -323,9 +323,7 @@ def load_urdf(
             an invalid inertia, or a joint that moves only massless links (its mass matrix
             would be singular). The message names the file, the line and the element.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"URDF file not found: {path!r}")
+    path = check_model_path(path, "URDF")
     if root_joint is None:
         root_kind = "free" if floating_base else "fixed"
     else:

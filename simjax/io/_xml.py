@@ -13,6 +13,22 @@ import numpy as np
 from ._loaded import ModelFileError
 
 
+def check_model_path(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` as a string, or a FileNotFoundError that says what was given: a loader's
+    argument is a file's path, and XML text passed in its place is named as such."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        if path.lstrip().startswith("<"):
+            raise FileNotFoundError(
+                f"{what}: the loader takes a file's path, and this looks like XML text "
+                f"({path.strip()[:40]!r}...); write it to a file first, e.g. "
+                "pathlib.Path('model.xml').write_text(text), and load that path"
+            )
+        where = "" if os.path.isabs(path) else f" (relative to {os.getcwd()!r})"
+        raise FileNotFoundError(f"{what} file not found: {path!r}{where}")
+    return path
+
+
 class XmlDoc:
     """A parsed file: the root element plus the line each element starts on."""
 
@@ -21,8 +37,7 @@ class XmlDoc:
         self.name = os.path.basename(self.path)
         self._lines: dict[int, int] = {}
         if text is None:
-            if not os.path.exists(self.path):
-                raise FileNotFoundError(f"{what} file not found: {self.path!r}")
+            check_model_path(self.path, what)
             with open(self.path, "rb") as fh:
                 data = fh.read()
         else:

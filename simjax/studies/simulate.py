@@ -265,7 +265,15 @@ def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc):
         out = []
         for e in trig:
             st = realize(model, _state_of(b0, tt, yy), e.stage)
-            out.append(jnp.reshape(jnp.asarray(e.witness(st), yy[0].dtype), ()))
+            w = jnp.asarray(e.witness(st), yy[0].dtype)
+            if w.size != 1:
+                raise ValueError(
+                    f"TriggeredEvent ({getattr(e.witness, '__name__', 'witness')}): the witness must "
+                    f"return one number (a scalar whose sign change is the event), got shape "
+                    f"{w.shape}; use one TriggeredEvent per component, or reduce it (e.g. the "
+                    "minimum of the values)"
+                )
+            out.append(jnp.reshape(w, ()))
         return jnp.stack(out)
 
     w0, w1 = W(t, y0), W(t + h, y1)
@@ -513,6 +521,14 @@ def simulate(
     integrator = integrator.lower()
     if integrator not in _FIXED and integrator not in _ADAPTIVE:
         raise ValueError(f"unknown integrator {integrator!r}; choose one of {list(_FIXED) + list(_ADAPTIVE)}")
+    if isinstance(t1, jax.core.Tracer) or (integrator in _FIXED and isinstance(dt, jax.core.Tracer)):
+        which = "t1" if isinstance(t1, jax.core.Tracer) else "dt"
+        raise TypeError(
+            f"simulate: {which} is traced (an argument of a jit-compiled function), but the number "
+            "of steps and the output times are fixed when simjax compiles; pass it as a Python "
+            "number (close over it, or jax.jit(f, static_argnames=...)). To vary the end time "
+            "across a batch, simulate to the latest and read each member's time from save_at"
+        )
     if integrator in _FIXED and (dt is None or not dt > 0):
         raise ValueError(f"integrator {integrator!r} has a fixed step: give dt > 0 (e.g. dt=1e-3)")
     model = system.model_for(state)
