@@ -112,3 +112,22 @@ def test_event_input_errors():
     with pytest.raises(TypeError, match="return the"):
         ev = sj.ScheduledEvent([0.5], lambda st: st.u)
         sj.simulate(system, s, 1.0, dt=0.1, events=[ev])
+
+
+def test_scheduled_events_are_never_dropped_silently():
+    system, matter, forces, bodies = three_bodies()
+    rep = Repulsion(system, default_strength=1.0)
+    s = _start(system)
+    times3 = sj.ScheduledEvent([0.1], lambda st: rep.set_force_strength(st, 3.0 * rep.get_force_strength(st)))
+    plus1 = sj.ScheduledEvent([0.1], lambda st: rep.set_force_strength(st, rep.get_force_strength(st) + 1.0))
+    # two handlers due at one time both run, in the order given: (1 * 3) + 1, not 1 + 1
+    tr = sj.simulate(system, s, 0.2, integrator="rk4", dt=1e-2, events=[times3, plus1])
+    assert float(tr.final_state.discrete["Repulsion"]["strength"]) == 4.0
+    assert int(tr.num_events) == 2
+    tr = sj.simulate(system, s, 0.2, integrator="rk4", dt=1e-2, events=[plus1, times3])
+    assert float(tr.final_state.discrete["Repulsion"]["strength"]) == 6.0
+    # times outside (t0, t1] are named; the run is the one without them
+    early_late = sj.ScheduledEvent([0.0, 0.5], lambda st: rep.set_force_strength(st, 9.0))
+    with pytest.warns(UserWarning, match=r"scheduled event times \[0.0, 0.5\] lie outside .*\(0, 0.2\]"):
+        tr = sj.simulate(system, s, 0.2, integrator="rk4", dt=1e-2, events=[early_late])
+    assert float(tr.final_state.discrete["Repulsion"]["strength"]) == 1.0 and int(tr.num_events) == 0

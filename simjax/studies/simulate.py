@@ -33,6 +33,8 @@ size) stop the run at the last good state and are reported in ``Trajectory.resul
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from typing import Any, cast
 
 import diffrax as dfx
@@ -239,6 +241,26 @@ def _apply_handler(model, base, disc, t, y, handler, terminate: bool):
         if not isinstance(out, State):
             raise TypeError("an event handler must return the (changed) State, or (State, terminate)")
     return (out.q, out.u, out.z), out.discrete, jnp.asarray(term)
+
+
+def _scheduled_in_range(events: Sequence[Any], t0: float, t1: float) -> list[tuple[float, int]]:
+    """``(time, event index)`` of the scheduled events due in ``(t0, t1]``; times outside it
+    are named in a warning (an event at the start time does not occur: apply its handler to
+    the State first; one after ``t1`` occurs in a later run from the final State)."""
+    sched: list[tuple[float, int]] = []
+    outside: list[tuple[float, int]] = []
+    for k, e in enumerate(events):
+        if isinstance(e, ScheduledEvent):
+            for tt in e.times:
+                (sched if t0 < tt <= t1 else outside).append((tt, k))
+    if outside:
+        warnings.warn(
+            f"simulate: scheduled event times {sorted({tt for tt, _ in outside})} lie outside this "
+            f"run's (t0, t1] = ({t0:g}, {t1:g}] and do not occur in it (one at t0: apply its handler "
+            "to the State before simulate; one after t1: it occurs in a later run from the final State)",
+            stacklevel=3,
+        )
+    return sched
 
 
 def _crossed(w0, w1, directions):
@@ -683,14 +705,16 @@ def _simulate(
         disc0 = dict(base.discrete)
         disc0["matter"] = us.initial_engagement(model, _state_of(base, t0, y))
         base = _with_disc(base, disc0)
-    sched = [(tt, k) for k, e in enumerate(events) if isinstance(e, ScheduledEvent) for tt in e.times]
-    sched = [(tt, k) for tt, k in sched if t0 < tt <= times[-1]]
+    sched = _scheduled_in_range(events, t0, float(times[-1]))
     bounds = sorted(set(times) | {tt for tt, _ in sched})
     tb = np.asarray(bounds)
     ta = np.concatenate([[t0], tb[:-1]])
-    which = np.full(len(tb), -1)
+    # handlers due at each boundary, in the order the events were given (-1: none)
+    per: list[list[int]] = [[] for _ in bounds]
     for tt, k in sched:
-        which[bounds.index(tt)] = k  # one scheduled handler per time (the last given)
+        per[bounds.index(tt)].append(k)
+    width = max([len(x) for x in per] + [1])
+    which = np.array([x + [-1] * (width - len(x)) for x in per], dtype=int)
     save_rows = np.array([bounds.index(tt) for tt in times])
     L = _Loop(
         y=y,
@@ -705,11 +729,16 @@ def _simulate(
     )
     sched_events = [e for e in events if isinstance(e, ScheduledEvent)]
     sched_index = {id(e): i for i, e in enumerate(sched_events)}
-    which_s = np.array([-1 if k < 0 else sched_index[id(events[k])] for k in which])
+    which_s = np.vectorize(lambda k: -1 if k < 0 else sched_index[id(events[k])])(which).astype(int)
 
-    def scheduled(L: _Loop, b, k):
+    def scheduled(L: _Loop, b, ks):
         if not sched_events:
             return L
+        for j in range(ks.shape[0]):  # every handler due at b, in order
+            L = one_scheduled(L, b, ks[j])
+        return L
+
+    def one_scheduled(L: _Loop, b, k):
         branches = [lambda L: L] + [
             (
                 lambda L, e=e: (
