@@ -131,3 +131,33 @@ def test_scheduled_events_are_never_dropped_silently():
     with pytest.warns(UserWarning, match=r"scheduled event times \[0.0, 0.5\] lie outside .*\(0, 0.2\]"):
         tr = sj.simulate(system, s, 0.2, integrator="rk4", dt=1e-2, events=[early_late])
     assert float(tr.final_state.discrete["Repulsion"]["strength"]) == 1.0 and int(tr.num_events) == 0
+
+
+def test_two_crossings_in_one_adaptive_step_are_found_with_max_step():
+    from helpers import pendulum
+
+    system, _, _, _ = pendulum(1)
+    state = system.realize_topology()
+    # zero at t = 0.51 and 0.52: a smooth pendulum lets dopri5 step over both (same sign at
+    # both ends); max_step below their spacing finds each (Simbody's setMaximumStepSize)
+    ev = sj.TriggeredEvent(lambda st: (st.t - 0.51) * (st.t - 0.52), direction="both")
+    tr = sj.simulate(system, state, 1.0, integrator="dopri5", dt=0.1, events=[ev])
+    assert int(tr.num_events) == 0
+    tr = sj.simulate(system, state, 1.0, integrator="dopri5", dt=0.1, events=[ev], max_step=5e-3)
+    assert int(tr.num_events) == 2
+
+
+def test_integrator_tolerances_are_validated():
+    from helpers import pendulum
+
+    system, _, _, _ = pendulum(1)
+    state = system.realize_topology()
+    for kw, msg in (
+        ({"accuracy": 0.0}, "accuracy must be finite and > 0"),
+        ({"accuracy": float("nan")}, "accuracy must be finite and > 0"),
+        ({"atol": -1.0}, "atol must be finite and > 0"),
+        ({"max_step": 0.0}, "max_step must be finite and > 0"),
+        ({"max_steps": 0}, "max_steps must be an integer >= 1"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            sj.simulate(system, state, 1.0, integrator="dopri5", **kw)

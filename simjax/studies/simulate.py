@@ -124,6 +124,7 @@ class _Config(eqx.Module):
     accuracy: float = eqx.field(static=True)
     atol: float = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
+    max_step: float = eqx.field(static=True)
     project: bool = eqx.field(static=True)
     projection_iterations: int = eqx.field(static=True)
 
@@ -447,7 +448,7 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
     def body(c):
         t, L, dt, ss = c
         bd = _with_disc(base, L.disc)
-        h = jnp.minimum(dt, t1 - t)
+        h = jnp.minimum(jnp.minimum(dt, cfg.max_step), t1 - t)
         y1, yerr, _, ss1, _ = solver.step(term_of(bd), t, t + h, L.y, None, ss, made_jump=True)
         scale = jax.tree.map(
             lambda a, b: cfg.atol + cfg.accuracy * jnp.maximum(jnp.abs(a), jnp.abs(b)), L.y, y1
@@ -503,6 +504,7 @@ def simulate(
     project: bool = True,
     projection_iterations: int = 2,
     max_steps: int = 100_000,
+    max_step: float | None = None,
     t0: float | None = None,
     events: Any = (),
     reporters: dict[str, Any] | None = None,
@@ -523,6 +525,10 @@ def simulate(
         project: Project onto the constraints after every step (Simbody's scheme).
         projection_iterations: Gauss-Newton steps of each position projection.
         max_steps: Bound on the steps of each output interval (adaptive integrators).
+        max_step: Largest step the adaptive integrators may take (Simbody's
+            ``setMaximumStepSize``); default unbounded. A witness that crosses zero twice
+            within one step has the same sign at both ends and is not seen: bound the
+            step below the shortest time between crossings you need resolved.
         events: ``TriggeredEvent``s and ``ScheduledEvent``s; handlers may change q, u, z
             and discrete variables, and may terminate the run.
         reporters: ``{name: fn(state)}`` evaluated at the output times on the State
@@ -553,6 +559,16 @@ def simulate(
         )
     if integrator in _FIXED and (dt is None or not dt > 0):
         raise ValueError(f"integrator {integrator!r} has a fixed step: give dt > 0 (e.g. dt=1e-3)")
+    if integrator in _ADAPTIVE:
+        _check_positive("accuracy", accuracy, "e.g. accuracy=1e-6 (relative)")
+        if atol is not None:
+            _check_positive("atol", atol, "or leave it None to use accuracy")
+        if dt is not None:
+            _check_positive("dt", dt, "the initial step of an adaptive integrator, or None")
+        if max_step is not None:
+            _check_positive("max_step", max_step, "or None for no bound")
+    if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
+        raise ValueError(f"simulate: max_steps must be an integer >= 1, got {max_steps!r}")
     model = system.model_for(state)
     if model.limit_objects and integrator != "euler":
         names = ", ".join(lim.name for lim in model.limit_objects[:3])
@@ -572,6 +588,7 @@ def simulate(
         accuracy=float(accuracy),
         atol=float(atol if atol is not None else accuracy),
         max_steps=int(max_steps),
+        max_step=float("inf") if max_step is None else float(max_step),
         project=bool(project),
         projection_iterations=int(projection_iterations),
     )
@@ -660,6 +677,16 @@ def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config) -> Tr
     index = kind * _TIME_BINS + jnp.where(jnp.isfinite(b), b, 0).astype(kind.dtype)
     # under vmap the message is the largest index of the batch: count failures only
     return eqx.branched_error_if(traj, bad, jnp.where(bad, index, 0), msgs)
+
+
+def _check_positive(name: str, value: Any, hint: str) -> None:
+    """``value`` must be a finite number > 0 (a tolerance or step of the integrators)."""
+    try:
+        ok = bool(np.isfinite(value) and value > 0)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        raise TypeError(f"simulate: {name} must be a Python number > 0, got {value!r}") from None
+    if not ok:
+        raise ValueError(f"simulate: {name} must be finite and > 0, got {value!r}; {hint}")
 
 
 def _static_time(t: Any) -> float:
