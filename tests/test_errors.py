@@ -211,3 +211,20 @@ def test_a_vector_valued_witness_is_refused_with_the_fix():
         ValueError, match=r"TriggeredEvent \(both_angles\): the witness must return one number.*\(2,\)"
     ):
         sj.simulate(system, state, 0.1, integrator="rk4", dt=1e-2, events=[ev])
+
+
+def test_realize_refuses_non_finite_q_u_and_a_zero_quaternion_naming_the_body():
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    arm = MB.Pin(matter.Ground(), sj.Transform(), _body(), sj.Transform(), name="arm")
+    MB.Free(arm, sj.Transform(), _body(), sj.Transform(), name="hand")
+    state = system.realize_topology()
+    with pytest.raises(ValueError, match=r"q\[0\] \(MobilizedBody 'arm' \(Pin\)\) is nan"):
+        system.realize(state.with_q(state.q.at[0].set(jnp.nan)), sj.Stage.POSITION)
+    with pytest.raises(ValueError, match=r"u\[6\] \(MobilizedBody 'hand' \(Free\)\) is inf"):
+        system.realize(state.with_u(state.u.at[6].set(jnp.inf)), sj.Stage.VELOCITY)
+    with pytest.raises(ValueError, match=r"quaternion q\[1:5\] of MobilizedBody 'hand' \(Free\) is zero"):
+        system.realize(state.with_q(state.q.at[1:5].set(0.0)), sj.Stage.POSITION)
+    # traced States are not checked (and a unit quaternion passes)
+    out = jax.jit(lambda s: system.realize(s, sj.Stage.POSITION).q)(state)
+    assert np.all(np.isfinite(np.asarray(out)))

@@ -245,7 +245,43 @@ class MultibodySystem:
 
         Stages already realized are reused; the cache gains every entry up to ``stage``.
         """
-        return realize(self.model_for(state), state, Stage(stage))
+        model = self.model_for(state)
+        self._check_values(model, state)
+        return realize(model, state, Stage(stage))
+
+    def _check_values(self, model: Model, state: State) -> None:
+        """Refuse, where they are concrete (not traced), a State's q or u holding NaN/inf
+        and a quaternion of (near) zero length, naming the body: otherwise they would flow
+        silently into NaN results or be read as the identity rotation."""
+        q, u = state.q, state.u
+        if isinstance(q, jax.core.Tracer) or isinstance(u, jax.core.Tracer):
+            return
+        topo = model.topology(state.use_euler_angles)
+        mobods = self.get_matter_subsystem()._mobods
+
+        def body_of(i: int, start: np.ndarray) -> str:
+            b = int(np.searchsorted(start[1:], i, side="right"))
+            return f"MobilizedBody {mobods[b].name!r} ({type(mobods[b]).__name__})"
+
+        for name, x, start in (("q", q, topo.q_start), ("u", u, topo.u_start)):
+            xn = np.asarray(x).reshape(-1, x.shape[-1]) if x.shape[-1] else None
+            if xn is not None and not np.all(np.isfinite(xn)):
+                i = int(np.argwhere(~np.isfinite(xn))[0, 1])
+                raise ValueError(
+                    f"realize: the State's {name}[{i}] ({body_of(i, start)}) is {float(xn[0, i])}; set "
+                    f"finite values (state.with_{name}(...)) before realizing"
+                )
+        slots = np.asarray(topo.quaternion_slots)
+        if len(slots):
+            qn = np.asarray(q).reshape(-1, q.shape[-1])
+            norms = np.linalg.norm(qn[:, slots], axis=-1)
+            if np.any(norms < 1e-12):
+                k = int(np.argwhere(norms < 1e-12)[0, 1])
+                raise ValueError(
+                    f"realize: the quaternion q[{slots[k, 0]}:{slots[k, 0] + 4}] of "
+                    f"{body_of(int(slots[k, 0]), topo.q_start)} is zero, which is no rotation; "
+                    "set a unit quaternion (e.g. [1, 0, 0, 0] for the identity)"
+                )
 
     def realize_model(self, state: State) -> State:
         """``realize(state, Stage.MODEL)``."""
