@@ -283,6 +283,25 @@ def _as_float(x: Any) -> jax.Array:
     return a if jnp.issubdtype(a.dtype, jnp.floating) else a.astype(jnp.result_type(float))
 
 
+def check_rotation(R: Any, what: str, tol: float = 1e-6) -> np.ndarray:
+    """``R`` as a NumPy array if it is a proper rotation (finite 3x3, ``max |R^T R - I| <=
+    tol``, ``|det R - 1| <= tol``), else a ValueError naming ``what`` and the fix. For
+    fixed frames and data given at build time (not traced values)."""
+    Rn = np.asarray(R, dtype=float)
+    if Rn.shape != (3, 3) or not np.all(np.isfinite(Rn)):
+        raise ValueError(f"{what}: R must be a finite 3x3 matrix, got shape {Rn.shape}")
+    err = float(np.max(np.abs(Rn.T @ Rn - np.eye(3))))
+    det = float(np.linalg.det(Rn))
+    if err > tol or abs(det - 1.0) > tol:
+        raise ValueError(
+            f"{what}: R is not a rotation (a proper rotation has R^T R = I and det R = +1; here "
+            f"max |R^T R - I| = {err:.3g}, det R = {det:.6g}); build it with sj.Rotation (e.g. "
+            "sj.Rotation.about_axis / from_quaternion) or orthonormalise it "
+            "(scipy.spatial.transform.Rotation.from_matrix(R).as_matrix())"
+        )
+    return Rn
+
+
 class Rotation:
     """Constructors and conversions for 3x3 rotation matrices (Simbody ``Rotation``)."""
 

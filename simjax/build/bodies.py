@@ -49,26 +49,10 @@ def _as_transform(X: Any, what: str) -> sp.Transform:
     if X is None:
         return sp.Transform()
     if isinstance(X, sp.Transform):
-        check_rotation(X.R, what)
+        if not isinstance(X.R, jax.core.Tracer):  # a frame built inside jit cannot be checked
+            sp.check_rotation(X.R, what)
         return X
     raise TypeError(f"{what} must be a sj.Transform, got {type(X).__name__}")
-
-
-def check_rotation(R: Any, what: str, tol: float = 1e-6) -> None:
-    """Refuse a fixed frame whose rotation is not a proper rotation matrix (orthonormal, det
-    +1, to ``tol``): it would give wrong kinematics and mass matrices without a word."""
-    if isinstance(R, jax.core.Tracer):
-        return  # a traced frame (built inside jit) cannot be checked here
-    Rn = np.asarray(R, dtype=float)
-    if Rn.shape != (3, 3) or not np.all(np.isfinite(Rn)):
-        raise ValueError(f"{what}: the rotation must be a finite 3x3 matrix, got shape {Rn.shape}")
-    err = float(np.max(np.abs(Rn.T @ Rn - np.eye(3))))
-    if err > tol or np.linalg.det(Rn) < 0:
-        raise ValueError(
-            f"{what}: R is not a rotation (max |R^T R - I| = {err:.3g}, det = {np.linalg.det(Rn):.3g}); "
-            "build it with sj.Rotation (e.g. sj.Rotation.about_axis / from_quaternion) or "
-            "orthonormalise it (scipy.spatial.transform.Rotation.from_matrix(R).as_matrix())"
-        )
 
 
 class MobilizedBody:

@@ -1039,10 +1039,7 @@ def _rot_rows(RB: jax.Array, RF: jax.Array) -> jax.Array:
 def _rotation(x: Any, what: str) -> np.ndarray:
     if isinstance(x, sp.Transform):
         x = x.R
-    R = np.asarray(getattr(x, "R", x), dtype=float)
-    if R.shape != (3, 3) or not np.allclose(R.T @ R, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
-        raise ValueError(f"{what} must be a proper rotation matrix (3x3, orthonormal, det +1)")
-    return R
+    return sp.check_rotation(getattr(x, "R", x), what, tol=1e-9)
 
 
 class ConstantOrientation(Constraint):

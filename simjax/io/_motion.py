@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import _spatial as sp
+
 __all__ = [
     "CoordinateTable",
     "MarkerTable",
@@ -356,16 +358,7 @@ class MarkerTable:
         Raises:
             ValueError: ``R`` is not a proper rotation.
         """
-        R = np.asarray(R, dtype=np.float64)
-        if R.shape != (3, 3) or not np.all(np.isfinite(R)):
-            raise ValueError(f"MarkerTable.rotated: R must be a finite 3x3 matrix, got shape {R.shape}")
-        err = float(np.max(np.abs(R @ R.T - np.eye(3))))
-        det = float(np.linalg.det(R))
-        if err > 1e-9 or abs(det - 1.0) > 1e-9:
-            raise ValueError(
-                "MarkerTable.rotated: R must be a proper rotation (R @ R.T = I, det R = +1); "
-                f"got max|R R^T - I| = {err:.3g}, det R = {det:.6g}"
-            )
+        R = sp.check_rotation(R, "MarkerTable.rotated", tol=1e-9)
         out = np.einsum("ij,tmj->tmi", R, self.data)
         out[np.isnan(self.data).any(axis=2)] = np.nan
         return self.replace(data=out)
