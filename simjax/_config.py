@@ -8,6 +8,19 @@
   ``XLA_FLAGS`` unless that flag is already there. It takes effect only if JAX's CPU
   backend has not started yet (import simjax before running JAX computations); opt out
   with ``SIMJAX_XLA_FLAGS=0``.
+* **One XLA:CPU intra-op thread.** With two or more threads in XLA:CPU's intra-op pool,
+  batched programs that run loops whose bodies XLA splits across threads (a batched
+  time step with coordinate limits, a batched ``Assembler.track``, constrained dynamics of
+  robots with couplers at B >= 512) hang for ever, intermittently: the main thread waits
+  for the result while every XLA and Eigen thread waits for work (jax/jaxlib 0.10.2,
+  2 cores; the scheduler flag above, ``--xla_cpu_multi_thread_eigen=false`` and XNNPACK
+  off do not prevent it; a pool of one thread does, as does pinning the process to one
+  core). ``benchmarks/repro_cpu_hang.py`` reproduces it. simjax sets ``PJRT_NPROC=1``
+  (the size of that pool) unless ``PJRT_NPROC`` or ``NPROC`` is already set.
+  ``SIMJAX_CPU_THREADS=N`` asks for N threads instead (``0``: JAX's default, one per
+  core) at the risk of the hang; measured on 2 cores at B = 1024, the second thread gave
+  1.0x (humanoid) to 1.3x (50-link chain) in forward dynamics. Like the flag, it takes
+  effect only if JAX's CPU backend has not started yet.
 * **Persistent compilation cache.** Compiled programs are kept on disk so a second
   process (a notebook restart, the next trial) skips XLA compilation: JAX's cache in
   ``$SIMJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/simjax/jax``, else
@@ -38,6 +51,21 @@ def configure_xla_flags() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {_SCHEDULER_FLAG}=false".strip()
 
 
+def configure_cpu_threads() -> None:
+    """Size XLA:CPU's intra-op thread pool (see the module docstring): one thread unless
+    the user chose (``PJRT_NPROC``/``NPROC``, or ``SIMJAX_CPU_THREADS``)."""
+    if "PJRT_NPROC" in os.environ or "NPROC" in os.environ:
+        return
+    want = os.environ.get("SIMJAX_CPU_THREADS", "1").strip()
+    if not want.isdigit():
+        raise ValueError(
+            f"SIMJAX_CPU_THREADS={want!r} is not a whole number; give the number of XLA:CPU "
+            "threads (1 is the default, 0 leaves JAX's own choice of one per core)"
+        )
+    if int(want) > 0:
+        os.environ["PJRT_NPROC"] = str(int(want))
+
+
 def compilation_cache_dir() -> str | None:
     """The persistent compilation cache directory in use (None: off)."""
     d = jax.config.values.get("jax_compilation_cache_dir")
@@ -62,4 +90,5 @@ def configure_compilation_cache() -> None:
 
 
 configure_xla_flags()
+configure_cpu_threads()
 configure_compilation_cache()

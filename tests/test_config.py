@@ -7,19 +7,34 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 PROBE = (
     "import json, os, jax, simjax; "
-    "print(json.dumps([jax.config.values.get('jax_compilation_cache_dir'), os.environ.get('XLA_FLAGS', '')]))"
+    "print(json.dumps([jax.config.values.get('jax_compilation_cache_dir'), os.environ.get('XLA_FLAGS', ''), "
+    "os.environ.get('PJRT_NPROC')]))"
 )
 
 
-def probe(**env: str) -> tuple[str | None, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("SIMJAX_", "XLA_FLAGS", "XDG_CACHE"))}
+def clean_env(**env: str) -> dict[str, str]:
+    e = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SIMJAX_", "XLA_FLAGS", "XDG_CACHE", "PJRT_NPROC")) and k != "NPROC"
+    }
     e.update(env)
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=e, check=True)
-    cache, flags = json.loads(out.stdout.strip().splitlines()[-1])
-    return cache, flags
+    return e
+
+
+def probe(**env: str) -> tuple[str | None, str]:
+    return tuple(probe_all(**env)[:2])  # type: ignore[return-value]
+
+
+def probe_all(**env: str) -> list:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=clean_env(**env), check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_cache_dir_and_scheduler_flag_defaults(tmp_path):
@@ -39,3 +54,36 @@ def test_opt_outs_and_user_settings_win(tmp_path):
     # a cache directory the user configured through JAX's own variable wins
     cache, _ = probe(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"), SIMJAX_CACHE_DIR=str(tmp_path / "c"))
     assert cache == str(tmp_path / "mine")
+
+
+def test_one_xla_cpu_thread_by_default_and_the_users_choice_wins():
+    """simjax sizes XLA:CPU's intra-op pool to one thread (``PJRT_NPROC=1``): with two, the
+    batched limit step hangs (``benchmarks/repro_cpu_hang.py``)."""
+    assert probe_all()[2] == "1"
+    assert probe_all(SIMJAX_CPU_THREADS="4")[2] == "4"
+    assert probe_all(SIMJAX_CPU_THREADS="0")[2] is None  # JAX's own choice
+    assert probe_all(PJRT_NPROC="3")[2] == "3"
+    assert probe_all(NPROC="2")[2] is None  # JAX reads NPROC itself
+    bad = subprocess.run(
+        [sys.executable, "-c", "import simjax"],
+        capture_output=True,
+        text=True,
+        env=clean_env(SIMJAX_CPU_THREADS="many"),
+    )
+    assert bad.returncode != 0 and "SIMJAX_CPU_THREADS='many' is not a whole number" in bad.stderr
+
+
+def test_batched_limit_step_does_not_hang():
+    """The reproducer of the XLA:CPU hang (a batched euler step with 20 coordinate limits at
+    B = 1024, called repeatedly; with two XLA threads it never returned within the first
+    few calls on this 2-core machine) runs to the end with simjax's settings."""
+    repro = Path(__file__).resolve().parents[1] / "benchmarks" / "repro_cpu_hang.py"
+    out = subprocess.run(
+        [sys.executable, str(repro), "--batch", "1024", "--calls", "10"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "done: no hang" in out.stdout
