@@ -243,23 +243,71 @@ def solve_lcp(W: jax.Array, q: jax.Array, mask: jax.Array, max_iter: int = 50, p
 def _lcp(W, q, mask, max_iter, pd):
     rel = 1e-12 if W.dtype == jnp.float64 else 1e-5
     tol = rel * jnp.maximum(jnp.max(jnp.abs(jnp.where(mask, q, 0.0))), jnp.finfo(W.dtype).tiny)
+    act0 = mask & (q < 0)
+    c = _lcp_update(W, q, mask, tol, pd, (act0, act0, jnp.zeros_like(q), jnp.asarray(0)))
+    act, prev, theta, _ = _lcp_iterate(max_iter, pd)(W, q, mask, tol, *c)
+    return theta, jnp.all(act == prev), prev
 
-    def body(c):
-        act, _, th, k = c
-        th = _masked_solve(W, -q, act, pd)
-        w = W @ th + q
-        # an active row stays while it pushes; an inactive one joins when its gap is negative
-        new = mask & ((act & (th > 0)) | (~act & (w < -tol)))
-        return new, act, th, k + 1
+
+def _lcp_update(W, q, mask, tol, pd, c):
+    """One active-set update: solve the guessed set, then keep the rows that push and add
+    the rows whose gap is negative. ``c = (set, previous set, theta, count)``."""
+    act, _, _, k = c
+    th = _masked_solve(W, -q, act, pd)
+    w = W @ th + q
+    # an active row stays while it pushes; an inactive one joins when its gap is negative
+    new = mask & ((act & (th > 0)) | (~act & (w < -tol)))
+    return new, act, th, k + 1
+
+
+def _lcp_loop(W, q, mask, tol, act, prev, th, k, *, max_iter, pd):
+    """Active-set updates until the set repeats (or ``max_iter`` updates)."""
 
     def cond(c):
-        act, prev, _, k = c
-        return jnp.any(act != prev) & (k < max_iter)
+        a, p, _, kk = c
+        return jnp.any(a != p) & (kk < max_iter)
 
-    act0 = mask & (q < 0)
-    c = body((act0, act0, jnp.zeros_like(q), jnp.asarray(0)))
-    act, prev, theta, _ = jax.lax.while_loop(cond, body, c)
-    return theta, jnp.all(act == prev), prev
+    return jax.lax.while_loop(cond, lambda c: _lcp_update(W, q, mask, tol, pd, c), (act, prev, th, k))
+
+
+# Members of a batch that need more active-set updates than the first, as a fraction of it.
+_STRAGGLERS = 8
+
+
+@functools.cache
+def _lcp_iterate(max_iter: int, pd: bool):
+    """``_lcp_loop`` whose ``vmap`` runs only the members that have not converged.
+
+    A plain ``vmap`` of a while loop runs every member for as many updates as the slowest
+    one needs (measured on the limited humanoid at B = 1024: 2.5 solves per step for the
+    batch against 1.05 per member). Here the batch rule runs the loop on chunks of at most
+    ``B / _STRAGGLERS`` unconverged members, gathered to the front, until none is left;
+    the result is the same, member by member."""
+    loop = functools.partial(_lcp_loop, max_iter=max_iter, pd=pd)
+
+    @jax.custom_batching.custom_vmap
+    def iterate(W, q, mask, tol, act, prev, th, k):
+        return loop(W, q, mask, tol, act, prev, th, k)
+
+    @iterate.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        args = [a if b else jnp.broadcast_to(a, (axis_size, *jnp.shape(a))) for a, b in zip(args, in_batched)]
+        data, c = args[:4], tuple(args[4:])
+        chunk = max(1, -(-axis_size // _STRAGGLERS))
+
+        def todo(c):
+            act, prev, _, k = c
+            return jnp.any(act != prev, axis=-1) & (k < max_iter)
+
+        def body(c):
+            idx = jnp.argsort(~todo(c), stable=True)[:chunk]  # unconverged members first
+            sub = jax.vmap(loop)(*(x[idx] for x in data), *(x[idx] for x in c))
+            return tuple(x.at[idx].set(y) for x, y in zip(c, sub, strict=True))
+
+        out = jax.lax.while_loop(lambda c: jnp.any(todo(c)), body, c)
+        return out, (True,) * 4
+
+    return iterate
 
 
 @_lcp.defjvp
@@ -272,25 +320,27 @@ def _lcp_jvp(max_iter, pd, primals, tangents):
     return (theta, ok, act), (dtheta, zero, np.zeros(np.shape(act), dtype=jax.dtypes.float0))
 
 
-def solve_qp(M, c, A, a, B, b, mask, max_iter: int = 50, chol=None, YB=None, independent: bool = False):
+def solve_qp(
+    M, c, A, a, B, b, mask, max_iter: int = 50, chol=None, YB=None, independent: bool = False, x0=None, W=None
+):
     """``x`` minimising ``1/2 x^T M x - c^T x`` subject to ``A x = a`` and, for the rows of
     ``mask``, ``B x >= b``; with ``M x = c + A^T lam + B^T theta``.
 
     ``M`` is symmetric positive definite; ``A`` may have redundant rows (minimum-norm
     ``lam``). The bilateral rows are eliminated exactly (a Schur complement), which leaves
     the complementarity problem of ``solve_lcp`` in ``theta``. Returns
-    ``(x, lam, theta, converged)``. ``chol``: the Cholesky factor of
-    ``M``, and ``YB``: ``M^-1 B^T``, where the caller has them. ``independent``: the rows
-    of ``B`` are linearly independent (then, with no ``A``, the LCP needs no
-    regularisation)."""
+    ``(x, lam, theta, converged)``. Where the caller has them: ``chol``, the Cholesky
+    factor of ``M``; ``YB``, ``M^-1 B^T``; ``x0``, ``M^-1 c``; ``W``, ``B M^-1 B^T``.
+    ``independent``: the rows of ``B`` are linearly independent (then, with no ``A``, the
+    LCP needs no regularisation)."""
     L = jnp.linalg.cholesky(M) if chol is None else chol
 
     def cho(r):
         return jax.scipy.linalg.cho_solve((L, True), r)
 
-    x0 = cho(c)
+    x0 = cho(c) if x0 is None else x0
     YB = cho(B.T) if YB is None else YB  # (n, nb)
-    W = B @ YB
+    W = B @ YB if W is None else W
     qv = B @ x0 - b
     if A.shape[0]:
         YA = cho(A.T)

@@ -80,7 +80,11 @@ def velocity_step(model: Model, base: State, t: Any, y: Any, h: Any):
     E = s.discrete["matter"]["limit_engaged"]
     _, N = uni.limit_rows(model, s)
     chol = jnp.linalg.cholesky(M)
-    YN = jax.scipy.linalg.cho_solve((chol, True), N.T)  # M^-1 N^T: N is constant for coordinate limits
+    # One solve for the free speeds and M^-1 N^T (N is constant for coordinate limits, so
+    # the correction reuses YN and W = N M^-1 N^T).
+    Y = jax.scipy.linalg.cho_solve((chol, True), jnp.concatenate([f[:, None], N.T], axis=1))
+    YN = Y[:, 1:]
+    W = N @ YN
     u1, _, theta, ok = uni.solve_qp(
         M,
         M @ u0 + h * f,
@@ -92,19 +96,21 @@ def velocity_step(model: Model, base: State, t: Any, y: Any, h: Any):
         chol=chol,
         YB=YN * E[None, :],
         independent=uni.limit_data(model, s.use_euler_angles).independent,
+        x0=u0 + h * Y[:, 0],
+        W=W * E[:, None] * E[None, :],
     )
     q1 = rz.normalize_quaternions(model, s, q0 + h * rz.calc_qdot(model, s.with_u(u1)))
     z1 = z0
     if z0.shape[0]:
         z1 = z0 + h * realize(model, s, Stage.ACCELERATION).zdot
-    return (q1, u1, z1), theta / h, ok, (M, chol, YN)
+    return (q1, u1, z1), theta / h, ok, (M, chol, YN, W)
 
 
 def correct_positions(model: Model, base: State, q: jax.Array, E: jax.Array, Mc: Any, iterations: int):
     """Step 4: ``iterations`` mass-weighted corrections onto the holonomic constraints and
     out of the engaged rows' regions (to within their deadband). Coordinate limits alone are
     linear in q: one correction is exact for them."""
-    M, chol, YN = Mc
+    M, chol, YN, WN = Mc
     mp, _, _ = model.constraint_counts(base.use_euler_angles)
     inst = base.instance["matter"]
     lo, hi, tol = inst["limit_lower"], inst["limit_upper"], inst["limit_tol"]
@@ -133,6 +139,8 @@ def correct_positions(model: Model, base: State, q: jax.Array, E: jax.Array, Mc:
             chol=chol,
             YB=Y * sign[None, :],
             independent=data.independent,
+            x0=jnp.zeros(M.shape[0], M.dtype),  # M^-1 0
+            W=WN * sign[:, None] * sign[None, :] if constant else None,
         )
         dq = rz.calc_qdot(model, s.with_u(du.astype(q.dtype)))
         return rz.normalize_quaternions(model, s, q + dq), None
