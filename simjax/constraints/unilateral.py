@@ -291,8 +291,8 @@ def _lcp_iterate(max_iter: int, pd: bool):
 
     @iterate.def_vmap
     def _rule(axis_size, in_batched, *args):
-        args = [a if b else jnp.broadcast_to(a, (axis_size, *jnp.shape(a))) for a, b in zip(args, in_batched)]
-        data, c = args[:4], tuple(args[4:])
+        full = [a if b else jnp.broadcast_to(a, (axis_size, *jnp.shape(a))) for a, b in zip(args, in_batched)]
+        data, c = full[:4], tuple(full[4:])
         chunk = max(1, -(-axis_size // _STRAGGLERS))
 
         def todo(c):
