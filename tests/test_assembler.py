@@ -236,6 +236,86 @@ def test_implicit_gradients_match_finite_differences():
     assert float(jnp.sum(g * v)) == pytest.approx(float(fd), rel=1e-5)
 
 
+def _planar_arm(L1=0.4, L2=0.3, mid=False, accuracy=1e-14):
+    """Two Pin links in the xy-plane (lengths L1, L2), a marker at the tip (and one on the
+    upper arm with ``mid``); returns the State and ``solve(observations) -> q``."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    mp = sj.MassProperties(1.0, [0.2, 0, 0], sj.Inertia(0.05, 0.1, 0.1))
+    b1 = MB.Pin(matter.Ground(), sj.Transform(), mp, sj.Transform(), name="upper")
+    b2 = MB.Pin(b1, sj.Transform(p=[L1, 0, 0]), mp, sj.Transform(), name="fore")
+    asm = sj.Assembler(system)
+    asm.set_accuracy(accuracy)
+    mk = sj.Markers()
+    mk.add_marker("tip", b2, [L2, 0, 0])
+    if mid:
+        mk.add_marker("mid", b1, [L1 / 2, 0.05, 0])
+    asm.adopt_assembly_goal(mk)
+    P = asm.get_parameters()
+    s = system.realize_topology()
+
+    def solve(obs, q0):
+        p = jax.tree.map(lambda a: a, P)
+        p["conditions"][1] = dict(p["conditions"][1], observations=obs)
+        return asm.solve(s.with_q(q0), p)[0].q
+
+    return solve
+
+
+def _two_link_ik(t, L1=0.4, L2=0.3):
+    """Closed-form IK of the planar arm (elbow q2 > 0) for a tip target t = (x, y)."""
+    x, y = t[0], t[1]
+    q2 = jnp.arccos((x * x + y * y - L1**2 - L2**2) / (2 * L1 * L2))
+    return jnp.stack([jnp.arctan2(y, x) - jnp.arctan2(L2 * jnp.sin(q2), L1 + L2 * jnp.cos(q2)), q2])
+
+
+@pytest.mark.parametrize(
+    "target", [(0.45, 0.25), (0.1, -0.5), (0.6985, 0.01)], ids=["random", "other", "near-straight"]
+)
+def test_assembler_second_derivatives_match_the_closed_form_ik(target):
+    """Implicit differentiation to second order (issue 16): d2q/dt2 of the assembled pose
+    w.r.t. the observed tip position equals the closed form's, forward-over-forward and
+    forward-over-reverse, also near the straight-arm singularity (elbow ~0.2 rad), where
+    the derivatives are large. Before, the Hessian of q1 was not even symmetric."""
+    solve = _planar_arm()
+    t0 = jnp.array(target)
+    q_closed = _two_link_ik(t0)
+    obs = lambda t: jnp.concatenate([t, jnp.zeros(1)])[None]  # noqa: E731
+    f = lambda t: solve(obs(t), q_closed + 0.05)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(f(t0)), np.asarray(q_closed), atol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(jax.jacfwd(f)(t0)), np.asarray(jax.jacfwd(_two_link_ik)(t0)), rtol=1e-6
+    )
+    H = jax.jacfwd(jax.jacfwd(f))(t0)
+    H_rev = jax.hessian(f)(t0)  # jacfwd of jacrev
+    H_closed = jax.hessian(_two_link_ik)(t0)
+    # Near the straight arm the entries reach 1.6e4 and the solve's last 1e-10 in q is
+    # amplified by the third derivatives: 1.2e-6 of the scale was measured there.
+    scale = float(jnp.max(jnp.abs(H_closed)))
+    np.testing.assert_allclose(np.asarray(H), np.asarray(H_closed), atol=5e-6 * scale)
+    np.testing.assert_allclose(np.asarray(H_rev), np.asarray(H_closed), atol=5e-6 * scale)
+
+
+def test_assembler_gradients_at_the_default_accuracy_and_check_grads_order_2():
+    """With a residual left (two markers, not both reachable) the solve stops at its
+    tolerance (default accuracy 1e-3 leaves q ~7e-3 rad short); the derivative is taken
+    at the optimum all the same (a Newton polish inside the implicit rule), so it equals
+    the tightly converged solve's (it was off by 2.7e-2 before). ``check_grads`` to
+    second order against central differences of the converged solve."""
+    from jax.test_util import check_grads
+
+    obs = jnp.array([[0.45, 0.25, 0.0], [0.15, 0.1, 0.02]])
+    q0 = jnp.array([0.3, 1.0])
+    tight = _planar_arm(mid=True)
+    loose = _planar_arm(mid=True, accuracy=1e-3)
+    assert float(jnp.max(jnp.abs(tight(obs, q0) - loose(obs, q0)))) > 1e-3  # really loose
+    J_tight = jax.jacfwd(tight)(obs, q0)
+    np.testing.assert_allclose(np.asarray(jax.jacfwd(loose)(obs, q0)), np.asarray(J_tight), atol=1e-7)
+    H = jax.hessian(lambda o: tight(o, q0)[0])(obs).reshape(6, 6)
+    np.testing.assert_allclose(np.asarray(H), np.asarray(H.T), atol=1e-12)
+    check_grads(lambda o: tight(o, q0), (obs,), order=2, modes=["fwd", "rev"], eps=1e-4, atol=1e-5, rtol=1e-5)
+
+
 def test_constrained_ik_keeps_the_coupler_exact_and_is_optimal():
     """Markers on a chain whose joints 1 and 2 are coupled (q2 = 0.5 q1 + 0.1): the coupler
     holds to machine precision and the solution is the minimum of the reduced problem."""

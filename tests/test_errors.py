@@ -59,7 +59,7 @@ def test_wrong_q_and_u_lengths():
         s.with_instance("matter", "masses", jnp.ones(4))
 
 
-def test_old_state_after_topology_change_is_refused():
+def test_old_state_after_topology_change_is_refused_also_on_a_jit_cache_hit():
     system, matter, _, mobods = pendulum(2)
     old = system.realize_topology()
     system.realize(old, sj.Stage.POSITION)
@@ -69,6 +69,14 @@ def test_old_state_after_topology_change_is_refused():
     new = system.realize_topology()
     assert new.nq == 3
     system.realize(new, sj.Stage.POSITION)
+    # under jit: a compiled function that closed over the old model is not reused on a
+    # cache hit with the old State (before: it ran silently); the new State works
+    f = jax.jit(lambda st: system.realize(st, sj.Stage.ACCELERATION).udot)
+    assert f(new).shape == (3,)
+    MB.Pin(system.get_matter_subsystem().get_mobilized_body(3), _body())
+    with pytest.raises(sj.TopologyError, match="call system.realize_topology\\(\\) again"):
+        f(new)
+    assert f(system.realize_topology()).shape == (4,)
     # a State of another System is refused too
     other = pendulum(2)[0]
     with pytest.raises(sj.TopologyError, match="different System"):

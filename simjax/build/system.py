@@ -41,6 +41,7 @@ class MultibodySystem:
         self._uid = next(_uids)
         self._subsystems: list[Subsystem] = []
         self._version = 0
+        self._traced = False  # used inside a jax trace since the last topology change
         self._model: Model | None = None
         self._matter: Any = None
 
@@ -55,10 +56,18 @@ class MultibodySystem:
 
     def invalidate_topology(self) -> None:
         """Mark the topology changed: existing States become invalid (Simbody's
-        ``invalidateSubsystemTopologyCache``)."""
+        ``invalidateSubsystemTopologyCache``).
+
+        If the System was used inside a ``jit`` (or any trace) since its last topology
+        change, JAX's caches are cleared too (``jax.clear_caches()``): a compiled function
+        closes over the old model, and a cache hit with an old State would otherwise run it
+        silently; now it retraces and the old State is refused."""
         if self._model is not None:
             self._version += 1
         self._model = None
+        if self._traced:
+            self._traced = False
+            jax.clear_caches()
 
     @property
     def topology_version(self) -> int:
@@ -230,6 +239,8 @@ class MultibodySystem:
                 "this State was made by a different System; use the State returned by this "
                 "System's realize_topology()"
             )
+        if not self._traced and any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state)):
+            self._traced = True
         if self._model is None or state.topology_version != self._version:
             raise TopologyError(
                 f"this State belongs to topology version {state.topology_version} but the "
@@ -315,6 +326,9 @@ class MultibodySystem:
     ) -> State | tuple[State, RESULTS]:
         """Move q onto the position constraints (Simbody ``projectQ``): the minimum-norm
         Gauss-Newton correction in u-space, ``iterations`` steps, quaternions normalised.
+        Damped for far starts: a step that would raise the error is retried with
+        Levenberg-Marquardt damping and no step moves a u by more than 1 (rad or m), so
+        the error never rises and joints are not wound up by many turns.
 
         Differentiable (a static number of steps). The returned State is realized to
         Position. If the RMS position error is still above ``tol`` (or non-finite):
@@ -328,7 +342,7 @@ class MultibodySystem:
         item: ``successful`` or ``projection_failed`` (batched under ``vmap``).
         """
         model = self.model_for(state)
-        out = realize(model, pj.project_q(model, state, iterations), Stage.POSITION)
+        out = realize(model, pj.project_q(model, state, iterations, damped=True), Stage.POSITION)
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
         err = out.position_cache.qerr[:mp]
         return _finish_projection(model, out, err, tol, "position", 0, throw, return_result)

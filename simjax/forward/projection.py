@@ -2,10 +2,11 @@
 
 ``project_q`` runs a fixed number of Gauss-Newton steps in u-space, as Simbody does:
 ``du = -P^+ perr`` (the minimum-norm correction, ``P = d(pverr)/du``), ``dq = N(q) du``,
-then quaternions are normalised. ``project_u`` is one exact least-squares step
-``du = -[P; V]^+ uerr``. Both are plain JAX (a ``lax.scan`` with a static trip count, no
-``while_loop``), so they jit, vmap and differentiate; the accuracy check is a separate
-eager step that raises a clear error outside ``jit``.
+then quaternions are normalised; damped (Levenberg-Marquardt, step cap) for far starts.
+``project_u`` is one exact least-squares step ``du = -[P; V]^+ uerr``. Both are plain JAX
+(a ``lax.scan`` with a static trip count, no ``while_loop``), so they jit, vmap and
+differentiate; the accuracy check is a separate eager step that raises a clear error
+outside ``jit``.
 
 The error norm is Simbody's default: the RMS of the raw position (velocity) errors.
 """
@@ -32,23 +33,69 @@ def min_norm_correction(A: jax.Array, r: jax.Array) -> jax.Array:
     return A.T @ cn.min_norm_solve(A @ A.T, r)
 
 
-def project_q(model: Model, state: State, iterations: int = 6) -> State:
+# The largest change of any u in one damped projection step (radians or metres).
+_MAX_STEP = 1.0
+
+
+def project_q(model: Model, state: State, iterations: int = 6, damped: bool = False) -> State:
     """``iterations`` Gauss-Newton steps onto ``perr = 0``; returns the State at Time stage
-    (or Position if realized), quaternions normalised."""
+    (or Position if realized), quaternions normalised.
+
+    Each step is Simbody's minimum-norm correction ``du = -P^+ perr``, ``dq = N(q) du``.
+    ``damped`` (what ``System.project_q`` uses; time stepping, which starts on the
+    manifold, does not): a step that does not lower the error is rejected and retried with
+    Levenberg-Marquardt damping ``du = -P^T (P P^T + mu I)^-1 perr`` (``mu`` x10 per
+    rejection, relative to ``max diag P P^T``; /10 per success, back to 0), and no step
+    moves a u by more than ``_MAX_STEP``, so a far start neither raises the error nor winds
+    joints up by many turns. Near the manifold every step is accepted: plain Gauss-Newton.
+    It costs one more evaluation (the start's) and returns the best point evaluated."""
     mp, _, _ = model.constraint_counts(state.use_euler_angles)
     base = state if state.stage < Stage.POSITION else state.with_q(state.q)
     q0 = rz.normalize_quaternions(model, state, state.q)
     if mp == 0:
         return base.with_q(q0)
 
-    def step(q, _):
+    def at(q):
         s = realize(model, base.with_q(q), Stage.POSITION)
-        perr = s.position_cache.qerr[:mp]
-        du = min_norm_correction(cn.constraint_matrix(model, s, 1), -perr)
-        dq = rz.calc_qdot(model, s.with_u(du.astype(s.u.dtype)))
-        return rz.normalize_quaternions(model, s, q + dq), None
+        return s.position_cache.qerr[:mp], cn.constraint_matrix(model, s, 1)
 
-    q, _ = jax.lax.scan(step, q0, None, length=iterations)
+    def propose(q, perr, P, mu=None):
+        if mu is None:
+            du = min_norm_correction(P, -perr)
+        else:
+            S = P @ P.T
+            scale = jnp.max(jnp.abs(jnp.diag(S)))
+            du = -P.T @ cn.min_norm_solve(S + mu * scale * jnp.eye(mp, dtype=S.dtype), perr)
+            big = jnp.max(jnp.abs(du))
+            du = du * jnp.where(big > _MAX_STEP, _MAX_STEP / jnp.where(big > _MAX_STEP, big, 1.0), 1.0)
+        dq = rz.calc_qdot(model, base.with_q(q).with_u(du.astype(base.u.dtype)))
+        return rz.normalize_quaternions(model, base, q + dq)
+
+    if not damped:
+
+        def gn(q, _):
+            return propose(q, *at(q)), None
+
+        q, _ = jax.lax.scan(gn, q0, None, length=iterations)
+        return base.with_q(q)
+
+    def step(c: tuple, _: None) -> tuple[tuple, None]:
+        q, e, perr, P, mu, q_try = c
+        perr_t, P_t = at(q_try)
+        e_t = perr_t @ perr_t
+        ok = e_t <= e  # NaN is rejected
+        q = jnp.where(ok, q_try, q)
+        e = jnp.where(ok, e_t, e)
+        perr = jnp.where(ok, perr_t, perr)
+        P = jnp.where(ok, P_t, P)
+        mu = jnp.where(ok, jnp.where(mu > 1e-5, 0.1 * mu, 0.0), jnp.maximum(10.0 * mu, 1e-4))
+        return (q, e, perr, P, mu, propose(q, perr, P, mu)), None
+
+    perr0, P0 = at(q0)
+    mu0 = jnp.zeros((), perr0.dtype)
+    c0 = (q0, perr0 @ perr0, perr0, P0, mu0, propose(q0, perr0, P0, mu0))
+    carry, _ = jax.lax.scan(step, c0, None, length=iterations)
+    q = carry[0]
     return base.with_q(q)
 
 

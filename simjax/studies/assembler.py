@@ -1290,7 +1290,7 @@ def _make_solver(plan: _Plan, matter: Any):
             lam = -jnp.linalg.solve(Sm, Am @ (gradf * mf))
         else:
             lam = jnp.zeros(plan.ne, dt)
-        x_out = _implicit(x_star, lam, mf, base, params, plan=plan, delta=delta) if n else x_star
+        x_out = _implicit(x_star, lam, mf, base, params, plan=plan, delta=delta)[0] if n else x_star
         # The goal at the solution, differentiable w.r.t. params and model parameters
         # (through x_out and directly): the loss of bilevel fits such as model scaling.
         goal_out = _goal_at(goal, x_out, base, params, plan=plan)
@@ -1571,40 +1571,120 @@ def _fill_tangents(primal: Any, tangent: Any) -> Any:
     )
 
 
+# Newton steps on the KKT conditions before implicit differentiation (see _implicit_jvp).
+_POLISH_STEPS = 2
+
+
 @eqx.filter_custom_jvp
 def _implicit(x, lam, mask, base, params, *, plan, delta):
-    """Identity on x; its derivative w.r.t. base/params is the implicit-function one."""
-    return x
+    """Identity on ``(x, lam)``; its derivative w.r.t. base/params is the implicit-function
+    one: the KKT conditions ``mask * grad_x L = 0``, ``e = 0`` differentiated at the
+    optimum (``L = f + lam . e``; q's on bounds, ``mask = 0``, stay put)."""
+    return x, lam
+
+
+def _lagrangian(plan, x, lam, diff, static):
+    """``L = 0.5 |r|^2 + g + lam . e`` at x, the data's arrays ``diff`` apart."""
+    b, p = eqx.combine(diff, static)
+    r, e, g, _ = _evaluate(plan, x, b, p)
+    return 0.5 * r @ r + g + lam @ e
+
+
+def _kkt_parts(plan, x, lam, mask, diff, static, delta):
+    """The masked KKT residual ``(mask * grad_x L, e)`` and its blocks ``(H, A)`` (H with a
+    ``delta``-relative ridge, so q's that nothing determines get no derivative)."""
+    n = x.shape[0]
+    L = lambda xx: _lagrangian(plan, xx, lam, diff, static)  # noqa: E731
+    gx = jax.grad(L)(x) * mask
+    Hl = jax.hessian(L)(x)
+
+    def cons(xx):
+        e = _evaluate(plan, xx, *eqx.combine(diff, static))[1]
+        return e, e
+
+    A, e = jax.jacfwd(cons, has_aux=True)(x)
+    Hm = Hl * mask[:, None] * mask[None, :] + jnp.diag(1.0 - mask)
+    scale = jnp.maximum(jnp.max(jnp.abs(jnp.diag(Hm))), 1.0)
+    Hm = Hm + delta * scale * jnp.eye(n, dtype=x.dtype)
+    return gx, e, Hm, A * mask[None, :]
+
+
+def _kkt_polish(plan, x, lam, mask, diff, static, delta):
+    """Up to ``_POLISH_STEPS`` Newton steps on the masked KKT conditions from (x, lam), each
+    kept only where it lowers the residual, none once the step is below sqrt(eps) (its
+    effect on the derivative is then of that relative size too). Returns
+    the point and the KKT blocks ``(H, A)`` there (one traced evaluation, in the loop)."""
+    n, m = x.shape[0], lam.shape[0]
+    tiny = jnp.sqrt(jnp.finfo(x.dtype).eps)
+
+    def body(c):
+        gx, e, Hm, Am = _kkt_parts(plan, c["x_try"], c["lam_try"], mask, diff, static, delta)
+        res = gx @ gx + e @ e
+        ok = jnp.isfinite(res) & ((c["it"] == 0) | (res < c["res"]))
+        sx, sl = _kkt_solve(Hm, Am, -gx, -e, delta)
+        pick = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
+        x, lam = pick(c["x_try"], c["x"]), pick(c["lam_try"], c["lam"])
+        small = jnp.max(jnp.abs(sx * mask)) <= tiny * (1 + jnp.max(jnp.abs(x)))
+        return dict(
+            x=x, lam=lam, res=pick(res, c["res"]), H=pick(Hm, c["H"]), A=pick(Am, c["A"]),
+            x_try=x + sx * mask, lam_try=lam + sl, it=c["it"] + 1, go=ok & ~small,
+        )  # fmt: skip
+
+    def cond(c):
+        return (c["it"] == 0) | (c["go"] & (c["it"] <= _POLISH_STEPS))
+
+    dt = x.dtype
+    c0 = dict(
+        x=x, lam=lam, res=jnp.asarray(jnp.inf, dt), H=jnp.zeros((n, n), dt), A=jnp.zeros((m, n), dt),
+        x_try=x, lam_try=lam, it=jnp.asarray(0), go=jnp.asarray(True),
+    )  # fmt: skip
+    c = jax.lax.while_loop(cond, body, c0)
+    return c["x"], c["lam"], c["H"], c["A"]
+
+
+@eqx.filter_custom_jvp
+def _blocks_at(H, A, x, lam, mask, diff, static, *, plan, delta):
+    """Identity on the KKT blocks ``(H, A)`` evaluated (by the polish) at ``(x, lam)``; their
+    derivative, needed only for second derivatives, is traced only then."""
+    return H, A
+
+
+@_blocks_at.def_jvp
+def _blocks_at_jvp(primals, tangents, *, plan, delta):
+    _, _, x, lam, mask, diff, static = primals
+    _, _, tx, tlam, _, tdiff, _ = tangents
+    f = lambda xx, ll, dd: _kkt_parts(plan, xx, ll, mask, dd, static, delta)[2:]  # noqa: E731
+    t = _fill_tangents((x, lam, diff), (tx, tlam, tdiff))
+    return jax.jvp(f, (x, lam, diff), t)
 
 
 @_implicit.def_jvp
 def _implicit_jvp(primals, tangents, *, plan, delta):
     x, lam, mask, base, params = primals
     _, _, _, t_base, t_params = tangents
-    n = x.shape[0]
-    data = (base, params)
-    diff, static = eqx.partition(data, eqx.is_inexact_array)
+    # Higher derivatives: x and lam themselves depend on base/params through this very
+    # rule (a no-op at first order; the recursion stops at the order differentiated).
+    x_out = x, lam = _implicit(x, lam, mask, base, params, plan=plan, delta=delta)
+    diff, static = eqx.partition((base, params), eqx.is_inexact_array)
     t_diff = _fill_tangents(diff, eqx.filter((t_base, t_params), eqx.is_array, replace=None))
-
-    def lagrangian(xx, d):
-        b, p = eqx.combine(d, static)
-        r, e, g, _ = _evaluate(plan, xx, b, p)
-        return 0.5 * r @ r + g + lam @ e
+    n = x.shape[0]
+    # The solve stops at its tolerance, short of the optimum, where the implicit formula
+    # holds. Newton steps on the KKT conditions (active set fixed; quadratic convergence)
+    # get there first, skipped once the step is below sqrt(eps); each is kept only where it
+    # lowers the residual. The polish is not differentiated (x's derivative is this rule's).
+    sg = jax.lax.stop_gradient
+    x_pol, lam_pol, Hm, Am = _kkt_polish(plan, *sg((x, lam, mask, diff)), static, delta)
+    x, lam = x + sg(x_pol - x), lam + sg(lam_pol - lam)
+    Hm, Am = _blocks_at(Hm, Am, x, lam, mask, diff, static, plan=plan, delta=delta)
 
     def F(d):
-        b, p = eqx.combine(d, static)
-        gx = jax.grad(lagrangian)(x, d) * mask
-        e = _evaluate(plan, x, b, p)[1]
-        return jnp.concatenate([gx, e])
+        gxx = jax.grad(lambda xx: _lagrangian(plan, xx, lam, d, static))(x) * mask
+        e = _evaluate(plan, x, *eqx.combine(d, static))[1]
+        return jnp.concatenate([gxx, e])
 
     _, dF = jax.jvp(F, (diff,), (t_diff,))
-    Hl = jax.hessian(lagrangian)(x, diff)
-    A = jax.jacfwd(lambda xx: _evaluate(plan, xx, *eqx.combine(diff, static))[1])(x)
-    Hm = Hl * mask[:, None] * mask[None, :] + jnp.diag(1.0 - mask)
-    Am = A * mask[None, :]
-    scale = jnp.maximum(jnp.max(jnp.abs(jnp.diag(Hm))), 1.0)
-    dx, _ = _kkt_solve(Hm + delta * scale * jnp.eye(n, dtype=x.dtype), Am, -dF[:n], -dF[n:], delta)
-    return x, dx * mask
+    dx, dlam = _kkt_solve(Hm, Am, -dF[:n], -dF[n:], delta)
+    return x_out, (dx * mask, dlam)
 
 
 def _want_progress(progress: bool | None, *trees: Any) -> bool:
