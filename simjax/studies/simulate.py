@@ -127,6 +127,7 @@ class _Config(eqx.Module):
     max_step: float = eqx.field(static=True)
     project: bool = eqx.field(static=True)
     projection_iterations: int = eqx.field(static=True)
+    adjoint: str = eqx.field(static=True, default="reverse")
 
 
 def _with_disc(base: State, disc: Any) -> State:
@@ -426,11 +427,12 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
 
 def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events):
     cls = _ADAPTIVE[cfg.integrator]
+    # diffrax loops over the stages with a checkpointed (reverse-only) loop unless told
+    kw: dict[str, Any] = {} if cfg.adjoint == "reverse" else {"scan_kind": "lax"}
     if cfg.integrator.startswith("kvaerno"):
         # the Newton (chord) tolerances diffeqsolve would take from its step controller
-        solver = cls(root_finder=dfx.VeryChord(rtol=cfg.accuracy, atol=cfg.atol))
-    else:
-        solver = cls()
+        kw["root_finder"] = dfx.VeryChord(rtol=cfg.accuracy, atol=cfg.atol)
+    solver = cls(**kw)
     term_of = lambda b: dfx.ODETerm(lambda t, yy, args: _ydot(model, b, t, yy))
     order = solver.order(term_of(base))
     sstate = solver.init(term_of(base), t0, t1, L.y, None)
@@ -455,7 +457,10 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
         )
         ratios = jax.tree.leaves(jax.tree.map(lambda e, sc: (e / sc) ** 2, yerr, scale))
         count = sum(r.size for r in ratios)
-        enorm = jnp.sqrt(sum(jnp.sum(r) for r in ratios) / max(count, 1))
+        # the step-size control is not differentiated (as diffrax's PIDController): the
+        # derivative is the one of the steps taken; through the error norm it was NaN at
+        # zero error and crashed kvaerno5's reverse pass (issue 16)
+        enorm = jax.lax.stop_gradient(jnp.sqrt(sum(jnp.sum(r) for r in ratios) / max(count, 1)))
         factor = jnp.clip(0.9 * jnp.where(enorm > 0, enorm, 1e-10) ** (-1.0 / (order + 1)), 0.2, 5.0)
         y1p, e = _project(model, bd, t + h, y1, cfg)
 
@@ -482,8 +487,11 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
         Ln = _select(bad_state | tiny, _failed(L, t, why), Ln)
         return (tn, Ln, dtn, ss1)
 
-    init = (jnp.asarray(t0, L.err.dtype), L, jnp.asarray(dt0, L.err.dtype), sstate)
-    t, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="checkpointed")
+    init = (jnp.asarray(t0, L.err.dtype), L, jax.lax.stop_gradient(jnp.asarray(dt0, L.err.dtype)), sstate)
+    if cfg.adjoint == "reverse":
+        t, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="checkpointed")
+    else:
+        t, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="lax")
     # out of steps before the end of the interval
     short = unfinished(t) & ~_stopped(L)
     # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
@@ -509,6 +517,7 @@ def simulate(
     events: Any = (),
     reporters: dict[str, Any] | None = None,
     throw: bool = True,
+    adjoint: str = "reverse",
 ) -> Trajectory:
     """Simulate from ``state`` (at ``state.t``) to ``t1``; returns a ``Trajectory``.
 
@@ -541,6 +550,12 @@ def simulate(
             ``equinox.error_if`` (a ``RuntimeError``; the time to within 1% of the run
             there, and under ``vmap`` if any member failed). ``throw=False`` never raises:
             check ``traj.result`` (and ``traj.termination_time``).
+        adjoint: How the adaptive integrators are differentiated (diffrax's word):
+            ``"reverse"`` (default; a checkpointed loop: ``jax.grad``, ``vjp``,
+            ``jacrev``, at memory O(sqrt(steps))) or ``"forward"`` (a plain loop:
+            ``jax.jvp``, ``jacfwd``, ``hessian`` over a few inputs; not reverse mode).
+            The step sizes are not differentiated: derivatives are those of the steps
+            taken. Fixed-step integrators differentiate in both modes either way.
 
     Output times and ``t1`` are static (Python numbers or NumPy arrays); the State may be
     traced, so ``jax.jit(jax.vmap(lambda s: simulate(system, s, 1.0, dt=1e-3)))`` works,
@@ -567,6 +582,11 @@ def simulate(
             _check_positive("dt", dt, "the initial step of an adaptive integrator, or None")
         if max_step is not None:
             _check_positive("max_step", max_step, "or None for no bound")
+    if adjoint not in ("reverse", "forward"):
+        raise ValueError(
+            f"simulate: adjoint must be 'reverse' (jax.grad, the default) or 'forward' "
+            f"(jax.jvp/jacfwd through an adaptive integrator), got {adjoint!r}"
+        )
     if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
         raise ValueError(f"simulate: max_steps must be an integer >= 1, got {max_steps!r}")
     model = system.model_for(state)
@@ -591,6 +611,7 @@ def simulate(
         max_step=float("inf") if max_step is None else float(max_step),
         project=bool(project),
         projection_iterations=int(projection_iterations),
+        adjoint=adjoint,
     )
     events = tuple(events) if isinstance(events, (list, tuple)) else (events,)
     for e in events:
@@ -600,7 +621,18 @@ def simulate(
     for k, v in reps:
         if not callable(v):
             raise TypeError(f"simulate: reporter {k!r} must be a function of the State")
-    traj = _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps)
+    try:
+        traj = _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps)
+    except TypeError as err:
+        # jvp of the checkpointed loop (a custom_vjp) is refused by JAX with a bare message
+        if integrator not in _ADAPTIVE or adjoint != "reverse" or "forward-mode" not in str(err):
+            raise
+        raise TypeError(
+            f"simulate: forward-mode differentiation (jax.jvp, jax.jacfwd, jax.hessian) through "
+            f"the adaptive integrator {integrator!r} needs simulate(..., adjoint='forward'); the "
+            "default adjoint='reverse' (a checkpointed loop) serves jax.grad, jax.vjp and "
+            "jax.jacrev. Fixed-step integrators ('rk4', 'euler') differentiate in both modes"
+        ) from None
     return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
 
 
