@@ -22,7 +22,7 @@ from .._results import RESULTS
 from .._stage import Stage
 from ..dynamics.forces import calc_potential_energy
 from ..forward import projection as pj
-from ..forward.realize import realize
+from ..forward.realize import consistent_or_error, realize
 from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model, stack_transforms
 from ..model.state import StageError, State
@@ -255,10 +255,15 @@ class MultibodySystem:
         """Return ``state`` realized to ``stage`` (pure; jit/vmap/grad friendly).
 
         Stages already realized are reused; the cache gains every entry up to ``stage``.
+        Constraints that contradict each other (no accelerations satisfy them all) raise,
+        outside ``jit`` at once and inside it at run time (``equinox.error_if``).
         """
         model = self.model_for(state)
         self._check_values(model, state)
-        return realize(model, state, Stage(stage))
+        out = realize(model, state, Stage(stage))
+        if Stage(stage) >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_objects:
+            out = consistent_or_error(out)
+        return out
 
     def _check_values(self, model: Model, state: State) -> None:
         """Refuse, where they are concrete (not traced), a State's q or u holding NaN/inf

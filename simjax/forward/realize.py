@@ -135,6 +135,17 @@ def _realize_one(model: Model, state: State, st: Stage) -> State:
     return out
 
 
+_INCONSISTENT = (
+    "the constraints are inconsistent: no accelerations satisfy them all (acceleration "
+    "error {err} after the least-squares solve). Two constraints demand different motions of "
+    "the same coordinates; disable or remove one"
+)
+
+
+def _consistency_tol(dtype) -> float:
+    return 1e-6 if dtype == np.float64 else 1e-2
+
+
 def _check_consistent(state: State) -> None:
     """Raise for inconsistent constraints when the result is concrete (outside jit)."""
     ac = state.acceleration_cache
@@ -143,12 +154,22 @@ def _check_consistent(state: State) -> None:
     err = np.asarray(ac.udoterr)
     if err.ndim != 1:
         return
-    tol = 1e-6 if err.dtype == np.float64 else 1e-2
     scale = 1.0 + float(np.max(np.abs(np.asarray(ac.udot)), initial=0.0))
     worst = int(np.argmax(np.abs(err)))
-    if not np.isfinite(err).all() or abs(err[worst]) > tol * scale:
-        raise ValueError(
-            "the constraints are inconsistent: no accelerations satisfy them all (acceleration "
-            f"error {err[worst]:.3g} in row {worst} after the least-squares solve). Two "
-            "constraints demand different motions of the same coordinates; disable or remove one"
-        )
+    if not np.isfinite(err).all() or abs(err[worst]) > _consistency_tol(err.dtype) * scale:
+        raise ValueError(_INCONSISTENT.format(err=f"{err[worst]:.3g} in row {worst}"))
+
+
+def consistent_or_error(state: State) -> State:
+    """``state`` (realized to Acceleration), through ``equinox.error_if`` when its results
+    are traced: under ``jit``/``vmap``/``grad`` inconsistent constraints raise at run time
+    (a ``RuntimeError``; under ``vmap`` if any member's are) instead of returning the
+    least-squares accelerations. A no-op where the eager check already ran."""
+    ac = state.acceleration_cache
+    if not isinstance(ac.udoterr, jax.core.Tracer) or ac.udoterr.shape[-1] == 0:
+        return state
+    err = jnp.max(jnp.abs(ac.udoterr))
+    scale = 1.0 + jnp.max(jnp.abs(ac.udot), initial=0.0)
+    bad = ~jnp.isfinite(err) | (err > _consistency_tol(ac.udoterr.dtype) * scale)
+    msg = _INCONSISTENT.format(err="above tolerance") + " (outside jit the error names the row)"
+    return eqx.error_if(state, bad, msg)
