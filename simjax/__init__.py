@@ -20,6 +20,9 @@ from .build.bodies import Body as Body
 from .build.bodies import MobilizedBody as MobilizedBody
 from .build.constraints import Constraint as Constraint
 from .build.couplings import Coupling as Coupling
+from .build.diagnose import NonFiniteError as NonFiniteError
+from .build.diagnose import debug_nans as debug_nans
+from .build.diagnose import find_nonfinite as find_nonfinite
 from .build.forces import Force as Force
 from .build.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .build.system import ForceSubsystem as ForceSubsystem

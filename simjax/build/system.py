@@ -26,6 +26,7 @@ from ..forward.realize import consistent_or_error, realize
 from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model, stack_transforms
 from ..model.state import StageError, State
+from . import diagnose as dg
 
 _uids = itertools.count(1)
 
@@ -261,8 +262,12 @@ class MultibodySystem:
         model = self.model_for(state)
         self._check_values(model, state)
         out = realize(model, state, Stage(stage))
-        if Stage(stage) >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_objects:
+        to_acc = Stage(stage) >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION
+        if to_acc and model.constraint_objects:
             out = consistent_or_error(out)
+        if dg.debug_nans_enabled() and dg._concrete(out) and not dg.all_finite(out.cache):
+            why = dg.find_nonfinite(self, state, Stage(stage))
+            raise dg.NonFiniteError(f"realize to {Stage(stage).name}: {why or 'a non-finite result'}")
         return out
 
     def _check_values(self, model: Model, state: State) -> None:

@@ -47,6 +47,7 @@ from jaxtyping import Array, Float
 
 from .._results import RESULTS, all_finite, simulation_ok
 from .._stage import Stage
+from ..build import diagnose as dg
 from ..build.system import MultibodySystem
 from ..dynamics import stages as rz
 from ..forward import projection as pj
@@ -633,7 +634,45 @@ def simulate(
             "default adjoint='reverse' (a checkpointed loop) serves jax.grad, jax.vjp and "
             "jax.jacrev. Fixed-step integrators ('rk4', 'euler') differentiate in both modes"
         ) from None
+    if dg.debug_nans_enabled():
+        _diagnose_nonfinite(system, traj, cfg.dt if cfg.dt else (float(times[-1]) - t0) / 1000)
     return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
+
+
+def _diagnose_nonfinite(system: MultibodySystem, traj: Trajectory, h: float) -> None:
+    """In ``sj.debug_nans()`` mode, an eager run that went non-finite raises naming the
+    first stage and element that is non-finite at its last good State, or that the step
+    from it diverged."""
+    t = traj.termination_time
+    if isinstance(t, jax.core.Tracer) or np.ndim(t) != 0:
+        return  # traced or batched: nothing single to inspect
+    if not bool(traj.result == RESULTS.simulation_nonfinite):
+        return
+    last = traj.final_state
+    why = dg.find_nonfinite(system, last)
+    big = max(float(jnp.max(jnp.abs(x), initial=0.0)) for x in (last.q, last.u))
+    head = (
+        f"simulate: the state became non-finite in the step after t = {float(t):.6g} (largest "
+        f"|q|, |u| at the last good State: {big:.3g}); "
+    )
+    if why:
+        raise dg.NonFiniteError(head + "at the last good State: " + why)
+    # finite there: look one small explicit step ahead, where the step went
+    a = system.realize(last, Stage.ACCELERATION)
+    probe = last.with_time(last.t + h).with_q(last.q + h * a.qdot).with_u(last.u + h * a.udot)
+    ahead = dg.find_nonfinite(system, probe)
+    if ahead:
+        raise dg.NonFiniteError(
+            head + f"at the last good State everything is finite; one explicit step of {h:g} "
+            f"ahead: {ahead}"
+        )
+    raise dg.NonFiniteError(
+        head + "at the last good State and one small explicit step ahead everything is finite "
+        "up to Acceleration, so the step diverged: use a smaller step (dt, or a tighter "
+        "accuracy for the adaptive integrators), or an implicit integrator "
+        "(integrator='kvaerno5') for stiff forces; sj.find_nonfinite(system, state) inspects "
+        "any State you suspect"
+    )
 
 
 _FAILURES = (
