@@ -133,17 +133,41 @@ def test_scheduled_events_are_never_dropped_silently():
     assert float(tr.final_state.discrete["Repulsion"]["strength"]) == 1.0 and int(tr.num_events) == 0
 
 
-def test_two_crossings_in_one_adaptive_step_are_found_with_max_step():
+@pytest.mark.parametrize("integrator", ["dopri5", "kvaerno5"])
+def test_two_crossings_in_one_adaptive_step_are_both_found(integrator):
+    """Zero at t = 0.51 and 0.52: a smooth pendulum lets the integrator step over both
+    (same sign at both ends of a step; none was found before, issue 16). The step's dense
+    output is sampled inside the step, the first crossing is located and the step ends
+    there; the next step finds the second. A witness of the state (the angle crossing a
+    level twice within one step) too, with each event time located to the integrator's
+    accuracy; max_step still works."""
     from helpers import pendulum
 
-    system, _, _, _ = pendulum(1)
+    system, _, _, mobods = pendulum(1)
     state = system.realize_topology()
-    # zero at t = 0.51 and 0.52: a smooth pendulum lets dopri5 step over both (same sign at
-    # both ends); max_step below their spacing finds each (Simbody's setMaximumStepSize)
     ev = sj.TriggeredEvent(lambda st: (st.t - 0.51) * (st.t - 0.52), direction="both")
-    tr = sj.simulate(system, state, 1.0, integrator="dopri5", dt=0.1, events=[ev])
-    assert int(tr.num_events) == 0
-    tr = sj.simulate(system, state, 1.0, integrator="dopri5", dt=0.1, events=[ev], max_step=5e-3)
+    tr = sj.simulate(system, state, 1.0, integrator=integrator, dt=0.1, events=[ev])
+    assert int(tr.num_events) == 2
+    tr = sj.simulate(system, state, 1.0, integrator=integrator, dt=0.1, events=[ev], max_step=5e-3)
+    assert int(tr.num_events) == 2
+    # a state witness crossed twice in one step: released at rest from q = 0.3, this
+    # pendulum turns at its lowest angle near t = 2.7 s; a level 1e-6 above it is crossed
+    # down and back up 11 ms apart. Both are found, each at the time a fine fixed-step
+    # run (1e-4 s steps) locates
+    s = state.with_q([0.3])
+    ref = sj.simulate(system, s, 3.0, save_at=3001, integrator="rk4", dt=1e-3)
+    level = float(np.min(ref.q[:, 0])) + 1e-6
+
+    def crossing(direction, integ, **kw):
+        ev = sj.TriggeredEvent(lambda st: st.q[0] - level, direction=direction, terminate=True)
+        return float(sj.simulate(system, s, 3.0, integrator=integ, events=[ev], **kw).termination_time)
+
+    t_down, t_up = crossing("falling", "rk4", dt=1e-4), crossing("rising", "rk4", dt=1e-4)
+    assert 1e-3 < t_up - t_down < 0.05
+    assert abs(crossing("falling", integrator, dt=0.1, accuracy=1e-10) - t_down) < 1e-5
+    assert abs(crossing("rising", integrator, dt=0.1, accuracy=1e-10) - t_up) < 1e-5
+    both = sj.TriggeredEvent(lambda st: st.q[0] - level, direction="both")
+    tr = sj.simulate(system, s, 3.0, integrator=integrator, dt=0.1, accuracy=1e-8, events=[both])
     assert int(tr.num_events) == 2
 
 

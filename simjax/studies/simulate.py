@@ -277,10 +277,63 @@ def _crossed(w0, w1, directions):
     )
 
 
-def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc):
+# Sub-intervals of an adaptive step in which the witnesses are modelled (issue 16).
+_EVENT_SEGMENTS = 2
+# Points of each sub-interval's cubic searched for its extreme.
+_EVENT_GRID = 15
+
+
+def _witness_samples(W, interp, t, h, w_end, dtype):
+    """Sample points (thetas in [0, 1]) and witness values (points, events) at which sign
+    changes are looked for within one adaptive step: the ends, the sub-interval ends
+    (``_EVENT_SEGMENTS``), and in each sub-interval the extreme point of the cubic Hermite
+    model of every witness built from its values and rates along the step's dense output
+    (forward-mode derivative). A witness that dips through zero and back between two
+    samples, with the same sign at both, has a sign change at its extreme: both crossings
+    are then bracketed. Values at the extremes are the model's (Illinois refines on real
+    sub-steps)."""
+    nseg = _EVENT_SEGMENTS
+    grid = jnp.arange(nseg + 1, dtype=dtype) / nseg
+
+    def w_rate(th):
+        return jax.jvp(lambda x: W(t + x * h, interp(x)), (th,), (jnp.ones((), dtype),))
+
+    vals, rates = zip(*(w_rate(th) for th in grid), strict=True)
+    vals = (w_end[0], *vals[1:-1], w_end[1])  # the ends: the step's own states
+    tau = jnp.arange(1, _EVENT_GRID + 1, dtype=dtype) / (_EVENT_GRID + 1)
+    h00, h10 = 2 * tau**3 - 3 * tau**2 + 1, tau**3 - 2 * tau**2 + tau
+    h01, h11 = -2 * tau**3 + 3 * tau**2, tau**3 - tau**2
+    thetas, ws = [grid[0]], [vals[0]]
+    d = 1.0 / nseg
+    for i in range(nseg):
+        wa, wb, sa, sb = vals[i], vals[i + 1], rates[i], rates[i + 1]
+        cub = (
+            h00[:, None] * wa[None]
+            + h10[:, None] * (d * sa)[None]
+            + h01[:, None] * wb[None]
+            + h11[:, None] * (d * sb)[None]
+        )
+        # the extreme toward zero (per event): the minimum of cub * sign(wa)
+        sgn = jnp.where(wa >= 0, 1.0, -1.0)
+        m = jnp.argmin(cub * sgn[None], axis=0)  # (events,)
+        # one point per sub-interval: the event whose cubic dips deepest past zero decides
+        depth = jnp.take_along_axis(cub * sgn[None], m[None], axis=0)[0]
+        e = jnp.argmin(depth)
+        thetas += [grid[i] + d * tau[m[e]], grid[i + 1]]
+        ws += [cub[m[e]], vals[i + 1]]
+    return jnp.stack(thetas), jnp.stack(ws)
+
+
+def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc, interp=None):
     """After an accepted step ``y0 -> y1`` on ``[t, t+h]``: locate the first triggered
     event, apply its handler and finish the step. Returns (y, disc, terminated, t_end,
-    fired)."""
+    fired).
+
+    With ``interp`` (the step's dense output, ``theta -> y(t + theta h)``, adaptive
+    integrators) the witnesses are also sampled inside the step, so two crossings within
+    one step are both seen, and the step ends at the event (the integrator goes on from
+    there, where the next crossing is found). Without it (fixed steps) only the ends are
+    compared, and the rest of the step is taken after the handler."""
     trig = [e for e in events if isinstance(e, TriggeredEvent)]
     if not trig:
         return y1, disc, jnp.asarray(False), t + h, jnp.asarray(False)
@@ -301,15 +354,28 @@ def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc):
             out.append(jnp.reshape(w, ()))
         return jnp.stack(out)
 
-    w0, w1 = W(t, y0), W(t + h, y1)
-    cross = _crossed(w0, w1, [e.direction for e in trig])
-    fired = jnp.any(cross)
+    dirs = [e.direction for e in trig]
+    w_end = (W(t, y0), W(t + h, y1))
+    if interp is None:
+        thetas = jnp.array([0.0, 1.0], dtype=y0[0].dtype)
+        ws = jnp.stack(w_end)
+    else:
+        thetas, ws = _witness_samples(W, interp, t, h, w_end, y0[0].dtype)
+    n = ws.shape[0] - 1
+    cross = jnp.stack([_crossed(ws[j], ws[j + 1], dirs) for j in range(n)])  # (n, events)
+    seg_has = jnp.any(cross, axis=1)
+    fired = jnp.any(seg_has)
 
     def on_event(_):
-        lin = jnp.where(cross, w0 / jnp.where(w0 - w1 != 0, w0 - w1, 1.0), jnp.inf)
+        j = jnp.argmax(seg_has)  # the first sub-interval with a crossing
+        wa, wb, cj = ws[j], ws[j + 1], cross[j]
+        lin = jnp.where(cj, wa / jnp.where(wa - wb != 0, wa - wb, 1.0), jnp.inf)
         k = jnp.argmin(lin)
+        # the root on real sub-steps (the dense output only brackets it): the State handed
+        # to the handler is then on the far side of the crossing, as the next step assumes
         g = lambda th: W(t + th * h, advance(t, y0, th * h))[k]
-        a, b, ga, gb, side = (jnp.zeros_like(h), jnp.ones_like(h), w0[k], w1[k], jnp.asarray(0))
+        a, b = thetas[j], thetas[j + 1]
+        ga, gb, side = wa[k], wb[k], jnp.asarray(0)
         for _ in range(10):  # Illinois regula falsi
             den = jnp.where(gb - ga != 0, gb - ga, 1.0)
             c = jnp.clip((a * gb - b * ga) / den, a + 1e-3 * (b - a), b - 1e-3 * (b - a))
@@ -332,6 +398,8 @@ def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc):
         ]
         ye, d2, term = jax.lax.switch(k, branches, ye, disc)
         ye, _ = _project(model, _with_disc(base, d2), te, ye, cfg)
+        if interp is not None:  # end the step at the event; the loop goes on from te
+            return ye, d2, term, te
         rest = advance_with(d2, te, ye, (1 - b) * h)
         y_end = _select(term, ye, rest)
         return y_end, d2, term, jnp.where(term, te, t + h)
@@ -452,7 +520,7 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
         t, L, dt, ss = c
         bd = _with_disc(base, L.disc)
         h = jnp.minimum(jnp.minimum(dt, cfg.max_step), t1 - t)
-        y1, yerr, _, ss1, _ = solver.step(term_of(bd), t, t + h, L.y, None, ss, made_jump=True)
+        y1, yerr, dense, ss1, _ = solver.step(term_of(bd), t, t + h, L.y, None, ss, made_jump=True)
         scale = jax.tree.map(
             lambda a, b: cfg.atol + cfg.accuracy * jnp.maximum(jnp.abs(a), jnp.abs(b)), L.y, y1
         )
@@ -468,7 +536,13 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
         def adv(tt, yy, hh, b=None):
             return solver.step(term_of(bd if b is None else b), tt, tt + hh, yy, None, ss, made_jump=True)[0]
 
-        y_end, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1p, h, L.disc)
+        interp = None
+        if events:
+            dense_y = solver.interpolation_cls(t0=t, t1=t + h, **dense)
+            interp = lambda th: dense_y.evaluate(t + th * h)  # noqa: E731
+        y_end, disc, term, t_end, fired = _finish_step(
+            model, base, cfg, events, adv, t, L.y, y1p, h, L.disc, interp
+        )
         new = _accepted(L, y_end, disc, term, t_end, e, fired)
         # a non-finite error estimate or end state rejects the step and shrinks it by 5
         finite = jnp.isfinite(enorm) & all_finite(y_end)
@@ -476,7 +550,7 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
         factor = jnp.where(finite, factor, 0.2)
         rejected = eqx.tree_at(lambda x: x.n_rej, L, L.n_rej + 1)
         Ln = _select(ok, new, rejected)
-        tn = jnp.where(ok, jnp.where(term, t1, t + h), t)
+        tn = jnp.where(ok, jnp.where(term, t1, t_end), t)
         # a step clipped to hit t1 doesn't shrink the step size carried on
         dtn = jnp.where(ok & (h < dt), dt, h * factor)
         # failed: no finite state to go on from, or a rejected step at the time resolution
@@ -536,9 +610,14 @@ def simulate(
         projection_iterations: Gauss-Newton steps of each position projection.
         max_steps: Bound on the steps of each output interval (adaptive integrators).
         max_step: Largest step the adaptive integrators may take (Simbody's
-            ``setMaximumStepSize``); default unbounded. A witness that crosses zero twice
-            within one step has the same sign at both ends and is not seen: bound the
-            step below the shortest time between crossings you need resolved.
+            ``setMaximumStepSize``); default unbounded. With triggered events, each
+            adaptive step also models every witness along its dense output (values and
+            rates at the step's ends and middle, a cubic between) and looks for a sign
+            change at the model's extremes, so a witness that crosses zero and back within
+            one step is found; the step then ends at the first crossing. A dip narrower
+            than the model resolves (much shallower than the witness's curvature over the
+            step) can still pass unseen: bound the step below the shortest time between
+            crossings you need resolved. Fixed-step integrators compare the step's ends.
         events: ``TriggeredEvent``s and ``ScheduledEvent``s; handlers may change q, u, z
             and discrete variables, and may terminate the run.
         reporters: ``{name: fn(state)}`` evaluated at the output times on the State
@@ -663,8 +742,7 @@ def _diagnose_nonfinite(system: MultibodySystem, traj: Trajectory, h: float) -> 
     ahead = dg.find_nonfinite(system, probe)
     if ahead:
         raise dg.NonFiniteError(
-            head + f"at the last good State everything is finite; one explicit step of {h:g} "
-            f"ahead: {ahead}"
+            head + f"at the last good State everything is finite; one explicit step of {h:g} ahead: {ahead}"
         )
     raise dg.NonFiniteError(
         head + "at the last good State and one small explicit step ahead everything is finite "
