@@ -78,3 +78,16 @@ def test_rollout_second_derivatives_near_gimbal_lock_and_the_lock_named():
     tr = sj.simulate(system, at_lock, 0.02, integrator="rk4", dt=1e-3, throw=False)
     assert tr.result == sj.RESULTS.simulation_nonfinite
     assert "mass matrix is singular" in sj.find_nonfinite(system, at_lock)
+
+
+def test_adaptive_simulate_under_jit_with_the_default_step():
+    """``jit(simulate(..., integrator='dopri5'))`` with no ``dt`` crashed while tracing (the
+    traced failure messages formatted ``dt=None`` with ``:g``); found measuring events."""
+    system, *_ = pendulum(2)
+    s = system.realize_topology().with_q([0.3, -0.2])
+    ev = sj.TriggeredEvent(lambda st: st.q[0] - 0.1, direction="both")
+    run = jax.jit(lambda st: sj.simulate(system, st, 1.0, integrator="dopri5", events=[ev], t0=0.0))
+    tr = run(s)
+    eager = sj.simulate(system, s, 1.0, integrator="dopri5", events=[ev])
+    np.testing.assert_allclose(np.asarray(tr.q), np.asarray(eager.q), atol=1e-12)
+    assert int(tr.num_events) == int(eager.num_events) >= 1

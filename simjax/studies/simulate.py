@@ -785,7 +785,7 @@ def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
     elif kind == 3:
         what = "the complementarity solve of the coordinate limits did not settle"
         fix = (
-            f"use a smaller step than dt={cfg.dt:g}, and remove limits that contradict each other or the "
+            f"use a smaller step (dt, now {cfg.dt}), and remove limits that contradict each other or the "
             "constraints (a range no configuration can meet)"
         )
     else:
