@@ -77,9 +77,7 @@ def test_a_singular_mass_matrix_is_named():
     mp = sj.MassProperties(1.0, [0, -0.5, 0], sj.Inertia(0.3, 0.01, 0.3))
     g = MB.Gimbal(matter.Ground(), sj.Transform(), mp, sj.Transform())
     s = system.realize_topology().with_q([0.3, np.pi / 2, 0.2]).with_u([0.1, 0.2, 0.3])
-    udot = system.realize(s).udot
-    if bool(jnp.all(jnp.isfinite(udot))):
-        pytest.skip("the solve happened to stay finite at this lock")
+    assert not bool(jnp.all(jnp.isfinite(system.realize(s).udot)))
     why = sj.find_nonfinite(system, s)
     assert "mass matrix is singular" in why or f"udot of {g!r}" in why
 
