@@ -176,16 +176,60 @@ def test_a_moving_body_with_nothing_massive_outboard_is_refused():
     assert np.all(np.isfinite(np.asarray(system.realize(state, sj.Stage.ACCELERATION).udot)))
 
 
-def test_loaders_given_xml_text_say_they_take_a_path(tmp_path):
-    for load, text in (
-        (sj.io.load_mjcf, "<mujoco><worldbody/></mujoco>"),
-        (sj.io.load_urdf, '<robot name="r"><link name="a"/></robot>'),
-        (sj.io.load_osim, '<OpenSimDocument Version="40000"><Model/></OpenSimDocument>'),
-    ):
-        with pytest.raises(FileNotFoundError, match=r"takes a file's path.*looks like XML text.*write_text"):
-            load(text)
+_MJCF = """<mujoco><worldbody><body name="a" pos="0 0 1">
+  <joint name="j" type="hinge" axis="0 1 0"/>
+  <inertial pos="0.1 0 -0.3" mass="1.5" diaginertia="0.02 0.03 0.04"/>
+</body></worldbody></mujoco>"""
+_URDF = """<robot name="r"><link name="base"/>
+  <link name="a"><inertial><origin xyz="0.1 0 -0.3"/><mass value="1.5"/>
+    <inertia ixx="0.02" iyy="0.03" izz="0.04" ixy="0" ixz="0" iyz="0"/></inertial></link>
+  <joint name="j" type="continuous"><parent link="base"/><child link="a"/><axis xyz="0 1 0"/></joint>
+</robot>"""
+
+
+@pytest.mark.parametrize("kind", ["mjcf", "urdf"])
+def test_loaders_take_a_path_the_xml_text_or_an_open_file(tmp_path, kind):
+    """As MuJoCo's ``from_xml_string`` and Pinocchio's ``buildModelFromXML`` do (issue 17;
+    XML text was refused before): the same model from all three, with the same M."""
+    import io
+
+    load, text = (sj.io.load_mjcf, _MJCF) if kind == "mjcf" else (sj.io.load_urdf, _URDF)
+    path = tmp_path / f"m.{'xml' if kind == 'mjcf' else 'urdf'}"
+    path.write_text(text)
+
+    def mass_matrix(m):
+        s = m.system.realize(m.state.with_q(jnp.full(m.state.nq, 0.3)), sj.Stage.POSITION)
+        return np.asarray(m.system.get_matter_subsystem().calc_mass_matrix(s))
+
+    Ms = [
+        mass_matrix(load(src))
+        for src in (path, str(path), text, io.StringIO(text), io.BytesIO(text.encode()))
+    ]
+    with open(path) as fh:  # a real file object: its name is used in messages
+        Ms.append(mass_matrix(load(fh)))
+    for M in Ms[1:]:
+        np.testing.assert_array_equal(M, Ms[0])
+    # an error in text names it as such, with the line
+    with pytest.raises(sj.io.ModelFileError, match=r"<string>:\d+:\d+: malformed XML"):
+        load(text.replace("<worldbody>", "<worldbody").replace('<link name="base"/>', '<link name="base">'))
     with pytest.raises(FileNotFoundError, match=r"file not found: 'nothing.xml' \(relative to"):
-        sj.io.load_mjcf("nothing.xml")
+        load("nothing.xml")
+    with pytest.raises(TypeError, match="a file's path, the XML text, or an open file"):
+        load(3.5)
+
+
+def test_osim_from_text_or_an_open_file():
+    """An .osim model as text or an open file is the same model as from its path."""
+    import pathlib
+
+    path = pathlib.Path(__file__).parent / "data" / "synthetic_joints.osim"
+    a = sj.io.load_osim(path)
+    with open(path, "rb") as fh:
+        b = sj.io.load_osim(fh)
+    c = sj.io.load_osim(path.read_text())
+    for m in (b, c):
+        assert m.state.nq == a.state.nq and list(m.coordinates) == list(a.coordinates)
+        np.testing.assert_array_equal(np.asarray(m.state.q), np.asarray(a.state.q))
 
 
 def test_mjcf_negative_inertial_mass_is_named(tmp_path):

@@ -80,7 +80,7 @@ from .. import build as sj
 from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, add_coordinate_limits
 from ._urdf import align_axis
-from ._xml import check_model_path, parse_with_lines
+from ._xml import parse_with_lines, read_model_source
 
 __all__ = ["load_mjcf"]
 
@@ -148,15 +148,16 @@ def _error(el: _El, msg: str) -> ModelFileError:
     return ModelFileError(f"{_where(el)}: {msg}")
 
 
-def _parse_xml(path: str) -> _El:
+def _parse_xml(path: str, data: bytes | None = None) -> _El:
     return parse_with_lines(
         path,
         lambda tag, attrib, line: _El(tag, attrib, line, path),
         "an MJCF model is plain XML: check for unclosed or mismatched tags",
+        data,
     )
 
 
-def _read_with_includes(path: str) -> _El:
+def _read_with_includes(path: str, data: bytes | None = None) -> _El:
     """The main file's root with every ``<include>`` replaced by the included file's
     ``<mujoco>`` children (recursively; cycles are refused)."""
     main_dir = os.path.dirname(os.path.abspath(path))
@@ -192,7 +193,7 @@ def _read_with_includes(path: str) -> _El:
             out.extend(sub.children)
         el.children = out
 
-    root = _parse_xml(path)
+    root = _parse_xml(path, data)
     expand(root, path, (os.path.realpath(path),))
     return root
 
@@ -973,7 +974,9 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
     """Load a MuJoCo MJCF model as a simjax System.
 
     Args:
-        path: The ``.xml`` file. ``<include>``d files are read; meshes, textures and other
+        path: The ``.xml`` file, or the MJCF text itself (a ``str`` starting with ``<``;
+            its ``<include>``s are found from the working directory, as MuJoCo's
+            ``from_xml_string``), or an open file. ``<include>``d files are read; meshes, textures and other
             assets are never opened.
         warn_ignored: Emit one warning line summarising what simjax leaves out that carries
             physics (tendons, actuators, joint damping, stiffness and armature, contact pairs,
@@ -1003,8 +1006,8 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
             (``<composite>``, ``<flexcomp>``, ``<replicate>``, ``<attach>``). The message
             names the file, the line and the element.
     """
-    path = check_model_path(path, "MJCF")
-    root = _read_with_includes(path)
+    path, data = read_model_source(path, "MJCF")
+    root = _read_with_includes(path, data)
     if root.tag != "mujoco":
         raise _error(root, f"an MJCF file's top element must be <mujoco>, found <{root.tag}>")
 

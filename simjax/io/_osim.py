@@ -39,7 +39,7 @@ from ..build.matter import SimbodyMatterSubsystem
 from ..build.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
 from ._loaded import Coordinate, LoadedModel, Marker, add_coordinate_limits
-from ._xml import XmlDoc
+from ._xml import XmlDoc, read_model_source
 
 FUNCTION_TAGS = (
     "Constant",
@@ -128,7 +128,8 @@ def load_osim(
     """Load an OpenSim model (``.osim``, format 3.x or 4.x) as a simjax System.
 
     Args:
-        path: The ``.osim`` file.
+        path: The ``.osim`` file, or the model's XML text (a ``str`` starting with ``<``),
+            or an open file.
         warn_ignored: Emit one warning line summarising the parts simjax does not model
             (muscles, actuators, contact, ...); they are always listed in ``model.ignored``.
         limits: Enforce the ranges of ``clamped`` coordinates as hard limits
@@ -149,7 +150,8 @@ def load_osim(
         ModelFileError: Malformed XML or an element simjax cannot build (the message names
             the file, line and element).
     """
-    doc = XmlDoc(path, what="OpenSim model")
+    name, data = read_model_source(path, "OpenSim model")
+    doc = XmlDoc(name, text=data, what="OpenSim model")
     return _OsimReader(doc, warn_ignored, limits).build()
 
 

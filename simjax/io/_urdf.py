@@ -43,7 +43,7 @@ from .. import _spatial as sp
 from .. import build as sj
 from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, ModelFileError, add_coordinate_limits
-from ._xml import check_model_path, parse_with_lines
+from ._xml import parse_with_lines, read_model_source
 
 __all__ = ["load_urdf"]
 
@@ -82,10 +82,10 @@ class _Element:
 class _Doc:
     """A URDF file: its root element and error messages that point into it."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, data: bytes | None = None):
         self.path = path
         self.root = parse_with_lines(
-            path, _Element, "a URDF is plain XML: check for unclosed or mismatched tags"
+            path, _Element, "a URDF is plain XML: check for unclosed or mismatched tags", data
         )
 
     def where(self, el: _Element) -> str:
@@ -291,7 +291,8 @@ def load_urdf(
     """Load a URDF robot as a simjax System (URDF is Z-up: gravity along -z by default).
 
     Args:
-        path: The ``.urdf`` file (plain URDF; run ``xacro`` on ``.xacro`` files first).
+        path: The ``.urdf`` file (plain URDF; run ``xacro`` on ``.xacro`` files first), or
+            the URDF text itself (a ``str`` starting with ``<``), or an open file.
             Meshes are never opened.
         floating_base: Give the root link a ``MobilizedBody.Free`` to Ground (Pinocchio's
             ``JointModelFreeFlyer``: q = [quaternion w, x, y, z, position], u = [angular,
@@ -319,11 +320,11 @@ def load_urdf(
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ModelFileError: Malformed XML, an unknown joint type, a joint naming a missing link,
-            a link with two parent joints, a cycle, a ``<mimic>`` naming a missing joint,
+            a link with two parent joints, a cycle,
             an invalid inertia, or a joint that moves only massless links (its mass matrix
             would be singular). The message names the file, the line and the element.
     """
-    path = check_model_path(path, "URDF")
+    path, data = read_model_source(path, "URDF")
     if root_joint is None:
         root_kind = "free" if floating_base else "fixed"
     else:
@@ -332,7 +333,7 @@ def load_urdf(
             raise ValueError(
                 f"load_urdf: root_joint must be one of {sorted(_ROOT_JOINTS)} or None, got {root_joint!r}"
             )
-    doc = _Doc(path)
+    doc = _Doc(path, data)
     robot = doc.root
     if robot.tag != "robot":
         raise doc.error(robot, f"a URDF file's top element must be <robot>, found <{robot.tag}>")
@@ -560,12 +561,15 @@ def _add_mimics(
         if j.mimic is None:
             continue
         target, mult, off, el = j.mimic
-        if target not in joints:
-            raise doc.error(
-                el,
-                f"joint {j.name!r} mimics joint {target!r}, which is not a joint of this robot "
-                f"({len(joints)} joints)",
+        if target not in joints:  # Pinocchio warns and loads the joint as independent
+            warnings.warn(
+                f"{doc.where(el)}: joint {j.name!r} mimics joint {target!r}, which is not a joint "
+                f"of this robot ({len(joints)} joints); {j.name!r} is loaded as an independent "
+                "joint (as Pinocchio loads it). Fix the <mimic> to couple them",
+                stacklevel=4,
             )
+            _count(ignored, "<mimic> naming a missing joint (loaded independent)")
+            continue
         if j.type == "fixed":
             _count(ignored, "mimic on a fixed joint")
             continue

@@ -29,10 +29,37 @@ def check_model_path(path: str | os.PathLike[str], what: str) -> str:
     return path
 
 
+# The name a model given as XML text (not a file) goes by in messages; relative paths in
+# it (MJCF <include>s) are taken from the working directory, as MuJoCo's from_xml_string.
+TEXT_NAME = "<string>"
+
+
+def read_model_source(src: Any, what: str) -> tuple[str, bytes]:
+    """``(name, data)`` of a loader's model argument: a file's path, the XML text itself
+    (a ``str`` that starts with ``<``), or an open file (anything with ``read()``). The
+    name is the path, the file object's ``name``, or ``TEXT_NAME``."""
+    if hasattr(src, "read"):
+        data = src.read()
+        name = getattr(src, "name", None)
+        name = name if isinstance(name, str) else TEXT_NAME
+        return name, data.encode() if isinstance(data, str) else bytes(data)
+    if isinstance(src, bytes):
+        return TEXT_NAME, src
+    if isinstance(src, str) and src.lstrip().startswith("<") and not os.path.exists(src):
+        return TEXT_NAME, src.encode()
+    if not isinstance(src, (str, os.PathLike)):
+        raise TypeError(
+            f"{what}: give a file's path, the XML text, or an open file; got {type(src).__name__}"
+        )
+    path = check_model_path(src, what)
+    with open(path, "rb") as fh:
+        return path, fh.read()
+
+
 class XmlDoc:
     """A parsed file: the root element plus the line each element starts on."""
 
-    def __init__(self, path: str | os.PathLike[str], text: str | None = None, what: str = "model"):
+    def __init__(self, path: str | os.PathLike[str], text: str | bytes | None = None, what: str = "model"):
         self.path = os.fspath(path)
         self.name = os.path.basename(self.path)
         self._lines: dict[int, int] = {}
@@ -41,7 +68,7 @@ class XmlDoc:
             with open(self.path, "rb") as fh:
                 data = fh.read()
         else:
-            data = text.encode()
+            data = text if isinstance(text, bytes) else text.encode()
         lines = self._lines
         builder = ET.TreeBuilder()
         p = expat.ParserCreate()
@@ -114,12 +141,16 @@ class XmlDoc:
         raise self.error(el, f"<{tag}> must be true or false, found {t!r}")
 
 
-def parse_with_lines(path: str, make: Callable[[str, dict[str, str], int], Any], hint: str) -> Any:
-    """Parse ``path`` into a tree of the caller's element objects: ``make(tag, attrib,
-    line)`` builds one (it must have a ``children`` list); returns the root. Malformed XML
-    becomes a ``ModelFileError`` naming file:line:column, with ``hint`` after the fix."""
-    with open(path, "rb") as fh:
-        data = fh.read()
+def parse_with_lines(
+    path: str, make: Callable[[str, dict[str, str], int], Any], hint: str, data: bytes | None = None
+) -> Any:
+    """Parse ``path`` (or ``data``, the file's bytes, named ``path`` in messages) into a tree
+    of the caller's element objects: ``make(tag, attrib, line)`` builds one (it must have a
+    ``children`` list); returns the root. Malformed XML becomes a ``ModelFileError`` naming
+    file:line:column, with ``hint`` after the fix."""
+    if data is None:
+        with open(path, "rb") as fh:
+            data = fh.read()
     parser = expat.ParserCreate()
     stack: list[Any] = []
     roots: list[Any] = []
