@@ -746,3 +746,38 @@ def test_static_mesh_bodies_planes_and_worldbody_sections(tmp_path, mujoco):
     assert lm.bodies["table"].get_default_mass_properties().mass == 0.0 < m.body_mass[1]
     assert lm.bodies["top"].mobilizer.kind == "Weld" and lm.bodies["arm"].mobilizer.kind == "Pin"
     _check(lm.bodies["arm"].get_default_mass_properties().mass, m.body_mass[3], ("scene", "mass"), rtol=1e-12)
+
+
+def test_what_simjax_does_not_model_is_said_not_dropped(tmp_path):
+    """Issue 17: colliding geoms (MuJoCo's default contype/conaffinity) lost the floor
+    without a word, ``<flag equality="disable">`` was ignored (simjax still enforced the
+    equality), and soft (solref/solimp) equalities became exact silently. Now each is in
+    the load warning and ``summary()``; the disabled equalities are disabled by default,
+    and a visual-only geom (contype = conaffinity = 0) stays quiet."""
+    import warnings
+
+    text = """<mujoco><option><flag equality="disable"/></option><worldbody>
+      <geom name="floor" type="plane" size="5 5 0.1"/>
+      <body name="a" pos="0 0 1"><joint name="j" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -0.5" size="0.05"/>
+        <geom type="sphere" size="0.02" contype="0" conaffinity="0"/></body>
+      <body name="b" pos="0.5 0 1"><joint name="k" type="hinge" axis="0 1 0"/>
+        <geom type="box" size="0.1 0.1 0.1"/></body>
+    </worldbody><equality><joint joint1="j" joint2="k"/></equality></mujoco>"""
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        m = sj.io.load_mjcf(text)
+    msg = " ".join(str(w.message) for w in rec)
+    assert "3 geom that collides (no contact in simjax" in msg
+    assert "1 equality solref/solimp (soft in MuJoCo, an exact constraint here)" in msg
+    assert '<flag equality="disable">' in msg
+    assert "visual shape" not in msg  # quiet, but in the summary
+    summary = m.summary()
+    assert "1 geom (visual shape)" in summary and "3 geom that collides" in summary
+    (con,) = m.constraints.values()
+    assert con.is_disabled_by_default()
+    # without the flag the equality is on
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m2 = sj.io.load_mjcf(text.replace('<option><flag equality="disable"/></option>', ""))
+    assert not next(iter(m2.constraints.values())).is_disabled_by_default()

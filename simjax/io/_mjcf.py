@@ -104,11 +104,15 @@ _QUIET = {
     "sensor",
     "camera",
     "light",
-    "geom (contact/visual shape)",
+    "geom (visual shape)",
     "contact exclude",
     "joint range (limit constraint)",
     "mocap body (welded to ground)",
 }
+#: Geoms that collide in MuJoCo: simjax has no contact, so the user is told.
+_COLLIDING = "geom that collides (no contact in simjax: bodies pass through the floor and each other)"
+#: MuJoCo's equalities are soft (solref/solimp); simjax's are exact.
+_SOFT_EQ = "equality solref/solimp (soft in MuJoCo, an exact constraint here)"
 #: Top-level sections read or expanded by the loader.
 _READ = {"compiler", "option", "default", "worldbody", "equality"}
 _UNSUPPORTED = {
@@ -609,7 +613,9 @@ class _Reader:
                 own = c.attrib
                 dflt = self.defaults.of(c, "geom", own.get("class", cls))
                 body.geoms.append((c, own, dflt, X_frame))
-                _count(self.ignored, "geom (contact/visual shape)")
+                # MuJoCo's contype/conaffinity (default 1/1): a geom with either set collides
+                collides = any(int(own.get(k, dflt.get(k, "1")) or 0) for k in ("contype", "conaffinity"))
+                _count(self.ignored, _COLLIDING if collides else "geom (visual shape)")
             elif tag == "site":
                 self._site(c, body, X_frame, cls)
             elif tag in _UNSUPPORTED:
@@ -1015,11 +1021,13 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
     notes: list[str] = []
     comp = _Compiler()
     gravity = np.array([0.0, 0.0, -9.81])
+    eq_off = False
     for el in root.children:
         if el.tag == "compiler":
             comp.read(el, notes)
         elif el.tag == "option":
-            gravity = _read_option(el, gravity, ignored)
+            gravity, off = _read_option(el, gravity, ignored, notes)
+            eq_off = eq_off or off
         elif el.tag in ("tendon", "actuator", "deformable", "asset", "keyframe", "sensor", "custom"):
             _count(ignored, el.tag, len(el.children))
         elif el.tag == "contact":
@@ -1082,6 +1090,10 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
             markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
 
     constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
+    for con in constraints.values():
+        _count(ignored, _SOFT_EQ)
+        if eq_off:
+            con.set_disabled_by_default(True)
     if limits:
         add_coordinate_limits(coordinates, notes)
         ignored.pop("joint range (limit constraint)", None)
@@ -1112,7 +1124,10 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
     return model
 
 
-def _read_option(el: _El, gravity: np.ndarray, ignored: dict[str, int]) -> np.ndarray:
+def _read_option(
+    el: _El, gravity: np.ndarray, ignored: dict[str, int], notes: list[str]
+) -> tuple[np.ndarray, bool]:
+    """Gravity, and whether ``<flag equality="disable">`` turns every equality off."""
     a = el.attrib
     g = _floats(el, a, "gravity", 3, gravity)
     for key in ("density", "viscosity"):
@@ -1120,10 +1135,17 @@ def _read_option(el: _El, gravity: np.ndarray, ignored: dict[str, int]) -> np.nd
             _count(ignored, f"option {key} (fluid forces)")
     if "wind" in a and np.any(_floats(el, a, "wind", 3) != 0):
         _count(ignored, "option wind (fluid forces)")
+    eq_off = False
     for c in el.children:
         if c.tag == "flag" and c.get("gravity") == "disable":
             g = np.zeros(3)
-    return g
+        if c.tag == "flag" and c.get("equality") == "disable":
+            eq_off = True
+            notes.append(
+                '<flag equality="disable">: every equality constraint is disabled by default '
+                "(enable one with constraint.enable(state))"
+            )
+    return g, eq_off
 
 
 def _align_free(b: _Body, comp: _Compiler) -> None:
