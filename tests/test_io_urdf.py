@@ -679,3 +679,23 @@ def test_massless_moving_link_and_bad_inertia(tmp_path):
     assert lm.notes and float(lm.bodies["b"].get_inertia_about_body_origin(lm.state)[0, 0]) == 5.0
     with pytest.raises(ValueError, match="root_joint"):
         load_urdf(_write(tmp_path, _robot(links=("a",))), root_joint="ball")
+
+
+def test_effort_and_velocity_limits_are_recorded(robots_dir):
+    """Issue 17: URDF ``<limit effort velocity>`` was dropped; now each Coordinate keeps them
+    (Panda's first joint: 87 N m, 2.175 rad/s, as in the file) and ``summary()`` shows them.
+    Pinocchio reads the same numbers (``effortLimit``, ``velocityLimit``) where installed."""
+    m = _quiet_load(robots_dir / ROBOTS["panda"][0])
+    j1 = m.coordinates["panda_joint1"]
+    assert (j1.effort_limit, j1.velocity_limit) == (87.0, 2.175)
+    assert "effort<=87 speed<=2.175" in m.summary()
+    try:
+        import pinocchio as pin
+    except ImportError:
+        return
+    model = pin.buildModelFromUrdf(str(robots_dir / ROBOTS["panda"][0]))
+    for name, c in m.coordinates.items():
+        jid = model.getJointId(name)
+        iv = model.joints[jid].idx_v
+        assert c.effort_limit == pytest.approx(model.effortLimit[iv]), name
+        assert c.velocity_limit == pytest.approx(model.velocityLimit[iv]), name

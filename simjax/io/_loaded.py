@@ -49,6 +49,10 @@ class Coordinate:
     prescribed: bool = False
     joint: str = ""
     limit: CoordinateLimit | None = None  # the hard limit enforcing ``range``, if the loader made one
+    #: URDF ``<limit effort velocity>``: the largest generalized force (N m or N) and speed
+    #: (rad/s or m/s) the file allows; recorded for actuation, not enforced (inf: none given)
+    effort_limit: float = math.inf
+    velocity_limit: float = math.inf
 
     def get_value(self, state: State) -> jax.Array:
         """This coordinate's q in ``state`` (one per State of a batch, e.g. from ``track``)."""
@@ -292,6 +296,8 @@ class LoadedModel:
                         " locked" if c.locked else "",
                         " clamped" if c.clamped else "",
                         " hard limit" if c.limit is not None else "",
+                        f" effort<={c.effort_limit:.4g}" if math.isfinite(c.effort_limit) else "",
+                        f" speed<={c.velocity_limit:.4g}" if math.isfinite(c.velocity_limit) else "",
                     ]
                 )
                 lines.append(

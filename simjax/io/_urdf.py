@@ -169,7 +169,20 @@ class _Link:
 
 
 class _Joint:
-    __slots__ = ("el", "name", "type", "parent", "child", "R", "p", "axis", "range", "mimic")
+    __slots__ = (
+        "el",
+        "name",
+        "type",
+        "parent",
+        "child",
+        "R",
+        "p",
+        "axis",
+        "range",
+        "mimic",
+        "effort",
+        "velocity",
+    )
 
     def __init__(self, el: _Element, name: str, type_: str):
         self.el, self.name, self.type = el, name, type_
@@ -178,6 +191,7 @@ class _Joint:
         self.p = np.zeros(3)
         self.axis = np.array([1.0, 0.0, 0.0])
         self.range = (-math.inf, math.inf)
+        self.effort = self.velocity = math.inf
         self.mimic: tuple[str, float, float, _Element] | None = None
 
 
@@ -249,6 +263,10 @@ def _read_joint(doc: _Doc, el: _Element, ignored: dict[str, int]) -> _Joint:
             raise doc.error(ax if ax is not None else el, f"joint {name!r}: <axis xyz> must not be zero")
         j.axis = axis / n
     lim = el.find("limit")
+    if lim is not None and jtype in ("revolute", "continuous", "prismatic"):
+        # effort and velocity (required by the URDF spec; recorded, not enforced)
+        j.effort = doc.number(lim, "effort", math.inf)
+        j.velocity = doc.number(lim, "velocity", math.inf)
     if lim is not None and jtype in ("revolute", "prismatic"):
         # URDF: lower and upper default to 0 when <limit> is given without them.
         lo, hi = doc.number(lim, "lower", 0.0), doc.number(lim, "upper", 0.0)
@@ -306,8 +324,9 @@ def load_urdf(
         limits: Enforce the ``<limit lower upper>`` of revolute and prismatic joints as hard
             limits (``sj.Constraint.CoordinateLimit``, stepped by ``simulate(...,
             integrator="euler")``); each Coordinate's ``limit``. ``False``: the ranges are
-            only recorded (and bound the Assembler). Effort and velocity limits are not
-            modelled.
+            only recorded (and bound the Assembler). Effort and velocity limits are
+            recorded on each Coordinate (``effort_limit``, ``velocity_limit``; in
+            ``summary()``), not enforced.
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by link name, ``joints`` (the mobilized body of
@@ -413,8 +432,9 @@ def load_urdf(
             motion = "translational" if j.type == "prismatic" else "rotational"
             limited = math.isfinite(j.range[0]) or math.isfinite(j.range[1])
             coordinates[j.name] = Coordinate(
-                j.name, mob, 0, motion, range=j.range, clamped=limited, joint=j.name
-            )
+                j.name, mob, 0, motion, range=j.range, clamped=limited, joint=j.name,
+                effort_limit=j.effort, velocity_limit=j.velocity,
+            )  # fmt: skip
         elif j.type == "planar":
             planar = (("rz", "rotational"), ("x", "translational"), ("y", "translational"))
             for k, (suffix, motion) in enumerate(planar):
