@@ -21,9 +21,13 @@ How joints become mobilizers. Simbody's Pin turns about the common z axis of its
 frames and Slider moves along x; a URDF joint turns about (moves along) ``axis``. With
 ``R_a`` a rotation taking z (x) onto the axis, ``X_PF = X_origin R_a`` and ``X_BM = R_a``
 give ``X_PB = X_origin Rot(axis, q)``, so q is the URDF joint value with the URDF's sign.
-``fixed`` is a Weld (Pinocchio merges such links into their parent; the mass matrix on
-the moving coordinates is the same). The root link is welded to Ground, or moved by a
-Free mobilizer with ``floating_base=True`` (Pinocchio's ``JointModelFreeFlyer``).
+``fixed`` is a Weld, and the welded link's mass properties are merged into the body it is
+welded to (as Pinocchio and MuJoCo merge such links): the Weld's body is massless, and a
+massless link's inertia (Bolt's feet) counts as part of that body. A link inertia that is
+not positive semi-definite by at most ``_PSD_SLACK`` (1e-6 kg m², round-off in the file:
+TIAGo's 1 µg antennas) is clipped to the nearest valid one, with a note. The root link is
+welded to Ground, or moved by a Free mobilizer with ``floating_base=True`` (Pinocchio's
+``JointModelFreeFlyer``).
 
 Parsing uses the standard library's expat so that every error names the file, the line
 and the element.
@@ -162,10 +166,25 @@ def align_axis(e: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 
 class _Link:
-    __slots__ = ("el", "name", "mass_props")
+    __slots__ = ("el", "name", "mass_props", "mass", "com", "I_com")
 
-    def __init__(self, el: _Element, name: str, mass_props: sp.MassProperties):
+    def __init__(
+        self,
+        el: _Element,
+        name: str,
+        mass_props: sp.MassProperties,
+        inertial: tuple[float, np.ndarray, np.ndarray] | None = None,
+    ):
         self.el, self.name, self.mass_props = el, name, mass_props
+        # the file's mass, com and inertia about the com (link frame); a massless link's
+        # inertia is kept here for merging into the body it is welded to
+        m, c, I_c = inertial if inertial is not None else (0.0, np.zeros(3), np.zeros((3, 3)))
+        self.mass, self.com, self.I_com = float(m), np.asarray(c, float), np.asarray(I_c, float)
+
+
+#: A link inertia whose most negative principal moment is at most this (kg m^2) is taken
+#: as round-off in the file: clipped to the nearest valid inertia, with a note.
+_PSD_SLACK = 1e-6
 
 
 class _Joint:
@@ -224,10 +243,19 @@ def _read_link(doc: _Doc, el: _Element, ignored: dict[str, int], notes: list[str
     if mass < 0:
         raise doc.error(m_el, f"link {name!r}: mass must be >= 0, got {mass}")
     if mass == 0:
-        # Simbody stores inertia per unit mass: a massless link keeps no inertia.
-        if np.abs(I_link).max() > 0:
-            _count(ignored, "inertia of a massless link")
-        return _Link(el, name, sp.MassProperties(0.0, com))
+        # Simbody stores inertia per unit mass: a massless body keeps no inertia (unless it
+        # is welded to a massive one: see _merge_welded).
+        return _Link(el, name, sp.MassProperties(0.0, com), (0.0, com, I_link))
+    I_link = 0.5 * (I_link + I_link.T)
+    ev, V = np.linalg.eigh(I_link) if np.all(np.isfinite(I_link)) else (np.zeros(3), np.eye(3))
+    if ev.min() < 0 and -ev.min() <= _PSD_SLACK:
+        # a negligible violation (TIAGo's 1 ug antenna links: -3.5e-8 kg m^2); Pinocchio runs
+        # the file as is: take the nearest valid inertia and say so
+        I_link = (V * np.maximum(ev, 0.0)) @ V.T
+        notes.append(
+            f"link {name!r}: inertia not positive semi-definite by {-ev.min():.2g} kg m^2 "
+            f"(<= {_PSD_SLACK:g}): its negative principal moment is taken as 0"
+        )
     I_o = I_link + mass * (float(com @ com) * np.eye(3) - np.outer(com, com))
     I_o = 0.5 * (I_o + I_o.T)
     try:
@@ -238,7 +266,46 @@ def _read_link(doc: _Doc, el: _Element, ignored: dict[str, int], notes: list[str
         # Pinocchio and most simulators run such files; keep the inertia and say so.
         mp = sp.MassProperties(mass, com, I_o, strict=False)
         notes.append(f"link {name!r}: inertia breaks the triangle inequality (kept as in the file)")
-    return _Link(el, name, mp)
+    return _Link(el, name, mp, (mass, com, I_link))
+
+
+def _merge_welded(
+    order: list[_Joint], links: dict[str, _Link], ignored: dict[str, int]
+) -> dict[str, sp.MassProperties]:
+    """Mass properties of each link's body with every link welded to it (fixed joints, to
+    any depth) merged in, as Pinocchio and MuJoCo do: the welded links' bodies are then
+    massless, and a massless link's inertia (kept by the file, e.g. Bolt's feet) counts
+    once it is part of a massive body. Links with nothing welded keep theirs."""
+    comp = {n: (lk.mass, lk.com, lk.I_com) for n, lk in links.items()}
+    changed: set[str] = set()
+    for j in reversed(order):  # children before parents
+        if j.type != "fixed":
+            continue
+        m2, c2, I2 = comp[j.child]
+        if m2 == 0 and not np.any(I2):
+            continue
+        m1, c1, I1 = comp[j.parent]
+        c2, I2 = j.p + j.R @ c2, j.R @ I2 @ j.R.T  # into the parent link's frame
+        m = m1 + m2
+        c = (m1 * c1 + m2 * c2) / m if m > 0 else c1
+        d1, d2 = c1 - c, c2 - c
+        steiner = lambda mi, d: mi * (float(d @ d) * np.eye(3) - np.outer(d, d))  # noqa: E731
+        comp[j.parent] = (m, c, I1 + steiner(m1, d1) + I2 + steiner(m2, d2))
+        comp[j.child] = (0.0, np.zeros(3), np.zeros((3, 3)))
+        changed |= {j.parent, j.child}
+    out = {n: lk.mass_props for n, lk in links.items()}
+    for n in links:
+        m, c, I_c = comp[n] if n in changed else (links[n].mass, links[n].com, links[n].I_com)
+        if m == 0:
+            if np.any(I_c):
+                _count(ignored, "inertia of a massless link")
+            if n in changed:
+                out[n] = sp.MassProperties(0.0, c)
+            continue
+        if n in changed:
+            I_o = I_c + m * (float(c @ c) * np.eye(3) - np.outer(c, c))
+            out[n] = sp.MassProperties(m, c, 0.5 * (I_o + I_o.T), strict=False)
+    return out
 
 
 def _read_joint(doc: _Doc, el: _Element, ignored: dict[str, int]) -> _Joint:
@@ -396,14 +463,14 @@ def load_urdf(
 
     bodies: dict[str, MobilizedBody] = {}
     mobod_of_joint: dict[str, MobilizedBody] = {}
-    rl = links[root]
+    mass_props = _merge_welded(order, links, ignored)
     kind: type[MobilizedBody] = sj.MobilizedBody.Free if root_kind == "free" else sj.MobilizedBody.Weld
     bodies[root] = kind(
-        matter.Ground(), sj.Transform(), sj.Body(rl.mass_props), sj.Transform(), name=body_name(root)
+        matter.Ground(), sj.Transform(), sj.Body(mass_props[root]), sj.Transform(), name=body_name(root)
     )
     for j in order:
         parent = bodies[j.parent]
-        body = sj.Body(links[j.child].mass_props)
+        body = sj.Body(mass_props[j.child])
         X_o = (j.R, j.p)
         if j.type in ("revolute", "continuous", "planar"):
             Ra = align_axis(np.array([0.0, 0.0, 1.0]), j.axis)
