@@ -76,6 +76,15 @@ def _fmt(a: Any) -> str:
     return np.array2string(np.asarray(a), precision=4, max_line_width=200)
 
 
+def _bad_constraint_rows(model: Any, rows: Any, stage: str, what: str) -> str | None:
+    """The first constraint whose ``rows(constraint)`` are not finite, named."""
+    for c in model.constraint_objects:
+        e = rows(c)
+        if e.size and _bad(e) is not None:
+            return f"{stage} stage: the {what} of {c!r} ({getattr(c, 'name', '')}) are {_fmt(e)}"
+    return None
+
+
 def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION) -> str | None:
     """Name the first non-finite value met realizing ``state`` up to ``stage`` (see the
     module docstring); ``None`` if everything is finite. The State must be concrete
@@ -129,10 +138,9 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
         i = b.index
         if _bad(pc.I_O[i]) is not None or _bad(pc.com_G[i]) is not None:
             return f"Position stage: the spatial inertia of {b!r} is not finite; check its mass properties"
-    for c in model.constraint_objects:
-        e = c.get_position_errors(s)
-        if e.size and _bad(e) is not None:
-            return f"Position stage: the position errors of {c!r} ({getattr(c, 'name', '')}) are {_fmt(e)}"
+    why = _bad_constraint_rows(model, lambda c: c.get_position_errors(s), "Position", "position errors")
+    if why:
+        return why
 
     # 3. Velocity
     if stage < Stage.VELOCITY:
@@ -142,10 +150,9 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
     for b in bodies:
         if _bad(vc.V_O[b.index]) is not None:
             return f"Velocity stage: the spatial velocity of {b!r} is not finite (u: {_fmt(b.get_u(state))})"
-    for c in model.constraint_objects:
-        e = c.get_velocity_errors(s)
-        if e.size and _bad(e) is not None:
-            return f"Velocity stage: the velocity errors of {c!r} are {_fmt(e)}"
+    why = _bad_constraint_rows(model, lambda c: c.get_velocity_errors(s), "Velocity", "velocity errors")
+    if why:
+        return why
 
     # 4. Dynamics: each force element, then the subsystems' forces
     if stage < Stage.DYNAMICS:
