@@ -48,6 +48,7 @@ ROBOTS = {
     # 1 ug antenna links whose inertias are not PSD by 3.5e-8 kg m^2 (refused before)
     "tiago": ("tiago_description/robots/tiago.urdf", False),
     "bolt": ("bolt_description/robots/bolt.urdf", True),
+    "solo12": ("solo_description/robots/solo12.urdf", True),
 }
 
 #: (robot, quantity) -> largest relative error; robot -> load time (s); printed at the end

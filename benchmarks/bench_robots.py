@@ -1,0 +1,114 @@
+"""Forward-dynamics throughput on real robot files: simjax vs Pinocchio (issue 17).
+
+Robots from example-robot-data's URDFs (the wheel the URDF tests fetch and cache): Panda
+(fixed base, nu = 9), Solo12 and TALOS reduced (floating base, nu = 18 and 38), loaded with
+``sj.io.load_urdf`` and with ``pinocchio.buildModelFromUrdf`` (mimic couplers off on both
+sides). For each batch size B, side by side in one process, implementations in turn:
+
+* simjax: ``jit(vmap((q, u) -> realize(state, Stage.ACCELERATION).udot))`` over B states;
+  compile time (first call) reported apart;
+* Pinocchio: ``pin.aba(model, data, q, v, 0)`` in a Python loop over the same B states.
+
+simjax's ``udot`` is checked against Pinocchio's at the first 8 states.
+
+    python benchmarks/bench_robots.py --batches 1 64 1024 --json benchmarks/results/robots_f64.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROBOT_KEYS = ["panda", "solo12", "talos"]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--robots", nargs="+", default=ROBOT_KEYS)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.05)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import pinocchio as pin
+    from bench_forward import machine_info, time_interleaved
+    from test_io_urdf import ROBOTS, Robot, _cached_robots, _installed_robots
+
+    import simjax as sj
+
+    root = _installed_robots() or _cached_robots()
+    rng = np.random.default_rng(0)
+    rows = []
+    for key in args.robots:
+        rel, floating = ROBOTS[key]
+        r = Robot(key, root / rel, floating)
+        s0 = r.state
+        for con in r.lm.constraints.values():
+            s0 = con.disable(s0)
+        system = r.lm.system
+
+        def one(q, u, s0=s0, system=system):
+            return system.realize(s0.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot
+
+        f = jax.jit(jax.vmap(one))
+        states = [r.random_state(rng) for _ in range(max(args.batches))]
+        Q = np.stack([q for q, _ in states])
+        U = np.stack([u for _, u in states])
+        pins = [r.to_pin(q, u) for q, u in states]
+        for B in args.batches:
+            q, u = jnp.asarray(Q[:B]), jnp.asarray(U[:B])
+            t0 = time.perf_counter()
+            udot = np.asarray(jax.block_until_ready(f(q, u)))
+            t_first = time.perf_counter() - t0
+            zero = np.zeros(r.pin.nv)
+
+            def pin_loop(B=B):
+                for qp, vp, _, _ in pins[:B]:
+                    pin.aba(r.pin, r.data, qp, vp, zero)
+
+            err = 0.0
+            for i in range(min(B, 8)):
+                qp, vp, T, c = pins[i]
+                ref = np.linalg.solve(T, np.array(pin.aba(r.pin, r.data, qp, vp, zero)) - c)
+                err = max(err, float(np.max(np.abs(udot[i] - ref)) / max(1.0, np.max(np.abs(ref)))))
+            t = time_interleaved(
+                {"simjax": lambda q=q, u=u: jax.block_until_ready(f(q, u)), "pinocchio": pin_loop},
+                args.repeats,
+                args.min_time,
+            )
+            row = {
+                "robot": key,
+                "nu": r.nu,
+                "batch": B,
+                "simjax_first_call_s": t_first,
+                "simjax_us_per_state": 1e6 * t["simjax"] / B,
+                "pinocchio_us_per_state": 1e6 * t["pinocchio"] / B,
+                "ratio_vs_pinocchio": t["pinocchio"] / t["simjax"],
+                "max_rel_err_vs_pinocchio": err,
+            }
+            rows.append(row)
+            print(
+                f"{key:7s} nu={r.nu:3d} B={B:5d}: first call {t_first:5.1f} s, simjax "
+                f"{row['simjax_us_per_state']:8.2f} us/state, pinocchio {row['pinocchio_us_per_state']:6.2f}"
+                f" us/state, throughput vs pinocchio {row['ratio_vs_pinocchio']:.2f}x, udot err {err:.1e}",
+                flush=True,
+            )
+    if args.json:
+        args.json.write_text(json.dumps({"info": machine_info("float64"), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
