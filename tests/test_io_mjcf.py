@@ -198,13 +198,14 @@ def _oracle(mujoco, path):
     m = mujoco.MjModel.from_xml_path(str(path))
     off = mujoco.mjtDisableBit
     m.opt.disableflags |= (
-        off.mjDSBL_CONSTRAINT
-        | off.mjDSBL_CONTACT
-        | off.mjDSBL_ACTUATION
-        | off.mjDSBL_SPRING
-        | off.mjDSBL_DAMPER
-    )
+        off.mjDSBL_CONSTRAINT | off.mjDSBL_CONTACT | off.mjDSBL_ACTUATION
+    )  # joint springs and dampers stay on: simjax models them (load_mjcf(passive=True))
     m.dof_armature[:] = 0.0  # armature adds to M's diagonal; simjax does not model it
+    # nor the stiffness of ball and free joints (a quaternion spring; listed as ignored)
+    ball_or_free = (m.jnt_type == mujoco.mjtJoint.mjJNT_BALL) | (m.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+    m.jnt_stiffness[ball_or_free] = 0.0
+    m.tendon_stiffness[:] = 0.0  # tendons are not modelled (listed as ignored)
+    m.tendon_damping[:] = 0.0
     m.body_gravcomp[:] = 0.0
     return m, mujoco.MjData(m)
 
@@ -781,3 +782,32 @@ def test_what_simjax_does_not_model_is_said_not_dropped(tmp_path):
         warnings.simplefilter("ignore")
         m2 = sj.io.load_mjcf(text.replace('<option><flag equality="disable"/></option>', ""))
     assert not next(iter(m2.constraints.values())).is_disabled_by_default()
+
+
+@pytest.mark.oracle
+def test_joint_damping_and_springs_equal_mujoco_passive_forces(written, mujoco):
+    """Issue 19's passive joint properties: MJX's pendula (default class damping 0.25 and
+    stiffness 0.1 on every joint, 0.5/0.75 on some; ball, hinge, slide and stacked joints)
+    loaded with its joint dampers and springs gives MuJoCo's ``qfrc_passive`` (tendons and
+    ball-joint springs off in the oracle: not modelled, and listed as ignored) to 1e-12;
+    ``passive=False`` leaves them out and lists them."""
+    import warnings
+
+    c = _case("pendula", str(_path("pendula", written)))
+    m, d = c.m, c.d
+    system = c.lm.system
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        q, u = c.random_state(rng)
+        qp, T = c.to_mujoco(q)
+        d.qpos[:], d.qvel[:] = qp, T @ u
+        mujoco.mj_forward(m, d)
+        s = system.realize(c.state.with_q(jnp.asarray(q)).with_u(jnp.asarray(u)), sj.Stage.DYNAMICS)
+        _check(np.asarray(s.dynamics_cache.mobility_forces), T.T @ d.qfrc_passive, ("pendula", "passive"))
+    assert "joint damping" not in c.lm.ignored and c.lm.ignored.get("joint stiffness on a ball joint")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bare = sj.io.load_mjcf(_path("pendula", written), passive=False)
+    assert bare.ignored["joint damping"] > 0 and bare.ignored["joint stiffness"] > 0
+    sb = bare.system.realize(bare.default_state.with_u(jnp.ones(bare.default_state.nu)), sj.Stage.DYNAMICS)
+    assert not np.any(np.asarray(sb.dynamics_cache.mobility_forces))

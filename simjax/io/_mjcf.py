@@ -3,7 +3,7 @@
 What is read (MuJoCo's XML reference, https://mujoco.readthedocs.io/en/stable/XMLreference.html),
 and computed the way MuJoCo's compiler does it (``user_objects.cc``), so that the mass matrix
 and the unconstrained forward dynamics equal MuJoCo's ``mj_fullM`` and ``qacc`` (with
-armature, damping, springs, actuation, contacts and constraints left out):
+armature, actuation, contacts and constraints left out; joint damping and springs in):
 
 - ``<include file>``: the included file's ``<mujoco>`` children replace the element (the file
   is looked up next to the including file, then next to the main file).
@@ -32,9 +32,12 @@ armature, damping, springs, actuation, contacts and constraints left out):
 - ``<equality>``: ``connect`` → ``Constraint.Ball``, ``weld`` → ``Constraint.Weld``,
   ``joint`` → ``Constraint.CoordinateCoupler`` (``polycoef``); ``active="false"`` →
   disabled by default.
+- ``<joint damping stiffness springref>``: ``Force.MobilityLinearDamper`` on each of the
+  joint's dofs and ``Force.MobilityLinearSpring`` (hinge and slide), as MuJoCo's passive
+  forces (``passive=False`` leaves them out).
 
-Everything else (tendons, actuators, sensors, contact pairs, joint damping, stiffness,
-armature and friction loss, gravity compensation, fluid forces, weld ``torquescale``,
+Everything else (tendons, actuators, sensors, contact pairs, joint stiffness of ball and
+free joints, armature and friction loss, gravity compensation, fluid forces, weld ``torquescale``,
 keyframes, cameras, lights, assets, ...) is counted in ``LoadedModel.ignored``; one warning
 lists what carries physics that simjax leaves out. ``<composite>``, ``<flexcomp>``,
 ``<replicate>`` and ``<attach>`` are refused (save MuJoCo's expanded XML first).
@@ -476,7 +479,10 @@ class _Defaults:
 
 
 class _Joint:
-    __slots__ = ("el", "name", "type", "axis", "pos", "ref", "range", "limited", "id", "align")
+    __slots__ = (
+        "el", "name", "type", "axis", "pos", "ref", "range", "limited", "id", "align",
+        "damping", "stiffness", "springref",
+    )  # fmt: skip
 
     def __init__(self, el: _El, name: str, type_: str, jid: int):
         self.el, self.name, self.type, self.id = el, name, type_, jid
@@ -486,6 +492,7 @@ class _Joint:
         self.range = (-math.inf, math.inf)
         self.limited = False
         self.align = "auto"
+        self.damping = self.stiffness = self.springref = 0.0
 
 
 class _Body:
@@ -529,8 +536,10 @@ def _count(ignored: dict[str, int], what: str, n: int = 1) -> None:
 class _Reader:
     """Reads the expanded file into bodies (MuJoCo's depth-first order), joints and sites."""
 
-    def __init__(self, root: _El, comp: _Compiler, defaults: _Defaults, ignored: dict[str, int]):
-        self.comp, self.defaults, self.ignored = comp, defaults, ignored
+    def __init__(
+        self, root: _El, comp: _Compiler, defaults: _Defaults, ignored: dict[str, int], passive: bool = True
+    ):
+        self.comp, self.defaults, self.ignored, self.passive = comp, defaults, ignored, passive
         self.bodies: list[_Body] = []
         self.joints: list[_Joint] = []
         self.n_sites = 0
@@ -663,14 +672,22 @@ class _Reader:
             )
         j = _Joint(el, name, jtype, jid)
         self.joints.append(j)
-        for key, what in (
-            ("damping", "damping"),
-            ("stiffness", "stiffness"),
-            ("armature", "armature"),
-            ("frictionloss", "frictionloss"),
-        ):
+        j.damping = _number(el, attrs, "damping", 0.0)
+        j.stiffness = _number(el, attrs, "stiffness", 0.0)
+        if j.damping < 0 or j.stiffness < 0:
+            raise _error(el, f"joint {name!r}: damping and stiffness must be >= 0")
+        if self.passive:  # modelled: damping on every dof, stiffness on hinge and slide joints
+            if j.stiffness and jtype in ("ball", "free"):
+                _count(self.ignored, f"joint stiffness on a {jtype} joint")
+                j.stiffness = 0.0
+        else:
+            for key in ("damping", "stiffness"):
+                if getattr(j, key):
+                    _count(self.ignored, f"joint {key}")
+            j.damping = j.stiffness = 0.0
+        for key in ("armature", "frictionloss"):
             if _number(el, attrs, key, 0.0) != 0.0:
-                _count(self.ignored, f"joint {what}")
+                _count(self.ignored, f"joint {key}")
         if "springdamper" in attrs and np.any(_floats(el, attrs, "springdamper", 2) != 0):
             _count(self.ignored, "joint springdamper")
         if jtype == "free":
@@ -688,6 +705,7 @@ class _Reader:
         j.pos = R_f @ _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0)) + p_f
         scale = math.pi / 180.0 if (self.comp.degree and jtype == "hinge") else 1.0
         j.ref = _number(el, attrs, "ref", 0.0) * scale if jtype != "ball" else 0.0
+        j.springref = _number(el, attrs, "springref", 0.0) * scale if jtype != "ball" else 0.0
         rng = _floats(el, attrs, "range", 2, (0.0, 0.0))
         limited = _choice(el, attrs, "limited", ("true", "false", "auto"), "auto")
         if limited == "auto":
@@ -976,7 +994,9 @@ def _body_inertia(body: _Body, comp: _Compiler, skipped: list[str]) -> None:
 # ----------------------------------------------------------------------------- the loader
 
 
-def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits: bool = True) -> LoadedModel:
+def load_mjcf(
+    path: str | os.PathLike[str], *, warn_ignored: bool = True, limits: bool = True, passive: bool = True
+) -> LoadedModel:
     """Load a MuJoCo MJCF model as a simjax System.
 
     Args:
@@ -993,6 +1013,10 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
             integrator="euler")``; MuJoCo's limits are soft, simjax's are hard); each
             Coordinate's ``limit``. ``False``: ranges are only recorded (and bound the
             Assembler).
+        passive: Model the joints' ``damping`` (every dof) and ``stiffness`` +
+            ``springref`` (hinge and slide) as ``Force.MobilityLinearDamper`` and
+            ``Force.MobilityLinearSpring``, as MuJoCo applies them. ``False``: leave them
+            out (listed as ignored). ``armature`` and ``frictionloss`` are not modelled.
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by MuJoCo body name (``"world"`` is Ground),
@@ -1036,7 +1060,7 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
         elif el.tag not in _READ:
             _count(ignored, el.tag if el.tag in _QUIET else f"<{el.tag}>")
     defaults = _Defaults([el for el in root.children if el.tag == "default"])
-    reader = _Reader(root, comp, defaults, ignored)
+    reader = _Reader(root, comp, defaults, ignored, passive)
     bodies = reader.bodies
 
     skipped: list[str] = []
@@ -1089,6 +1113,7 @@ def load_mjcf(path: str | os.PathLike[str], *, warn_ignored: bool = True, limits
         for name, pos, _, _ in b.sites:
             markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
 
+    _add_passive_forces(sj, forces, reader.joints, joint_mobods)
     constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
     for con in constraints.values():
         _count(ignored, _SOFT_EQ)
@@ -1251,6 +1276,24 @@ def _mobilize(
         joint_mobods[j.name] = mob
         cur, R_pre, p_pre = mob, np.eye(3), np.zeros(3)
     return cur
+
+
+def _add_passive_forces(
+    sj: Any, forces: Any, joints: list[_Joint], joint_mobods: dict[str, MobilizedBody]
+) -> None:
+    """MuJoCo's joint ``damping`` (``-b qvel`` on every dof of the joint) and ``stiffness``
+    (``-k (qpos - springref)``, hinge and slide) as Simbody's mobility dampers and springs.
+    A ball's or free joint's dofs are MuJoCo's velocities rotated into the body frame, an
+    orthogonal map of simjax's u, so a per-u damper of the same coefficient is the same
+    generalized force."""
+    nu = {"hinge": 1, "slide": 1, "ball": 3, "free": 6}
+    for j in joints:
+        mob = joint_mobods[j.name]
+        if j.damping:
+            for i in range(nu[j.type]):
+                sj.Force.MobilityLinearDamper(forces, mob, i, j.damping)
+        if j.stiffness:
+            sj.Force.MobilityLinearSpring(forces, mob, 0, j.stiffness, j.springref)
 
 
 def _add_equalities(
