@@ -280,3 +280,14 @@ def test_realize_refuses_non_finite_q_u_and_a_zero_quaternion_naming_the_body():
     # traced States are not checked (and a unit quaternion passes)
     out = jax.jit(lambda s: system.realize(s, sj.Stage.POSITION).q)(state)
     assert np.all(np.isfinite(np.asarray(out)))
+
+
+def test_an_osim_model_loaded_from_text_can_be_scaled():
+    """scale_osim re-reads the model's XML: from a text-loaded model it must not look for
+    a file named ``<string>``."""
+    import pathlib
+
+    text = (pathlib.Path(__file__).parent / "data" / "synthetic_joints.osim").read_text()
+    m = sj.io.load_osim(text)
+    scaled = sj.io.scale_osim(m, {})
+    assert scaled.state.nq == m.state.nq

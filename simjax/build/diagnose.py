@@ -76,6 +76,15 @@ def _fmt(a: Any) -> str:
     return np.array2string(np.asarray(a), precision=4, max_line_width=200)
 
 
+def _first_bad_body(bodies: Any, *per_body: Any) -> Any:
+    """The first body (base to tip) whose row of any of the ``(nb, ...)`` arrays is not
+    finite, or None."""
+    for b in bodies:
+        if any(_bad(a[b.index]) is not None for a in per_body):
+            return b
+    return None
+
+
 def _bad_constraint_rows(model: Any, rows: Any, stage: str, what: str) -> str | None:
     """The first constraint whose ``rows(constraint)`` are not finite, named."""
     for c in model.constraint_objects:
@@ -126,18 +135,16 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
         return None
     s = realize(model, state, Stage.POSITION)
     pc = s.position_cache
-    for b in bodies:
-        i = b.index
-        if _bad(pc.R_GB[i]) is not None or _bad(pc.p_GB[i]) is not None:
-            return (
-                f"Position stage: the frame of {b!r} is not finite (q of its mobilizer: "
-                f"{_fmt(b.get_q(state))}); check its mobilizer's q and its fixed frames, or a "
-                "Custom mobilizer's function"
-            )
-    for b in bodies:
-        i = b.index
-        if _bad(pc.I_O[i]) is not None or _bad(pc.com_G[i]) is not None:
-            return f"Position stage: the spatial inertia of {b!r} is not finite; check its mass properties"
+    b = _first_bad_body(bodies, pc.R_GB, pc.p_GB)
+    if b is not None:
+        return (
+            f"Position stage: the frame of {b!r} is not finite (q of its mobilizer: "
+            f"{_fmt(b.get_q(state))}); check its mobilizer's q and its fixed frames, or a "
+            "Custom mobilizer's function"
+        )
+    b = _first_bad_body(bodies, pc.I_O, pc.com_G)
+    if b is not None:
+        return f"Position stage: the spatial inertia of {b!r} is not finite; check its mass properties"
     why = _bad_constraint_rows(model, lambda c: c.get_position_errors(s), "Position", "position errors")
     if why:
         return why
@@ -147,9 +154,9 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
         return None
     s = realize(model, s, Stage.VELOCITY)
     vc = s.velocity_cache
-    for b in bodies:
-        if _bad(vc.V_O[b.index]) is not None:
-            return f"Velocity stage: the spatial velocity of {b!r} is not finite (u: {_fmt(b.get_u(state))})"
+    b = _first_bad_body(bodies, vc.V_O)
+    if b is not None:
+        return f"Velocity stage: the spatial velocity of {b!r} is not finite (u: {_fmt(b.get_u(state))})"
     why = _bad_constraint_rows(model, lambda c: c.get_velocity_errors(s), "Velocity", "velocity errors")
     if why:
         return why

@@ -152,7 +152,10 @@ def load_osim(
     """
     name, data = read_model_source(path, "OpenSim model")
     doc = XmlDoc(name, text=data, what="OpenSim model")
-    return _OsimReader(doc, warn_ignored, limits).build()
+    model = _OsimReader(doc, warn_ignored, limits).build()
+    if not os.path.isfile(name):  # given as text or a file object: keep it for scale_osim
+        model._xml = data.decode("utf-8")
+    return model
 
 
 class _OsimReader:
