@@ -7,7 +7,8 @@ sides). For each batch size B, side by side in one process, implementations in t
 
 * simjax: ``jit(vmap((q, u) -> realize(state, Stage.ACCELERATION).udot))`` over B states;
   compile time (first call) reported apart;
-* Pinocchio: ``pin.aba(model, data, q, v, 0)`` in a Python loop over the same B states.
+* Pinocchio: ``pin.aba(model, data, q, v, -damping * v)`` in a Python loop over the same B
+  states (the URDFs' joint damping, which simjax models as mobility dampers).
 
 simjax's ``udot`` is checked against Pinocchio's at the first 8 states.
 
@@ -73,16 +74,17 @@ def main(argv=None) -> None:
             t0 = time.perf_counter()
             udot = np.asarray(jax.block_until_ready(f(q, u)))
             t_first = time.perf_counter() - t0
-            zero = np.zeros(r.pin.nv)
+            # the URDF's joint damping (TALOS) on both sides: Pinocchio's tau = -damping * v
+            taus = [-np.asarray(r.pin.damping) * vp for _, vp, _, _ in pins[:B]]
 
-            def pin_loop(B=B):
-                for qp, vp, _, _ in pins[:B]:
-                    pin.aba(r.pin, r.data, qp, vp, zero)
+            def pin_loop(B=B, taus=taus):
+                for (qp, vp, _, _), tau in zip(pins[:B], taus):
+                    pin.aba(r.pin, r.data, qp, vp, tau)
 
             err = 0.0
             for i in range(min(B, 8)):
                 qp, vp, T, c = pins[i]
-                ref = np.linalg.solve(T, np.array(pin.aba(r.pin, r.data, qp, vp, zero)) - c)
+                ref = np.linalg.solve(T, np.array(pin.aba(r.pin, r.data, qp, vp, taus[i])) - c)
                 err = max(err, float(np.max(np.abs(udot[i] - ref)) / max(1.0, np.max(np.abs(ref)))))
             t = time_interleaved(
                 {"simjax": lambda q=q, u=u: jax.block_until_ready(f(q, u)), "pinocchio": pin_loop},

@@ -7,8 +7,8 @@ a small gripper written here has two four-bar loops closed by ``connect`` equali
 bodies and anchor, one by sites), a ``joint`` equality and an inactive ``weld``.
 
 The oracle is MuJoCo with everything simjax does not model switched off: constraints,
-contacts, actuation, springs and dampers disabled, ``dof_armature`` and ``body_gravcomp``
-zeroed (armature is zeroed in the oracle, not modelled: it adds to M's diagonal). At random
+contacts and actuation disabled, ``body_gravcomp`` zeroed (joint damping, springs and
+armature stay on: simjax models them). At random
 states the mass matrix equals ``mj_fullM`` and the forward dynamics ``qacc`` to 1e-9 relative,
 the body poses ``xpos``/``xmat``; masses, centers of mass and inertias equal MuJoCo's compiled
 ones (which checks inertia-from-geom and default classes); the connect anchors coincide after
@@ -200,7 +200,6 @@ def _oracle(mujoco, path):
     m.opt.disableflags |= (
         off.mjDSBL_CONSTRAINT | off.mjDSBL_CONTACT | off.mjDSBL_ACTUATION
     )  # joint springs and dampers stay on: simjax models them (load_mjcf(passive=True))
-    m.dof_armature[:] = 0.0  # armature adds to M's diagonal; simjax does not model it
     # nor the stiffness of ball and free joints (a quaternion spring; listed as ignored)
     ball_or_free = (m.jnt_type == mujoco.mjtJoint.mjJNT_BALL) | (m.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
     m.jnt_stiffness[ball_or_free] = 0.0
@@ -271,6 +270,8 @@ class Case:
         system, matter, s0 = self.lm.system, self.lm.matter, self.state
         for con in self.lm.constraints.values():
             s0 = con.disable(s0)
+        for act in self.lm.actuators.values():  # actuation is off in the oracle
+            s0 = act.disable(s0)
         mobs = [self.lm.bodies[n] for n in self.body_names]
 
         def f(q, u):
@@ -366,9 +367,15 @@ def test_humanoid_structure(written, mujoco):
     # lfemur's three hinges: two massless intermediate bodies, the last one carries the body
     assert lm.joints["lfemurrz"].name == "lfemur/lfemurrz" and lm.joints["lfemurrx"] is lm.bodies["lfemur"]
     assert float(lm.joints["lfemurry"].get_default_mass_properties().mass) == 0.0
-    assert lm.ignored["actuator"] == 56 and lm.ignored["joint armature"] == 56
+    assert len(lm.actuators) == 56 and not any("actuator" in k for k in lm.ignored)
+    assert "joint armature" not in lm.ignored
+    # armature on M's diagonal, dof by dof (a hinge's u is its qvel)
+    arm = np.asarray(lm.matter.get_armature(c.state))
+    for t, _, da, _, su in c.joints:
+        if t == mujoco.mjtJoint.mjJNT_HINGE:
+            assert arm[su] == m.dof_armature[da] == 0.01
     assert lm.source == "mjcf" and lm.bodies["world"].is_ground()
-    with pytest.warns(UserWarning, match=r"load_mjcf\(humanoid_CMU.xml\).*56 actuator") as rec:
+    with pytest.warns(UserWarning, match=r"load_mjcf\(humanoid_CMU.xml\).*50 geom that collides") as rec:
         load_mjcf(path)
     assert len(rec) == 1  # one summary line
     t = min(_timed(load_mjcf, path, warn_ignored=False) for _ in range(3))
@@ -397,7 +404,11 @@ def test_pendula_structure(written, mujoco):
     np.testing.assert_allclose(lm.coordinates["joint3"].range, np.radians([-35, 50]))
     mocap = [i for i in range(m.nbody) if m.body_mocapid[i] >= 0]
     assert len(mocap) == 2 and all(lm.bodies[c.body_names[i]].mobilizer.kind == "Weld" for i in mocap)
-    assert lm.ignored["tendon"] == 2 and lm.ignored["actuator"] == 11 and lm.ignored["camera"] == 7
+    assert lm.ignored["tendon"] == 2 and lm.ignored["camera"] == 7
+    # 11 actuators: 5 on hinges and slides modelled, the others named and counted
+    assert lm.control_names == ["act4", "act5", "act6", "act7", "act8"]
+    assert lm.ignored["actuator on a ball joint"] == 4 and lm.ignored["actuator on a free joint"] == 1
+    assert lm.ignored["actuator on a tendon"] == 1
     assert lm.ignored["gravcomp (gravity compensation)"] == 3 and not lm.constraints
 
 

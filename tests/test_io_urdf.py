@@ -298,7 +298,8 @@ def test_mass_matrix_and_forward_dynamics_equal_pinocchio(name, robots_dir, pin)
         M, udot = r.compiled(jnp.asarray(q), jnp.asarray(u))
         qp, vp, T, c = r.to_pin(q, u)
         _check(M, T.T @ r.pin_mass_matrix(qp) @ T, (name, "M"))
-        a = np.array(pin.aba(r.pin, r.data, qp, vp, np.zeros(r.pin.nv)))
+        # URDF <dynamics damping> (TALOS, TIAGo): -damping * v, Pinocchio's model.damping
+        a = np.array(pin.aba(r.pin, r.data, qp, vp, -np.asarray(r.pin.damping) * vp))
         _check(udot, np.linalg.solve(T, a - c), (name, "udot"))
 
 
@@ -346,7 +347,8 @@ def test_panda_mimic_finger(robots_dir, pin):
 
     pm = pin.buildModelFromUrdf(str(robots_dir / ROBOTS["panda"][0]), mimic=True)
     pd = pm.createData()
-    assert pm.nv == r.nu - 1
+    pf = pin.buildModelFromUrdf(str(robots_dir / ROBOTS["panda"][0]))  # no mimic: every joint's damping
+    assert pm.nv == r.nu - 1 and pf.nv == r.nu and float(pf.damping[-1]) == 0.3
 
     def f(q, u):
         s = system.project(r.state.with_q(q).with_u(u), tol=1e-10)
@@ -365,15 +367,30 @@ def test_panda_mimic_finger(robots_dir, pin):
         assert G.shape == (1, r.nu)
         _check(G @ udot, b, ("panda", "G udot - b"))
         _check(udot[i2], udot[i1], ("panda", "finger udot coupled"))
-        # Pinocchio's reduced model: a = M^-1 (0 - nle(q, v)), with gravity
+        # Pinocchio's reduced model: a = M^-1 (tau - nle(q, v)), with gravity; tau is the URDF
+        # <dynamics damping> of every joint (the full model's), mapped through the mimic
+        # transmission (finger2's damper acts on finger1's speed too: u2 = 1 * u1)
         qp = np.zeros(pm.nq)
         for jid in range(1, pm.njoints):
             if pm.nqs[jid] == 1:
                 qp[pm.idx_qs[jid]] = q[lm.coordinates[pm.names[jid]].q_index(r.state)]
         vp = u[indep]
+        fid, rid = pf.getJointId, pm.getJointId
+        vfull = np.zeros(pf.nv)
+        for jid in range(1, pm.njoints):
+            if pm.nvs[jid] == 1:
+                vfull[pf.idx_vs[fid(pm.names[jid])]] = vp[pm.idx_vs[jid]]
+        n1, n2 = "panda_finger_joint1", "panda_finger_joint2"
+        vfull[pf.idx_vs[fid(n2)]] = vp[pm.idx_vs[rid(n1)]]
+        tau_full = -np.asarray(pf.damping) * vfull
+        tau = np.zeros(pm.nv)
+        for jid in range(1, pm.njoints):
+            if pm.nvs[jid] == 1:
+                tau[pm.idx_vs[jid]] = tau_full[pf.idx_vs[fid(pm.names[jid])]]
+        tau[pm.idx_vs[rid(n1)]] += tau_full[pf.idx_vs[fid(n2)]]
         Mp = np.array(pin.crba(pm, pd, qp))
         Mp = np.triu(Mp) + np.triu(Mp, 1).T
-        a = np.linalg.solve(Mp, -np.array(pin.nonLinearEffects(pm, pd, qp, vp)))
+        a = np.linalg.solve(Mp, tau - np.array(pin.nonLinearEffects(pm, pd, qp, vp)))
         _check(udot[indep], a, ("panda", "udot with mimic"))
     assert not bool(coupler.is_disabled(lm.state))
 
@@ -559,7 +576,8 @@ def test_small_robot_equals_pinocchio(tmp_path, pin):
         M, udot = r.compiled(jnp.asarray(q), jnp.asarray(u))
         qp, vp, T, c = r.to_pin(q, u)
         _check(M, T.T @ r.pin_mass_matrix(qp) @ T, (r.name, "M"))
-        a = np.array(pin.aba(r.pin, r.data, qp, vp, np.zeros(r.pin.nv)))
+        # URDF <dynamics damping> (TALOS, TIAGo): -damping * v, Pinocchio's model.damping
+        a = np.array(pin.aba(r.pin, r.data, qp, vp, -np.asarray(r.pin.damping) * vp))
         _check(udot, np.linalg.solve(T, a - c), (r.name, "udot"))
 
 

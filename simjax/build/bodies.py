@@ -134,6 +134,7 @@ class MobilizedBody:
         )
         self._default_q: np.ndarray | None = None
         self._default_u: np.ndarray | None = None
+        self._armature: np.ndarray | None = None
         self.index = len(matter._mobods)
         self.name = name or f"body{self.index}"
         if any(m.name == self.name for m in matter._mobods):
@@ -204,6 +205,30 @@ class MobilizedBody:
         self._default_u = u
         self._matter._system.invalidate_topology()
         return self
+
+    def set_default_armature(self, armature: Any) -> MobilizedBody:
+        """Reflected rotor inertia added to the mass matrix's diagonal at each of this body's
+        speeds (MuJoCo's and Pinocchio's joint ``armature``): a scalar for every speed, or one
+        per speed. Topology stage; per State: ``matter.set_armature``."""
+        nu = self._mobilizer.nu
+        a = (
+            np.broadcast_to(np.asarray(armature, dtype=float), (nu,)).copy()
+            if np.ndim(armature) == 0
+            else (np.asarray(armature, dtype=float))
+        )
+        if a.shape != (nu,):
+            raise ValueError(
+                f"{self.name}: armature must be a scalar or have length {nu}, got shape {a.shape}"
+            )
+        if not np.all(np.isfinite(a)) or np.any(a < 0):
+            raise ValueError(f"{self.name}: armature must be finite and >= 0, got {a}")
+        self._armature = a
+        self._matter._system.invalidate_topology()
+        return self
+
+    def get_default_armature(self) -> np.ndarray:
+        """Default armature of each of this body's speeds (zeros unless set)."""
+        return np.zeros(self._mobilizer.nu) if self._armature is None else self._armature
 
     def get_default_q(self) -> np.ndarray:
         """Default coordinates."""
@@ -426,6 +451,7 @@ class Ground(MobilizedBody):
         self._params = np.zeros(0)
         self._default_q = None
         self._default_u = None
+        self._armature = None
         self.index = 0
         self.name = "ground"
         matter._mobods.append(self)

@@ -52,6 +52,8 @@ class Force:
     MobilityLinearDamper: ClassVar[type[MobilityLinearDamper]]
     MobilityConstantForce: ClassVar[type[MobilityConstantForce]]
     MobilityLinearStop: ClassVar[type[MobilityLinearStop]]
+    CoordinateActuator: ClassVar[type[CoordinateActuator]]
+    CoordinateLimitForce: ClassVar[type[CoordinateLimitForce]]
     LinearBushing: ClassVar[type[LinearBushing]]
     DiscreteForces: ClassVar[type[DiscreteForces]]
     Custom: ClassVar[type[Custom]]
@@ -734,6 +736,293 @@ class MobilityLinearStop(_Mobility):
         return 0.5 * P["stiffness"] * x**2
 
 
+class CoordinateActuator(_Mobility):
+    """An actuator on one speed of one mobilizer, driven by one control held in the State.
+
+    OpenSim's ``CoordinateActuator`` and MuJoCo's ``general`` actuator on a joint. With
+    control ``c`` (clamped to ``control_range`` when given), activation ``a`` (``a = c``
+    without activation dynamics), length ``l = gear q`` and velocity ``v = gear u``, the
+    actuator's force is
+
+        ``s = (g0 + g1 l + g2 v) a + (b0 + b1 l + b2 v)``  (``gain``, ``bias``)
+
+    clamped to ``force_range`` when given, and the generalized force on the speed is
+    ``gear s``. On a speed that is not its coordinate's rate (a Free or Ball body's angular
+    velocity) there is no length: the gain and bias may depend on the velocity only. An
+    OpenSim ``CoordinateActuator`` of optimal force ``F`` is ``gain=(F, 0, 0)``; MuJoCo's
+    ``motor`` is ``gain=(1, 0, 0)`` with its ``gear``, ``position`` (kp, kv) is
+    ``gain=(kp, 0, 0), bias=(0, -kp, -kv)``, ``velocity`` (kv) ``gain=(kv, 0, 0),
+    bias=(0, 0, -kv)``.
+
+    Activation dynamics (MuJoCo's ``dyntype``), the activation being an auxiliary variable
+    in the State's ``z``: ``"integrator"``, ``da/dt = c``; ``"filter"`` (and
+    ``"filterexact"``, the same differential equation), ``da/dt = (c - a) / time_constant``.
+    With ``activation_range`` the activation stops at its bounds (its rate is zeroed there
+    when it points out).
+
+    The controls of every actuator of a ``GeneralForceSubsystem`` are one discrete variable
+    of the State (Dynamics stage; in the order the actuators were created), so a batch of
+    control vectors ``vmap``s and ``grad`` flows to them: set them all with
+    ``system.set_controls(state, c)`` or one with ``set_control``. Every number above is an
+    Instance-stage parameter of the State.
+    """
+
+    _DYNAMICS: ClassVar[dict[str, int]] = {"none": 0, "integrator": 1, "filter": 2, "filterexact": 2}
+
+    def __init__(
+        self,
+        forces,
+        body,
+        which: int,
+        *,
+        gear: float = 1.0,
+        gain: Any = (1.0, 0.0, 0.0),
+        bias: Any = (0.0, 0.0, 0.0),
+        control_range: Any = None,
+        force_range: Any = None,
+        dynamics: str = "none",
+        time_constant: float = 1.0,
+        activation_range: Any = None,
+        name: str | None = None,
+    ):
+        what = f"Force.CoordinateActuator {name!r}" if name else "Force.CoordinateActuator"
+        g3, b3 = _three(gain, "gain", what), _three(bias, "bias", what)
+        try:
+            _check_q_is_u(body, which, "CoordinateActuator")
+            self._q_is_u = True
+        except ValueError:
+            if g3[1] or b3[1]:
+                raise
+            self._q_is_u = False  # no length: the actuator acts on the speed alone
+        if dynamics not in self._DYNAMICS:
+            raise ValueError(f"{what}: dynamics must be one of {list(self._DYNAMICS)}, got {dynamics!r}")
+        self.name = name or f"actuator{sum(isinstance(e, CoordinateActuator) for e in forces._elements)}"
+        self._dyn = self._DYNAMICS[dynamics]
+        self._v: dict[str, Any] = {
+            "gear": float(gear),
+            "gain": g3,
+            "bias": b3,
+            "control_range": _range(control_range, "control_range", what),
+            "force_range": _range(force_range, "force_range", what),
+            "activation_range": _range(activation_range, "activation_range", what),
+            "time_constant": float(time_constant),
+        }
+        if self._dyn == 2 and not float(time_constant) > 0:
+            raise ValueError(f"{what}: a filter needs time_constant > 0, got {time_constant}")
+        super().__init__(forces, body, which)
+
+    def _values(self):
+        return dict(self._v)
+
+    def _static(self):
+        z_slot = -1
+        if self._dyn:
+            acts = [e for e in self._subsystem._elements if isinstance(e, CoordinateActuator) and e._dyn]
+            z_slot = acts.index(self)
+        return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u))
+
+    def _declare(self, sub: GeneralForceSubsystem) -> None:
+        acts = [e for e in sub._elements if isinstance(e, CoordinateActuator)]
+        if acts[0] is not self:
+            return  # the first actuator allocates the controls and activations of all
+        sub.allocate_discrete_variable(_CONTROLS, Stage.DYNAMICS, np.zeros(len(acts)))
+        n_act = sum(1 for e in acts if e._dyn)
+        if n_act:
+            sub.allocate_z(np.zeros(n_act))
+
+    # -- per-element access --------------------------------------------------------------
+    def get_control(self, state: State) -> jax.Array:
+        """This actuator's control (unclamped, as set)."""
+        return state.discrete[self._subsystem.name][_CONTROLS][self._slot_index()]
+
+    def set_control(self, state: State, c: Any) -> State:
+        """New State with this actuator's control set."""
+        cur = state.discrete[self._subsystem.name][_CONTROLS]
+        return state.with_discrete(self._subsystem.name, _CONTROLS, cur.at[self._slot_index()].set(c))
+
+    def get_activation(self, state: State) -> jax.Array:
+        """The activation (the clamped control when the actuator has no dynamics)."""
+        model, g = self._model_grp(state)
+        return type(self)._activations(Context(model, state, g.subsystem), g)[self._slot_index()]
+
+    def get_actuation(self, state: State) -> jax.Array:
+        """The actuator's force ``s`` (before the gear; OpenSim's actuation, MuJoCo's
+        ``actuator_force``) (needs Velocity)."""
+        state.require(Stage.VELOCITY, "CoordinateActuator.get_actuation")
+        model, g = self._model_grp(state)
+        return type(self)._actuation(Context(model, state, g.subsystem), g)[self._slot_index()]
+
+    # -- evaluation over a group -----------------------------------------------------------
+    @classmethod
+    def _controls(cls, ctx: Context, grp: Any) -> jax.Array:
+        P = cls._P(ctx, grp)
+        c = ctx.state.discrete[grp.subsystem][_CONTROLS]
+        return jnp.clip(c, P["control_range"][:, 0], P["control_range"][:, 1])
+
+    @classmethod
+    def _activations(cls, ctx: Context, grp: Any) -> jax.Array:
+        S = np.asarray(grp.statics, dtype=int).reshape(-1, 5)
+        c = cls._controls(ctx, grp)
+        dyn = np.flatnonzero(S[:, 2])
+        if not len(dyn):
+            return c
+        P = cls._P(ctx, grp)
+        z = ctx.state.z[ctx._model.z_slices[grp.subsystem]][S[dyn, 3]]
+        ar = P["activation_range"][dyn]
+        return c.at[dyn].set(jnp.clip(z, ar[:, 0], ar[:, 1]))
+
+    @classmethod
+    def _actuation(cls, ctx: Context, grp: Any) -> jax.Array:
+        P = cls._P(ctx, grp)
+        qi, ui = cls._slots(ctx, [s[:2] for s in grp.statics])
+        gear = P["gear"]
+        has_length = np.asarray([s[4] for s in grp.statics], dtype=bool)
+        length = gear * jnp.where(has_length, ctx.q[np.where(has_length, qi, 0)], 0.0)
+        velocity = gear * ctx.u[ui]
+        g, b = P["gain"], P["bias"]
+        a = cls._activations(ctx, grp)
+        s = (
+            (g[:, 0] + g[:, 1] * length + g[:, 2] * velocity) * a
+            + b[:, 0]
+            + b[:, 1] * length
+            + b[:, 2] * velocity
+        )
+        return jnp.clip(s, P["force_range"][:, 0], P["force_range"][:, 1])
+
+    @classmethod
+    def calc_group(cls, ctx, grp, only):
+        """Generalized forces ``gear s`` of the group's actuators (or one)."""
+        P = cls._P(ctx, grp)
+        w = cls._weights(P, only)
+        _, ui = cls._slots(ctx, [s[:2] for s in grp.statics])
+        tau = cls._tau(ctx, ui, w * P["gear"] * cls._actuation(ctx, grp))
+        return jnp.zeros((ctx.num_bodies, 6), tau.dtype), tau
+
+    @classmethod
+    def activation_rates(cls, ctx: Context, grp: Any) -> jax.Array:
+        """``da/dt`` of the actuators with activation dynamics, in z order."""
+        S = np.asarray(grp.statics, dtype=int).reshape(-1, 5)
+        dyn = np.flatnonzero(S[:, 2])
+        P = cls._P(ctx, grp)
+        c = cls._controls(ctx, grp)[dyn]
+        z = ctx.state.z[ctx._model.z_slices[grp.subsystem]][S[dyn, 3]]
+        rate = jnp.where(S[dyn, 2] == 1, c, (c - z) / P["time_constant"][dyn])
+        ar = P["activation_range"][dyn]
+        stop = ((z >= ar[:, 1]) & (rate > 0)) | ((z <= ar[:, 0]) & (rate < 0))
+        out = jnp.where(stop, 0.0, rate)
+        return jnp.zeros(len(dyn), out.dtype).at[S[dyn, 3]].set(out)
+
+
+class CoordinateLimitForce(_Mobility):
+    """OpenSim's ``CoordinateLimitForce``: a soft stop past each end of a coordinate's range.
+
+    With ``S(x) = 10x^3 - 15x^4 + 6x^5`` (Simbody's smooth step, clamped to [0, 1]) rising
+    over ``transition`` past each limit, ``k_up = upper_stiffness S((q - upper_limit) /
+    transition)`` and ``k_lo = lower_stiffness S((lower_limit - q) / transition)``, the
+    generalized force is
+
+        ``-k_up (q - upper_limit) + k_lo (lower_limit - q) - damping (S_up + S_lo) qdot``
+
+    (zero inside the range), and the potential energy is the integral of the elastic part.
+    Units are SI (N m/rad, rad; ``load_osim`` converts OpenSim's per-degree values).
+    """
+
+    def __init__(
+        self,
+        forces,
+        body,
+        which: int,
+        upper_stiffness: float,
+        upper_limit: float,
+        lower_stiffness: float,
+        lower_limit: float,
+        damping: float,
+        transition: float,
+        name: str | None = None,
+    ):
+        what = f"Force.CoordinateLimitForce {name!r}" if name else "Force.CoordinateLimitForce"
+        _check_q_is_u(body, which, "CoordinateLimitForce")
+        if not (upper_stiffness >= 0 and lower_stiffness >= 0 and damping >= 0):
+            raise ValueError(f"{what}: stiffnesses and damping must be >= 0")
+        if not transition > 0:
+            raise ValueError(f"{what}: transition must be > 0, got {transition}")
+        if lower_limit > upper_limit:
+            raise ValueError(f"{what}: lower_limit {lower_limit} is above upper_limit {upper_limit}")
+        self.name = name or "coordinate_limit_force"
+        self._v = {
+            "upper_stiffness": float(upper_stiffness),
+            "upper_limit": float(upper_limit),
+            "lower_stiffness": float(lower_stiffness),
+            "lower_limit": float(lower_limit),
+            "damping": float(damping),
+            "transition": float(transition),
+        }
+        super().__init__(forces, body, which)
+
+    def _values(self):
+        return dict(self._v)
+
+    @staticmethod
+    def _step(x):
+        x = jnp.clip(x, 0.0, 1.0)
+        return x**3 * (10.0 - 15.0 * x + 6.0 * x * x)
+
+    @classmethod
+    def _calc(cls, ctx, P, S, w):
+        qi, ui = cls._slots(ctx, S)
+        q, qd = ctx.q[qi], ctx.u[ui]
+        tr = P["transition"]
+        s_up = cls._step((q - P["upper_limit"]) / tr)
+        s_lo = cls._step((P["lower_limit"] - q) / tr)
+        f = (
+            -P["upper_stiffness"] * s_up * (q - P["upper_limit"])
+            + P["lower_stiffness"] * s_lo * (P["lower_limit"] - q)
+            - P["damping"] * (s_up + s_lo) * qd
+        )
+        return None, cls._tau(ctx, ui, w * f)
+
+    @classmethod
+    def _potential(cls, ctx, P, S):
+        qi, _ = cls._slots(ctx, S)
+        q, tr = ctx.q[qi], P["transition"]
+
+        def energy(k, delta):
+            # integral of k S(s / tr) s ds from 0 to delta
+            x = jnp.clip(delta / tr, 0.0, 1.0)
+            inside = k * x**3 * (2.0 - 2.5 * x + (6.0 / 7.0) * x * x) * delta**2
+            past = k * (0.5 * delta**2 - (1.0 / 7.0) * tr**2)
+            return jnp.where(delta <= 0, 0.0, jnp.where(delta >= tr, past, inside))
+
+        return energy(P["upper_stiffness"], q - P["upper_limit"]) + energy(
+            P["lower_stiffness"], P["lower_limit"] - q
+        )
+
+
+_CONTROLS = "controls"
+
+
+def _three(x: Any, what: str, who: str) -> np.ndarray:
+    a = np.asarray(x, dtype=float).reshape(-1)
+    if a.size > 3 and np.any(a[3:] != 0):
+        raise ValueError(
+            f"{who}: {what} has terms past the third ({a}); only (c0, c_length, c_velocity) exist"
+        )
+    out = np.zeros(3)
+    out[: min(3, a.size)] = a[:3]
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{who}: {what} must be finite, got {out}")
+    return out
+
+
+def _range(x: Any, what: str, who: str) -> np.ndarray:
+    if x is None:
+        return np.array([-np.inf, np.inf])
+    a = np.asarray(x, dtype=float).reshape(-1)
+    if a.shape != (2,) or np.isnan(a).any() or a[0] > a[1]:
+        raise ValueError(f"{who}: {what} must be (low, high) with low <= high, got {x!r}")
+    return a
+
+
 # ------------------------------------------------------------------------------ bushing
 
 
@@ -958,6 +1247,8 @@ Force.MobilityLinearSpring = MobilityLinearSpring
 Force.MobilityLinearDamper = MobilityLinearDamper
 Force.MobilityConstantForce = MobilityConstantForce
 Force.MobilityLinearStop = MobilityLinearStop
+Force.CoordinateActuator = CoordinateActuator
+Force.CoordinateLimitForce = CoordinateLimitForce
 Force.LinearBushing = LinearBushing
 Force.DiscreteForces = DiscreteForces
 Force.Custom = Custom

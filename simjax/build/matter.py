@@ -201,6 +201,14 @@ class SimbodyMatterSubsystem(Subsystem):
 
     calc_m = calc_mass_matrix
 
+    def get_armature(self, state: State) -> Float[Array, " nu"]:
+        """The armature (reflected rotor inertia) of every speed, added to M's diagonal."""
+        return state.instance["matter"]["armature"]
+
+    def set_armature(self, state: State, armature: Any) -> State:
+        """New State with the armature of every speed replaced (nu,) (Instance stage)."""
+        return state.with_instance("matter", "armature", armature)
+
     def calc_m_inverse(self, state: State) -> Float[Array, "nu nu"]:
         """``M(q)^-1`` (needs Position). Simbody ``calcMInv``."""
         M = self.calc_mass_matrix(state)
@@ -255,7 +263,8 @@ class SimbodyMatterSubsystem(Subsystem):
         udot = jnp.zeros(topo.nu, state.u.dtype) if known_udot is None else jnp.asarray(known_udot)
         pos = state.position_cache
         a = _tree.outward_sum(topo, _tree.sum_dofs(topo, pos.cdof * udot[:, None]))
-        return self._applied_bias(state, applied_mobility_forces, applied_body_forces, a)
+        armature = state.instance["matter"]["armature"]
+        return self._applied_bias(state, applied_mobility_forces, applied_body_forces, a) + armature * udot
 
     calc_residual_force_ignoring_constraints = calc_residual_force
 
@@ -381,10 +390,12 @@ class SimbodyMatterSubsystem(Subsystem):
         return jnp.concatenate([h[:3] - jnp.cross(c, h[3:]), h[3:]])
 
     def calc_kinetic_energy(self, state: State) -> Float[Array, ""]:
-        """Kinetic energy ``1/2 sum V^T I V`` (needs Velocity)."""
+        """Kinetic energy ``1/2 sum V^T I V`` plus the armature's ``1/2 sum a u^2``, which is
+        ``1/2 u^T M u`` (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_kinetic_energy")
         pc, vc = state.position_cache, state.velocity_cache
-        return 0.5 * jnp.einsum("bi,bij,bj->", vc.V_O, pc.I_O, vc.V_O)
+        rotors = 0.5 * jnp.sum(state.instance["matter"]["armature"] * state.u**2)
+        return 0.5 * jnp.einsum("bi,bij,bj->", vc.V_O, pc.I_O, vc.V_O) + rotors
 
     # ------------------------------------------------------------------ batched conveniences
     def get_body_transforms(self, state: State) -> tuple[Float[Array, "nb 3 3"], Float[Array, "nb 3"]]:

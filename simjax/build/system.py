@@ -124,6 +124,9 @@ class MultibodySystem:
                 mobilizer_params=mparams,
             )
         }
+        instance["matter"]["armature"] = np.concatenate(
+            [np.zeros(0)] + [m.get_default_armature() for m in mob[1:]]
+        )
         for c in matter._constraints:
             c._compiled = None
             for k, v in c._defaults.items():
@@ -394,6 +397,63 @@ class MultibodySystem:
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
         return pj.rms(state.qerr[:mp]), pj.rms(state.uerr)
 
+    # ------------------------------------------------------------------ controls
+    def get_actuators(self) -> list[Any]:
+        """Every actuator (``Force.CoordinateActuator``), in control order: force subsystem by
+        subsystem, each in the order its actuators were created."""
+        return [
+            e
+            for sub in self._subsystems
+            if isinstance(sub, GeneralForceSubsystem)
+            for e in sub._elements
+            if hasattr(e, "set_control")
+        ]
+
+    def get_num_controls(self) -> int:
+        """Number of controls (one per actuator)."""
+        return len(self.get_actuators())
+
+    def _control_subsystems(self) -> list[tuple[str, int]]:
+        out = []
+        for sub in self._subsystems:
+            if isinstance(sub, GeneralForceSubsystem):
+                n = sum(hasattr(e, "set_control") for e in sub._elements)
+                if n:
+                    out.append((sub.name, n))
+        return out
+
+    def get_controls(self, state: State) -> Float[Array, " ncontrols"]:
+        """The controls of every actuator, as set (OpenSim's ``getControls``, MuJoCo's ``ctrl``)."""
+        parts = [state.discrete[name]["controls"] for name, _ in self._control_subsystems()]
+        return jnp.concatenate([jnp.zeros(0, state.q.dtype), *parts])
+
+    def set_controls(self, state: State, controls: Any) -> State:
+        """New State with the controls of every actuator replaced (``(ncontrols,)``, in
+        ``get_actuators()`` order); the stage falls back below Dynamics. Controls outside an
+        actuator's ``control_range`` are clamped when used, as MuJoCo clamps ``ctrl``."""
+        subs = self._control_subsystems()
+        n = sum(k for _, k in subs)
+        c = jnp.asarray(controls)
+        if c.ndim != 1 or c.shape[0] != n:
+            names = [a.name for a in self.get_actuators()]
+            shown = f" ({', '.join(names[:8])}{' ...' if n > 8 else ''})" if n else ""
+            hint = (
+                "; under vmap, map over a batch of control vectors and pass one per call"
+                if c.ndim > 1
+                else ""
+            )
+            raise ValueError(
+                f"set_controls: got controls of shape {c.shape}, but this System has {n} actuators"
+                f"{shown}: pass a vector of length {n}{hint}"
+            )
+        if not jnp.issubdtype(c.dtype, jnp.floating):
+            c = c.astype(state.q.dtype)
+        start = 0
+        for name, k in subs:
+            state = state.with_discrete(name, "controls", c[start : start + k])
+            start += k
+        return state
+
     # ------------------------------------------------------------------ reports
     def calc_kinetic_energy(self, state: State) -> Float[Array, ""]:
         """Kinetic energy ``1/2 u^T M u`` (needs Velocity)."""
@@ -525,7 +585,7 @@ class Subsystem:
         its class overrides a hook that runs while realizing (user code may read anything)."""
         for hook in self._TRACED_HOOKS:
             owner = next((c for c in type(self).__mro__ if hook in c.__dict__), None)
-            if owner is not None and owner not in (Subsystem, ForceSubsystem):
+            if owner is not None and owner not in (Subsystem, ForceSubsystem, GeneralForceSubsystem):
                 return (type(self), self.name, Identity(self))
         cache = tuple(
             (n, int(e), int(lt), _callable_key(fn)) for n, (e, lt, fn) in self._declared_cache.items()
@@ -702,6 +762,14 @@ class GeneralForceSubsystem(Subsystem):
             )
             groups.append(grp)
         return groups
+
+    def calc_zdot(self, ctx: Context) -> Any:
+        """The activation rates of the actuators with activation dynamics (this
+        subsystem's z)."""
+        for g in ctx._model.force_groups:
+            if g.subsystem == self.name and hasattr(g.cls, "activation_rates"):
+                return g.cls.activation_rates(ctx, g)
+        return jnp.zeros_like(ctx.get_z())
 
     def get_num_forces(self) -> int:
         """Number of force elements."""

@@ -197,7 +197,8 @@ def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:
     F = jnp.einsum("dij,dj->di", _tree.gather_dofs(topo, crb), pos.cdof)
     G = F @ pos.cdof.T  # G[i, j] = cdof_j . Ic_{b(i)} cdof_i
     L = jnp.where(np.asarray(topo.mass_matrix_mask), G, 0.0)
-    return L + L.T - jnp.diag(jnp.diag(L))
+    armature = jnp.asarray(state.instance["matter"]["armature"], L.dtype)
+    return L + L.T - jnp.diag(jnp.diag(L) - armature)
 
 
 def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:

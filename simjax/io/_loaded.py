@@ -8,7 +8,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -117,6 +117,8 @@ class LoadedModel:
         coordinates: :class:`Coordinate` handles by name, in the file's order.
         markers: :class:`Marker` handles by name.
         constraints: Constraints by name.
+        actuators: Actuators (``Force.CoordinateActuator``) by name, in control order: the
+            i-th control of ``set_controls`` drives the i-th.
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
         path: The file it came from.
     """
@@ -130,6 +132,7 @@ class LoadedModel:
     coordinates: dict[str, Coordinate] = field(default_factory=dict)
     markers: dict[str, Marker] = field(default_factory=dict)
     constraints: dict[str, Any] = field(default_factory=dict)
+    actuators: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     path: str = ""
@@ -149,6 +152,19 @@ class LoadedModel:
         self._assembled = value
 
     # ------------------------------------------------------------------ coordinates
+    @property
+    def control_names(self) -> list[str]:
+        """The actuators' names in control order (``system.set_controls``)."""
+        return list(self.actuators)
+
+    def set_controls(self, state: State, controls: Any) -> State:
+        """New State with every actuator's control replaced (``system.set_controls``)."""
+        return cast(State, self.system.set_controls(state, controls))
+
+    def get_controls(self, state: State) -> Any:
+        """The controls as set (``system.get_controls``)."""
+        return self.system.get_controls(state)
+
     @property
     def coordinate_names(self) -> list[str]:
         """Coordinate names in the file's order."""
@@ -284,8 +300,8 @@ class LoadedModel:
 
     def summary(self) -> str:
         """The System's summary (q/u layout in the default State's mode), then the
-        coordinates with their q index and motion type, the markers, and what the loader
-        left out. Print it."""
+        coordinates with their q index and motion type, the actuators, the markers, and what
+        the loader left out. Print it."""
         st = self.default_state
         lines = [f"{self.source or 'model'} file: {self.path}", self.system.summary(st)]
         if self.coordinates:
@@ -304,6 +320,24 @@ class LoadedModel:
                     f"  {c.name} [q{c.q_index(st)}, {c.motion_type}, "
                     f"{c.range[0]:.4g}..{c.range[1]:.4g}]{flags}"
                 )
+        if self.actuators:
+            lines.append(
+                f"actuators ({len(self.actuators)}, one control each, in this order): "
+                "name [speed, gear, gain, bias, control range, activation]"
+            )
+            dyn = {0: "", 1: ", integrator", 2: ", filter"}
+            for name, a in self.actuators.items():
+                g, b = np.asarray(a._get(st, "gain")), np.asarray(a._get(st, "bias"))
+                lo, hi = np.asarray(a._get(st, "control_range"))
+                rng = f"{lo:.4g}..{hi:.4g}" if np.isfinite([lo, hi]).all() else "unlimited"
+                lines.append(
+                    f"  {name} [{a._body.name} u{a._which}, gear {float(a._get(st, 'gear')):.4g}, "
+                    f"gain {np.array2string(g, precision=4)}, bias {np.array2string(b, precision=4)}, "
+                    f"{rng}{dyn[a._dyn]}]"
+                )
+        arm = np.asarray(self.matter.get_armature(st))
+        if np.any(arm):
+            lines.append(f"armature on {int(np.count_nonzero(arm))} speeds (added to M's diagonal)")
         if self.markers:
             by_body: dict[str, list[str]] = {}
             for mk in self.markers.values():

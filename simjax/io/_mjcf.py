@@ -2,8 +2,8 @@
 
 What is read (MuJoCo's XML reference, https://mujoco.readthedocs.io/en/stable/XMLreference.html),
 and computed the way MuJoCo's compiler does it (``user_objects.cc``), so that the mass matrix
-and the unconstrained forward dynamics equal MuJoCo's ``mj_fullM`` and ``qacc`` (with
-armature, actuation, contacts and constraints left out; joint damping and springs in):
+and the unconstrained forward dynamics equal MuJoCo's ``mj_fullM`` and ``qacc`` (contacts and
+constraints left out; joint damping, springs, armature and joint actuators in):
 
 - ``<include file>``: the included file's ``<mujoco>`` children replace the element (the file
   is looked up next to the including file, then next to the main file).
@@ -35,9 +35,20 @@ armature, actuation, contacts and constraints left out; joint damping and spring
 - ``<joint damping stiffness springref>``: ``Force.MobilityLinearDamper`` on each of the
   joint's dofs and ``Force.MobilityLinearSpring`` (hinge and slide), as MuJoCo's passive
   forces (``passive=False`` leaves them out).
+- ``<joint armature>``: added to the mass matrix's diagonal at the joint's speeds
+  (``MobilizedBody.set_default_armature``), as MuJoCo does.
+- ``<actuator>``: ``motor``, ``position`` (``kp``, ``kv``, ``timeconst``), ``velocity``,
+  ``intvelocity``, ``damper`` and ``general`` (``gaintype``/``biastype`` fixed or affine,
+  ``dyntype`` none, integrator, filter or filterexact) on a hinge or slide joint (``joint`` or
+  ``jointinparent``), with ``gear``, ``ctrlrange``/``ctrllimited``, ``forcerange``/
+  ``forcelimited``, ``actrange``/``actlimited`` and default classes, each a
+  ``Force.CoordinateActuator`` whose control is in the State (``model.actuators``, in the
+  file's order; ``<flag actuation="disable">`` disables them). An actuator on a tendon, site,
+  body or ball/free joint, a muscle, cylinder or adhesion actuator, ``dampratio`` and
+  ``actearly`` are not modelled: the warning names each one.
 
-Everything else (tendons, actuators, sensors, contact pairs, joint stiffness of ball and
-free joints, armature and friction loss, gravity compensation, fluid forces, weld ``torquescale``,
+Everything else (tendons, sensors, contact pairs, joint stiffness of ball and
+free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
 keyframes, cameras, lights, assets, ...) is counted in ``LoadedModel.ignored``; one warning
 lists what carries physics that simjax leaves out. ``<composite>``, ``<flexcomp>``,
 ``<replicate>`` and ``<attach>`` are refused (save MuJoCo's expanded XML first).
@@ -117,7 +128,7 @@ _COLLIDING = "geom that collides (no contact in simjax: bodies pass through the 
 #: MuJoCo's equalities are soft (solref/solimp); simjax's are exact.
 _SOFT_EQ = "equality solref/solimp (soft in MuJoCo, an exact constraint here)"
 #: Top-level sections read or expanded by the loader.
-_READ = {"compiler", "option", "default", "worldbody", "equality"}
+_READ = {"compiler", "option", "default", "worldbody", "equality", "actuator"}
 _UNSUPPORTED = {
     "composite": "a <composite> is a macro MuJoCo expands when compiling",
     "flexcomp": "a <flexcomp> is a deformable body",
@@ -481,7 +492,7 @@ class _Defaults:
 class _Joint:
     __slots__ = (
         "el", "name", "type", "axis", "pos", "ref", "range", "limited", "id", "align",
-        "damping", "stiffness", "springref",
+        "damping", "stiffness", "springref", "armature",
     )  # fmt: skip
 
     def __init__(self, el: _El, name: str, type_: str, jid: int):
@@ -492,7 +503,7 @@ class _Joint:
         self.range = (-math.inf, math.inf)
         self.limited = False
         self.align = "auto"
-        self.damping = self.stiffness = self.springref = 0.0
+        self.damping = self.stiffness = self.springref = self.armature = 0.0
 
 
 class _Body:
@@ -685,9 +696,11 @@ class _Reader:
                 if getattr(j, key):
                     _count(self.ignored, f"joint {key}")
             j.damping = j.stiffness = 0.0
-        for key in ("armature", "frictionloss"):
-            if _number(el, attrs, key, 0.0) != 0.0:
-                _count(self.ignored, f"joint {key}")
+        j.armature = _number(el, attrs, "armature", 0.0)
+        if j.armature < 0:
+            raise _error(el, f"joint {name!r}: armature must be >= 0")
+        if _number(el, attrs, "frictionloss", 0.0) != 0.0:
+            _count(self.ignored, "joint frictionloss")
         if "springdamper" in attrs and np.any(_floats(el, attrs, "springdamper", 2) != 0):
             _count(self.ignored, "joint springdamper")
         if jtype == "free":
@@ -1005,9 +1018,9 @@ def load_mjcf(
             ``from_xml_string``), or an open file. ``<include>``d files are read; meshes, textures and other
             assets are never opened.
         warn_ignored: Emit one warning line summarising what simjax leaves out that carries
-            physics (tendons, actuators, joint damping, stiffness and armature, contact pairs,
-            gravity compensation, ...); every ignored part, cameras and geoms included, is
-            counted in ``model.ignored``.
+            physics (tendons, actuators it does not model, by name, contact pairs, gravity
+            compensation, ...); every ignored part, cameras and geoms included, is counted
+            in ``model.ignored``.
         limits: Enforce the ranges of limited hinge and slide joints as hard limits
             (``sj.Constraint.CoordinateLimit``, stepped by ``simulate(...,
             integrator="euler")``; MuJoCo's limits are soft, simjax's are hard); each
@@ -1016,14 +1029,16 @@ def load_mjcf(
         passive: Model the joints' ``damping`` (every dof) and ``stiffness`` +
             ``springref`` (hinge and slide) as ``Force.MobilityLinearDamper`` and
             ``Force.MobilityLinearSpring``, as MuJoCo applies them. ``False``: leave them
-            out (listed as ignored). ``armature`` and ``frictionloss`` are not modelled.
+            out (listed as ignored). ``armature`` is always modelled (it is inertia);
+            ``frictionloss`` is not.
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by MuJoCo body name (``"world"`` is Ground),
         ``joints`` (the mobilized body each joint moves) by joint name, one
         :class:`Coordinate` per hinge and slide joint (named as the joint; its ``range``
         when the joint is limited, in radians or metres), ``markers`` (the sites),
-        ``constraints`` (the equalities, by name) and the default State: MuJoCo's ``qpos0``
+        ``constraints`` (the equalities, by name), ``actuators`` (by name, in control
+        order: ``model.set_controls(state, ctrl)``) and the default State: MuJoCo's ``qpos0``
         (hinge and slide joints at ``ref``, ball joints at the identity, free bodies where
         the file puts them).
 
@@ -1045,14 +1060,15 @@ def load_mjcf(
     notes: list[str] = []
     comp = _Compiler()
     gravity = np.array([0.0, 0.0, -9.81])
-    eq_off = False
+    eq_off = actuation_off = False
     for el in root.children:
         if el.tag == "compiler":
             comp.read(el, notes)
         elif el.tag == "option":
-            gravity, off = _read_option(el, gravity, ignored, notes)
+            gravity, off, act_off = _read_option(el, gravity, ignored, notes)
             eq_off = eq_off or off
-        elif el.tag in ("tendon", "actuator", "deformable", "asset", "keyframe", "sensor", "custom"):
+            actuation_off = actuation_off or act_off
+        elif el.tag in ("tendon", "deformable", "asset", "keyframe", "sensor", "custom"):
             _count(ignored, el.tag, len(el.children))
         elif el.tag == "contact":
             for c in el.children:
@@ -1114,6 +1130,9 @@ def load_mjcf(
             markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
 
     _add_passive_forces(sj, forces, reader.joints, joint_mobods)
+    actuators = _add_actuators(
+        sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off
+    )
     constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
     for con in constraints.values():
         _count(ignored, _SOFT_EQ)
@@ -1133,6 +1152,7 @@ def load_mjcf(
         coordinates=coordinates,
         markers=markers,
         constraints=constraints,
+        actuators=actuators,
         ignored=ignored,
         notes=notes,
         path=path,
@@ -1151,8 +1171,9 @@ def load_mjcf(
 
 def _read_option(
     el: _El, gravity: np.ndarray, ignored: dict[str, int], notes: list[str]
-) -> tuple[np.ndarray, bool]:
-    """Gravity, and whether ``<flag equality="disable">`` turns every equality off."""
+) -> tuple[np.ndarray, bool, bool]:
+    """Gravity, and whether ``<flag equality="disable">`` turns every equality off and
+    ``<flag actuation="disable">`` every actuator."""
     a = el.attrib
     g = _floats(el, a, "gravity", 3, gravity)
     for key in ("density", "viscosity"):
@@ -1160,7 +1181,7 @@ def _read_option(
             _count(ignored, f"option {key} (fluid forces)")
     if "wind" in a and np.any(_floats(el, a, "wind", 3) != 0):
         _count(ignored, "option wind (fluid forces)")
-    eq_off = False
+    eq_off = act_off = False
     for c in el.children:
         if c.tag == "flag" and c.get("gravity") == "disable":
             g = np.zeros(3)
@@ -1170,7 +1191,13 @@ def _read_option(
                 '<flag equality="disable">: every equality constraint is disabled by default '
                 "(enable one with constraint.enable(state))"
             )
-    return g, eq_off
+        if c.tag == "flag" and c.get("actuation") == "disable":
+            act_off = True
+            notes.append(
+                '<flag actuation="disable">: every actuator is disabled by default '
+                "(enable one with actuator.enable(state))"
+            )
+    return g, eq_off, act_off
 
 
 def _align_free(b: _Body, comp: _Compiler) -> None:
@@ -1246,6 +1273,8 @@ def _mobilize(
     if j0.type == "free":
         mob = sj.MobilizedBody.Free(parent, T(), sj.Body(mp), T(), name=body_name(b.name))
         mob.set_default_q(np.concatenate([_rot_to_quat(R0), p0]))
+        if j0.armature:
+            mob.set_default_armature(j0.armature)
         joint_mobods[j0.name] = mob
         return mob
     z, x = np.array([0.0, 0.0, 1.0]), np.array([1.0, 0.0, 0.0])
@@ -1273,6 +1302,8 @@ def _mobilize(
             coordinates[j.name] = Coordinate(
                 j.name, mob, 0, motion, default_value=j.ref, range=j.range, clamped=j.limited, joint=j.name
             )
+        if j.armature:
+            mob.set_default_armature(j.armature)
         joint_mobods[j.name] = mob
         cur, R_pre, p_pre = mob, np.eye(3), np.zeros(3)
     return cur
@@ -1294,6 +1325,204 @@ def _add_passive_forces(
                 sj.Force.MobilityLinearDamper(forces, mob, i, j.damping)
         if j.stiffness:
             sj.Force.MobilityLinearSpring(forces, mob, 0, j.stiffness, j.springref)
+
+
+#: The actuator elements, and the ones simjax does not model (with why).
+_ACTUATORS = ("general", "motor", "position", "velocity", "intvelocity", "damper")
+_UNMODELLED_ACTUATORS = {
+    "cylinder": "a pneumatic cylinder (area, activation dynamics of its own)",
+    "muscle": "a MuJoCo muscle (its force-length-velocity curves are not modelled)",
+    "adhesion": "an adhesion actuator (it acts through contacts)",
+    "plugin": "a plugin actuator",
+}
+
+
+def _actuator_base() -> dict[str, Any]:
+    """MuJoCo's defaults of a ``<general>`` actuator."""
+    return {
+        "gaintype": "fixed",
+        "biastype": "none",
+        "dyntype": "none",
+        "gainprm": np.array([1.0] + [0.0] * 9),
+        "biasprm": np.zeros(10),
+        "dynprm": np.array([1.0] + [0.0] * 9),
+        "gear": np.array([1.0, 0, 0, 0, 0, 0]),
+        "dampratio": 0.0,
+        "attrs": {},
+    }
+
+
+def _apply_actuator(tag: str, el: _El, a: dict[str, str], p: dict[str, Any]) -> None:
+    """Apply the attributes ``a`` of an actuator element (or default) of kind ``tag`` onto
+    the general parameters ``p``, as MuJoCo's shortcuts do (their gains default to the
+    class's current ones)."""
+    p["attrs"] = {**p["attrs"], **a}
+    for key in ("gainprm", "biasprm", "dynprm"):
+        if key in a:
+            p[key] = _floats(el, a, key, 10, np.zeros(10), at_most=True)
+    if "gear" in a:
+        p["gear"] = _floats(el, a, "gear", 6, np.zeros(6), at_most=True)
+    if tag == "general":
+        p["gaintype"] = a.get("gaintype", p["gaintype"])
+        p["biastype"] = a.get("biastype", p["biastype"])
+        p["dyntype"] = a.get("dyntype", p["dyntype"])
+    elif tag == "motor":
+        p.update(gaintype="fixed", biastype="none", dyntype="none")
+        p["gainprm"], p["biasprm"] = np.array([1.0] + [0.0] * 9), np.zeros(10)
+    elif tag == "position":
+        kp = _number(el, a, "kp", float(p["gainprm"][0]))
+        kv = _number(el, a, "kv", -float(p["biasprm"][2]))
+        tc = _number(el, a, "timeconst", 0.0)
+        p["dampratio"] = _number(el, a, "dampratio", 0.0)
+        if kp < 0 or kv < 0 or tc < 0:
+            raise _error(el, "position actuator: kp, kv and timeconst must be >= 0")
+        p.update(gaintype="fixed", biastype="affine", dyntype="filterexact" if tc > 0 else "none")
+        p["gainprm"] = np.array([kp] + [0.0] * 9)
+        p["biasprm"] = np.array([0.0, -kp, -kv] + [0.0] * 7)
+        p["dynprm"] = np.array([tc] + [0.0] * 9)
+    elif tag == "velocity":
+        kv = _number(el, a, "kv", 1.0)
+        p.update(gaintype="fixed", biastype="affine", dyntype="none")
+        p["gainprm"] = np.array([kv] + [0.0] * 9)
+        p["biasprm"] = np.array([0.0, 0.0, -kv] + [0.0] * 7)
+    elif tag == "intvelocity":
+        kp = _number(el, a, "kp", 1.0)
+        kv = _number(el, a, "kv", 0.0)
+        p.update(gaintype="fixed", biastype="affine", dyntype="integrator")
+        p["gainprm"] = np.array([kp] + [0.0] * 9)
+        p["biasprm"] = np.array([0.0, -kp, -kv] + [0.0] * 7)
+    elif tag == "damper":
+        kv = _number(el, a, "kv", 0.0)
+        p.update(gaintype="affine", biastype="none", dyntype="none")
+        p["gainprm"] = np.array([0.0, 0.0, -kv] + [0.0] * 7)
+        p["biasprm"] = np.zeros(10)
+
+
+def _limited(el: _El, a: dict[str, str], what: str, comp: _Compiler, who: str) -> tuple[float, float] | None:
+    """``<what>range`` if ``<what>limited`` (``auto``: when a range is given, as MuJoCo's
+    ``autolimits``)."""
+    rng = _floats(el, a, f"{what}range", 2, (0.0, 0.0))
+    limited = _choice(el, a, f"{what}limited", ("true", "false", "auto"), "auto")
+    given = not (rng[0] == 0 and rng[1] == 0)
+    if limited == "auto":
+        if given and not comp.autolimits:
+            raise _error(
+                el,
+                f'{who} has {what}range but not {what}limited; set <compiler autolimits="true">, '
+                f'give {what}limited="true" or "false", or remove the range',
+            )
+        on = given
+    else:
+        on = limited == "true"
+    if not on:
+        return None
+    if rng[0] >= rng[1]:
+        raise _error(el, f"{who}: {what}range[0] must be smaller than {what}range[1] (got {rng})")
+    return float(rng[0]), float(rng[1])
+
+
+def _add_actuators(
+    sj: Any,
+    root: _El,
+    reader: _Reader,
+    defaults: _Defaults,
+    comp: _Compiler,
+    forces: Any,
+    joint_mobods: dict[str, MobilizedBody],
+    ignored: dict[str, int],
+    notes: list[str],
+    off: bool,
+) -> dict[str, Any]:
+    """MuJoCo's actuators on hinge and slide joints as ``Force.CoordinateActuator``s, in the
+    file's order; the others are named in a note and counted as ignored."""
+    joints = {j.name: j for j in reader.joints}
+    out: dict[str, Any] = {}
+    skipped: list[str] = []
+    index = 0
+    for sec in (c for c in root.children if c.tag == "actuator"):
+        for el in sec.children:
+            name = el.get("name") or f"actuator#{index}"
+            index += 1
+            who = f"actuator {name!r}"
+            if el.tag in _UNMODELLED_ACTUATORS or el.tag not in _ACTUATORS:
+                why = _UNMODELLED_ACTUATORS.get(el.tag, f"an unknown actuator element <{el.tag}>")
+                _count(ignored, f"actuator <{el.tag}>")
+                skipped.append(f"{name} ({why})")
+                continue
+            cls = el.get("class") or "main"
+            p = _actuator_base()
+            defaults.of(el, el.tag, cls)  # an unknown class: a clear error
+            for tag, attrs in defaults.classes[cls].items():
+                if tag in _ACTUATORS:
+                    _apply_actuator(tag, el, attrs, p)
+            _apply_actuator(el.tag, el, el.attrib, p)
+            a = p["attrs"]
+            target = next((k for k in ("joint", "jointinparent") if k in el.attrib), None)
+            if target is None:
+                kind = next(
+                    (k for k in ("tendon", "site", "cranksite", "body") if k in el.attrib), "no target"
+                )
+                _count(ignored, f"actuator on a {kind}")
+                skipped.append(f"{name} (transmission through a {kind}; only joints are modelled)")
+                continue
+            jname = el.attrib[target]
+            if jname not in joints:
+                raise _error(el, f"{who}: unknown joint {jname!r}")
+            j = joints[jname]
+            problem = None
+            if j.type not in ("hinge", "slide"):
+                _count(ignored, f"actuator on a {j.type} joint")
+                skipped.append(
+                    f"{name} (on the {j.type} joint {jname!r}; hinge and slide joints are modelled)"
+                )
+                continue
+            if p["gaintype"] not in ("fixed", "affine") or p["biastype"] not in ("none", "affine"):
+                problem = (
+                    f"gaintype {p['gaintype']!r} / biastype {p['biastype']!r}; fixed and affine are modelled"
+                )
+            elif p["dyntype"] not in ("none", "integrator", "filter", "filterexact"):
+                problem = f"dyntype {p['dyntype']!r}; none, integrator, filter and filterexact are modelled"
+            elif p["dampratio"]:
+                problem = "dampratio (give kv instead: kv = 2 dampratio sqrt(kp m))"
+            elif _flag(el, a, "actearly", False):
+                problem = 'actearly="true"'
+            elif int(_number(el, a, "actdim", -1)) > 1:
+                problem = "actdim > 1"
+            if problem:
+                _count(ignored, "actuator (unmodelled parameters)")
+                skipped.append(f"{name} ({problem})")
+                continue
+            gain = p["gainprm"][:3] if p["gaintype"] == "affine" else np.array([p["gainprm"][0], 0.0, 0.0])
+            bias = p["biasprm"][:3] if p["biastype"] == "affine" else np.zeros(3)
+            if np.any(p["gainprm"][3:] != 0) and p["gaintype"] == "affine":
+                raise _error(el, f"{who}: gainprm terms past the third are not used by an affine gain")
+            dyn = p["dyntype"]
+            act = _limited(el, a, "act", comp, who) if dyn != "none" else None
+            act_el = sj.Force.CoordinateActuator(
+                forces,
+                joint_mobods[jname],
+                0,
+                gear=float(p["gear"][0]),
+                gain=gain,
+                bias=bias,
+                control_range=_limited(el, a, "ctrl", comp, who),
+                force_range=_limited(el, a, "force", comp, who),
+                dynamics=dyn,
+                time_constant=max(float(p["dynprm"][0]), _MINVAL)
+                if dyn in ("filter", "filterexact")
+                else 1.0,
+                activation_range=act,
+                name=name,
+            )
+            if off:
+                act_el.set_disabled_by_default(True)
+            out[name] = act_el
+    if skipped:
+        notes.append(
+            f"{len(skipped)} actuators not modelled (no control slot; model.actuators lists the ones "
+            f"that are): {'; '.join(skipped[:6])}{' ...' if len(skipped) > 6 else ''}"
+        )
+    return out
 
 
 def _add_equalities(

@@ -21,6 +21,7 @@ are not modelled; they are counted in ``model.ignored`` and reported in one warn
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 import xml.etree.ElementTree as ET
@@ -649,6 +650,7 @@ class _OsimReader:
                     constraints[f"{c.name}_locked"] = Constraint.ConstantCoordinate(mob, k, c.default)
         self._read_constraints(matter, bodies, coordinates, constraints)
         markers = self._read_markers(bodies)
+        actuators = self._read_forces(forces, coordinates)
         self._count_ignored()
         if self.limits:
             add_coordinate_limits(coordinates, self.notes, select=lambda c: c.clamped)
@@ -671,6 +673,7 @@ class _OsimReader:
             coordinates=coordinates,
             markers=markers,
             constraints=constraints,
+            actuators=actuators,
             ignored=dict(sorted(self.ignored.items())),
             notes=self.notes,
             path=doc.path,
@@ -789,7 +792,60 @@ class _OsimReader:
             markers[name] = Marker(name, bodies[body], station, fixed=doc.bool(m, "fixed", False))
         return markers
 
+    #: The ForceSet elements read (the others are counted as left out).
+    _FORCES = ("CoordinateActuator", "CoordinateLimitForce", "SpringGeneralizedForce")
+
+    def _read_forces(self, forces: Any, coordinates: dict[str, Coordinate]) -> dict[str, Any]:
+        """``CoordinateActuator`` (optimal force x control), ``CoordinateLimitForce`` and
+        ``SpringGeneralizedForce`` of the ForceSet; returns the actuators by name."""
+        doc = self.doc
+        actuators: dict[str, Any] = {}
+        for f in self._set_objects("ForceSet"):
+            if f.tag not in self._FORCES:
+                continue
+            name = f.get("name") or f.tag
+            c = self._coord_ref(f, doc.text(f, "coordinate") or "", coordinates)
+            w = math.pi / 180 if c.motion_type == "rotational" else 1.0  # OpenSim's per-degree units
+            made: list[Any] = []
+            if f.tag == "CoordinateActuator":
+                made.append(
+                    Force.CoordinateActuator(
+                        forces,
+                        c.body,
+                        c.which,
+                        gain=(doc.float(f, "optimal_force", 1.0), 0.0, 0.0),
+                        name=name,
+                    )
+                )
+                actuators[name] = made[0]
+            elif f.tag == "CoordinateLimitForce":
+                made.append(
+                    Force.CoordinateLimitForce(
+                        forces,
+                        c.body,
+                        c.which,
+                        upper_stiffness=doc.float(f, "upper_stiffness", 1.0) / w,
+                        upper_limit=doc.float(f, "upper_limit", 0.0) * w,
+                        lower_stiffness=doc.float(f, "lower_stiffness", 1.0) / w,
+                        lower_limit=doc.float(f, "lower_limit", 0.0) * w,
+                        damping=doc.float(f, "damping", 0.001) / w,
+                        transition=doc.float(f, "transition", 0.1) * w,
+                        name=name,
+                    )
+                )
+            else:  # SpringGeneralizedForce: -(stiffness (q - rest_length) + viscosity qdot)
+                k, visc = doc.float(f, "stiffness", 0.0), doc.float(f, "viscosity", 0.0)
+                made.append(
+                    Force.MobilityLinearSpring(forces, c.body, c.which, k, doc.float(f, "rest_length", 0.0))
+                )
+                made.append(Force.MobilityLinearDamper(forces, c.body, c.which, visc))
+            off = doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True)
+            for e in made if off else ():
+                e.set_disabled_by_default(True)
+        return actuators
+
     def _count_ignored(self) -> None:
         for set_tag in ("ForceSet", "ControllerSet", "ContactGeometrySet", "ProbeSet", "ComponentSet"):
             for f in self._set_objects(set_tag):
-                self.ignored[f.tag] += 1
+                if not (set_tag == "ForceSet" and f.tag in self._FORCES):
+                    self.ignored[f.tag] += 1

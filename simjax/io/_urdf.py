@@ -13,7 +13,9 @@ What is read (the ROS URDF specification, http://wiki.ros.org/urdf/XML):
   ``CoordinateLimit`` on revolute and prismatic joints unless ``limits=False``) and
   ``<mimic joint multiplier offset>`` (a ``Constraint.CoordinateCoupler``). The child
   link's frame is the joint frame (at zero joint angle).
-- Everything else (``<transmission>``, ``<gazebo>``, joint damping and friction, ...) is
+- ``<dynamics damping>`` of revolute, continuous and prismatic joints: a
+  ``Force.MobilityLinearDamper`` (``passive=False`` leaves it out).
+- Everything else (``<transmission>``, ``<gazebo>``, joint friction, ...) is
   counted in ``LoadedModel.ignored``; one warning lists what carries physics that simjax
   leaves out.
 
@@ -201,6 +203,7 @@ class _Joint:
         "mimic",
         "effort",
         "velocity",
+        "damping",
     )
 
     def __init__(self, el: _Element, name: str, type_: str):
@@ -212,6 +215,7 @@ class _Joint:
         self.range = (-math.inf, math.inf)
         self.effort = self.velocity = math.inf
         self.mimic: tuple[str, float, float, _Element] | None = None
+        self.damping = 0.0
 
 
 def _count(ignored: dict[str, int], what: str, n: int = 1) -> None:
@@ -308,7 +312,7 @@ def _merge_welded(
     return out
 
 
-def _read_joint(doc: _Doc, el: _Element, ignored: dict[str, int]) -> _Joint:
+def _read_joint(doc: _Doc, el: _Element, ignored: dict[str, int], passive: bool = True) -> _Joint:
     name = doc.name(el)
     jtype = el.get("type")
     if jtype not in SUPPORTED_JOINTS:
@@ -354,8 +358,14 @@ def _read_joint(doc: _Doc, el: _Element, ignored: dict[str, int]) -> _Joint:
                 _count(ignored, f"limit on a {jtype} joint")
             continue
         if c.tag == "dynamics":
-            if any(doc.number(c, k, 0.0) != 0.0 for k in ("damping", "friction")):
-                _count(ignored, "joint damping/friction")
+            j.damping = doc.number(c, "damping", 0.0)
+            if j.damping < 0:
+                raise doc.error(c, f"joint {name!r}: damping must be >= 0, got {j.damping}")
+            if j.damping and (not passive or jtype not in ("revolute", "continuous", "prismatic")):
+                _count(ignored, "joint damping" if not passive else f"damping of a {jtype} joint")
+                j.damping = 0.0
+            if doc.number(c, "friction", 0.0) != 0.0:
+                _count(ignored, "joint friction")
             continue
         _count(ignored, c.tag)
     return j
@@ -372,6 +382,7 @@ def load_urdf(
     gravity: Sequence[float] = (0.0, 0.0, -9.81),
     warn_ignored: bool = True,
     limits: bool = True,
+    passive: bool = True,
 ) -> LoadedModel:
     """Load a URDF robot as a simjax System (URDF is Z-up: gravity along -z by default).
 
@@ -386,7 +397,7 @@ def load_urdf(
             ``"freeflyer"``); overrides ``floating_base``.
         gravity: Gravity vector in Ground (m/s²), a ``Force.UniformGravity``.
         warn_ignored: Emit one warning line summarising what simjax leaves out that carries
-            physics (transmissions, gazebo plugins, joint damping and friction, ...); every
+            physics (transmissions, gazebo plugins, joint friction, ...); every
             ignored part, visuals and collisions included, is counted in ``model.ignored``.
         limits: Enforce the ``<limit lower upper>`` of revolute and prismatic joints as hard
             limits (``sj.Constraint.CoordinateLimit``, stepped by ``simulate(...,
@@ -394,6 +405,9 @@ def load_urdf(
             only recorded (and bound the Assembler). Effort and velocity limits are
             recorded on each Coordinate (``effort_limit``, ``velocity_limit``; in
             ``summary()``), not enforced.
+        passive: Model ``<dynamics damping>`` of revolute, continuous and prismatic joints
+            as ``Force.MobilityLinearDamper`` (``-damping * qdot``). ``False``: leave it out
+            (listed as ignored). ``friction`` (Coulomb) is not modelled.
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by link name, ``joints`` (the mobilized body of
@@ -437,7 +451,7 @@ def load_urdf(
                 raise doc.error(el, f"duplicate link name {link.name!r} (first on line {first})")
             links[link.name] = link
         elif el.tag == "joint":
-            j = _read_joint(doc, el, ignored)
+            j = _read_joint(doc, el, ignored, passive)
             if j.name in joints:
                 first = joints[j.name].el.line
                 raise doc.error(el, f"duplicate joint name {j.name!r} (first on line {first})")
@@ -489,6 +503,8 @@ def load_urdf(
             "planar": sj.MobilizedBody.Planar,
         }[j.type]
         mob = kind(parent, X_PF, body, X_BM, name=body_name(j.child))
+        if j.damping:
+            sj.Force.MobilityLinearDamper(forces, mob, 0, j.damping)
         bodies[j.child] = mob
         mobod_of_joint[j.name] = mob
 

@@ -180,6 +180,47 @@ def _select(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
+def _control_slots(model: Model) -> list[tuple[str, int]]:
+    """(force subsystem, number of actuators) holding the controls, in control order."""
+    out: list[tuple[str, int]] = []
+    for g in model.force_groups:
+        if hasattr(g.cls, "activation_rates"):
+            out.append((g.subsystem, len(g.elements)))
+    return out
+
+
+class _Controls(eqx.Module):
+    """What drives the actuators during a run: a policy ``fn(t, state)`` or a sequence
+    ``U`` (one row per fixed step)."""
+
+    U: Any
+    fn: Any = eqx.field(static=True)
+    slots: tuple[tuple[str, int], ...] = eqx.field(static=True)
+
+    def _put(self, disc: Any, c: jax.Array) -> Any:
+        disc = {k: dict(v) for k, v in disc.items()}
+        start = 0
+        for sub, k in self.slots:
+            old = disc[sub]["controls"]
+            disc[sub]["controls"] = jnp.asarray(c[start : start + k], old.dtype)
+            start += k
+        return disc
+
+    def at(self, model: Model, base: State, t, y, step) -> Any:
+        """The discrete variables with the controls of time ``t`` (state ``y``, ``step``)."""
+        if self.fn is None:
+            return self._put(base.discrete, self.U[jnp.minimum(step, self.U.shape[0] - 1)])
+        st = realize(model, _state_of(base, t, y), Stage.VELOCITY)
+        c = jnp.asarray(self.fn(t, st))
+        n = sum(k for _, k in self.slots)
+        if c.shape != (n,):
+            raise ValueError(
+                f"simulate: the controls function returned shape {c.shape}, but this System has {n} "
+                f"actuators: return a vector of length {n}"
+            )
+        return self._put(base.discrete, c)
+
+
 # ---------------------------------------------------------------------------- events
 
 
@@ -454,8 +495,9 @@ def _accepted(L: _Loop, y, disc, term, t_end, err, fired) -> _Loop:
     )
 
 
-def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, events) -> _Loop:
-    """``n`` steps of size ``h`` from ``t0`` (``n <= nmax``; steps past ``n`` are no-ops)."""
+def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, events, ctl=None) -> _Loop:
+    """``n`` steps of size ``h`` from ``t0`` (``n <= nmax``; steps past ``n`` are no-ops).
+    ``ctl``: controls set at the start of each step and held over it."""
     stepper = _rk4 if cfg.integrator == "rk4" else _semi_explicit_euler
 
     def advance(t, yy, hh, b=None):
@@ -466,6 +508,9 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
     @jax.checkpoint
     def step(L: _Loop, i):
         t = t0 + i * h
+        L0 = L
+        if ctl is not None:  # zero-order hold: the step's controls, from its start
+            L = eqx.tree_at(lambda x: x.disc, L, ctl.at(model, _with_disc(base, L.disc), t, L.y, L.n_steps))
         bd = _with_disc(base, L.disc)
         ok = jnp.asarray(True)
         if limits:  # velocity-level step with complementarity (simjax.forward.stepper)
@@ -488,13 +533,13 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         # a step to a non-finite state is not taken: stop at the last good one
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
-        return _select(live, new, L), None
+        return _select(live, new, L0), None
 
     L, _ = jax.lax.scan(step, L, jnp.arange(nmax))
     return L
 
 
-def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events):
+def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events, ctl=None):
     cls = _ADAPTIVE[cfg.integrator]
     # diffrax loops over the stages with a checkpointed (reverse-only) loop unless told
     kw: dict[str, Any] = {} if cfg.adjoint == "reverse" else {"scan_kind": "lax"}
@@ -502,7 +547,13 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events)
         # the Newton (chord) tolerances diffeqsolve would take from its step controller
         kw["root_finder"] = dfx.VeryChord(rtol=cfg.accuracy, atol=cfg.atol)
     solver = cls(**kw)
-    term_of = lambda b: dfx.ODETerm(lambda t, yy, args: _ydot(model, b, t, yy))
+
+    def rhs(b, t, yy):
+        if ctl is not None:  # a policy: evaluated at every derivative evaluation
+            b = _with_disc(b, ctl.at(model, b, t, yy, None))
+        return _ydot(model, b, t, yy)
+
+    term_of = lambda b: dfx.ODETerm(lambda t, yy, args: rhs(b, t, yy))
     order = solver.order(term_of(base))
     sstate = solver.init(term_of(base), t0, t1, L.y, None)
     n0 = L.n_steps  # max_steps bounds each interval
@@ -593,6 +644,7 @@ def simulate(
     reporters: dict[str, Any] | None = None,
     throw: bool = True,
     adjoint: str = "reverse",
+    controls: Any = None,
 ) -> Trajectory:
     """Simulate from ``state`` (at ``state.t``) to ``t1``; returns a ``Trajectory``.
 
@@ -636,6 +688,15 @@ def simulate(
             ``jax.jvp``, ``jacfwd``, ``hessian`` over a few inputs; not reverse mode).
             The step sizes are not differentiated: derivatives are those of the steps
             taken. Fixed-step integrators differentiate in both modes either way.
+        controls: What drives the actuators (``Force.CoordinateActuator``; default: the
+            controls in ``state``, held): a vector ``(ncontrols,)`` held over the run; a
+            sequence ``(nsteps, ncontrols)``, row ``k`` over fixed step ``k`` (fixed-step
+            integrators; ``nsteps`` is the number of steps the run takes); or a policy
+            ``controls(t, state) -> (ncontrols,)`` given the State realized to Velocity.
+            Fixed-step integrators evaluate a policy at the start of each step and hold it
+            over the step (as MuJoCo holds ``ctrl`` over ``mj_step``); the adaptive ones at
+            every derivative evaluation (a continuous-time controller). All three are
+            traced: ``vmap`` over a batch of sequences, ``grad`` with respect to them.
 
     Output times and ``t1`` are static (Python numbers or NumPy arrays); the State may be
     traced, so ``jax.jit(jax.vmap(lambda s: simulate(system, s, 1.0, dt=1e-3)))`` works,
@@ -693,6 +754,9 @@ def simulate(
         projection_iterations=int(projection_iterations),
         adjoint=adjoint,
     )
+    ctl = None
+    if controls is not None:
+        state, ctl = _controls_for(system, model, state, controls, integrator)
     events = tuple(events) if isinstance(events, (list, tuple)) else (events,)
     for e in events:
         if not isinstance(e, (TriggeredEvent, ScheduledEvent)):
@@ -702,7 +766,7 @@ def simulate(
         if not callable(v):
             raise TypeError(f"simulate: reporter {k!r} must be a function of the State")
     try:
-        traj = _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps)
+        traj = _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps, ctl)
     except TypeError as err:
         # jvp of the checkpointed loop (a custom_vjp) is refused by JAX with a bare message
         if integrator not in _ADAPTIVE or adjoint != "reverse" or "forward-mode" not in str(err):
@@ -716,6 +780,36 @@ def simulate(
     if dg.debug_nans_enabled():
         _diagnose_nonfinite(system, traj, cfg.dt if cfg.dt else (float(times[-1]) - t0) / 1000)
     return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
+
+
+def _controls_for(
+    system: MultibodySystem, model: Model, state: State, controls: Any, integrator: str
+) -> tuple[State, _Controls | None]:
+    """``simulate``'s ``controls``: a held vector goes into the State; a sequence or a
+    policy becomes the run's ``_Controls``."""
+    slots = tuple(_control_slots(model))
+    n = sum(k for _, k in slots)
+    if callable(controls):
+        if not n:
+            raise ValueError("simulate: a controls function was given, but this System has no actuators")
+        return state, _Controls(U=None, fn=controls, slots=slots)
+    U = jnp.asarray(controls)
+    if U.ndim <= 1:
+        return system.set_controls(state, U), None
+    if U.ndim != 2 or U.shape[1] != n:
+        raise ValueError(
+            f"simulate: controls of shape {U.shape}: give (ncontrols,) = ({n},) held, "
+            f"(nsteps, {n}) one row per step, or a function controls(t, state)"
+        )
+    if integrator not in _FIXED:
+        raise ValueError(
+            f"simulate: a control sequence (one row per step) needs a fixed-step integrator "
+            f"('rk4' or 'euler'), not {integrator!r}; for an adaptive one, give a function "
+            "controls(t, state), e.g. interpolating the sequence"
+        )
+    if not jnp.issubdtype(U.dtype, jnp.floating):
+        U = U.astype(state.q.dtype)
+    return state, _Controls(U=U, fn=None, slots=slots)
 
 
 def _diagnose_nonfinite(system: MultibodySystem, traj: Trajectory, h: float) -> None:
@@ -871,6 +965,7 @@ def _simulate(
     cfg: _Config,
     events: tuple[Any, ...],
     reporters: tuple[tuple[str, Any], ...],
+    ctl: _Controls | None = None,
 ) -> Trajectory:
     base = realize(model, state, Stage.INSTANCE)
     dtype = state.q.dtype
@@ -940,6 +1035,12 @@ def _simulate(
     if cfg.integrator in _FIXED:
         n = np.maximum(np.ceil((tb - ta) / cfg.dt - 1e-9), 0).astype(int)
         nmax = int(max(n.max(), 1))
+        if ctl is not None and ctl.fn is None and ctl.U.shape[0] != int(n.sum()):
+            raise ValueError(
+                f"simulate: the control sequence has {ctl.U.shape[0]} rows, but this run takes "
+                f"{int(n.sum())} steps of dt={cfg.dt:g} from t={t0:g} to t={times[-1]:g}: "
+                "give one row per step"
+            )
         h = np.where(n > 0, (tb - ta) / np.maximum(n, 1), 0.0)
         xs: tuple[jax.Array, ...] = (
             jnp.asarray(ta, dtype),
@@ -951,7 +1052,7 @@ def _simulate(
 
         def interval(L, x):
             a, b, hh, nn, k = x
-            L = _fixed_interval(model, base, a, hh, nn, nmax, L, cfg, events)
+            L = _fixed_interval(model, base, a, hh, nn, nmax, L, cfg, events, ctl)
             L = scheduled(L, b, k)
             return L, (L.y, L.disc)
 
@@ -963,7 +1064,7 @@ def _simulate(
         def interval(carry, x):
             L, dt = carry
             a, b, k = x
-            L, dt = _adaptive_interval(model, base, a, b, L, dt, cfg, events)
+            L, dt = _adaptive_interval(model, base, a, b, L, dt, cfg, events, ctl)
             L = scheduled(L, b, k)
             return (L, dt), (L.y, L.disc)
 
@@ -979,13 +1080,19 @@ def _simulate(
     lost = ~okay & (t_out > L.t_done)
     ys = jax.tree.map(lambda x: jnp.where(lost.reshape((-1,) + (1,) * (x.ndim - 1)), jnp.nan, x), ys)
     t_final = jnp.where(okay, jnp.asarray(times[-1], dtype), L.t_done)
-    final = _state_of(_with_disc(base, L.disc), t_final, L.y)
+    final_disc = L.disc
+    if ctl is not None and ctl.fn is not None:  # a policy's controls at the final time
+        final_disc = ctl.at(model, _with_disc(base, L.disc), t_final, L.y, None)
+    final = _state_of(_with_disc(base, final_disc), t_final, L.y)
     reports = {}
     if reporters:
         b_out = _with_disc(base, L.disc)
 
         def report(t, y, d):
-            st = realize(model, _state_of(_with_disc(b_out, d), t, y), Stage.ACCELERATION)
+            bb = _with_disc(b_out, d)
+            if ctl is not None and ctl.fn is not None:
+                bb = _with_disc(bb, ctl.at(model, bb, t, y, None))
+            st = realize(model, _state_of(bb, t, y), Stage.ACCELERATION)
             return {name: fn(st) for name, fn in reporters}
 
         reports = jax.vmap(report)(t_out, ys, ds)
