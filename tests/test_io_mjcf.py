@@ -682,9 +682,17 @@ BAD = {
         _model('<body name="b"><joint class="arm"/><geom size=".1"/></body>'),
         r"bad\.xml:3: <joint>: unknown default class 'arm'",
     ),
-    "mesh inertia": (
+    "undefined mesh": (
         _model('<body name="b"><joint/><geom type="mesh" mesh="m"/></body>'),
-        r"bad\.xml:3: <geom>: body 'b' takes its mass and inertia from this mesh geom.*<inertial>",
+        r"bad\.xml:3: <geom>: mesh 'm' is not defined in <asset>",
+    ),
+    "hfield inertia": (
+        _model('<body name="b"><joint/><geom type="hfield"/></body>'),
+        r"bad\.xml:3: <geom>: body 'b' takes its mass and inertia from this hfield geom.*<inertial>",
+    ),
+    "springdamper": (
+        _model('<body name="b"><joint springdamper="0.1 -1"/><geom size="1"/></body>'),
+        r"bad\.xml:3: <joint>: joint 'joint#0': when defined, springdamper values must be positive",
     ),
     "massless": (
         _model('<body name="b"><joint/><site/></body>'),
@@ -822,3 +830,49 @@ def test_joint_damping_and_springs_equal_mujoco_passive_forces(written, mujoco):
     assert bare.ignored["joint damping"] > 0 and bare.ignored["joint stiffness"] > 0
     sb = bare.system.realize(bare.default_state.with_u(jnp.ones(bare.default_state.nu)), sj.Stage.DYNAMICS)
     assert not np.any(np.asarray(sb.dynamics_cache.mobility_forces))
+
+
+SPRINGDAMPER = """<mujoco>
+  <default><joint springdamper="0.05 0.7" armature="0.02"/></default>
+  <worldbody>
+    <body name="a" pos="0 0 1"><joint name="h" axis="0 1 0" springref="10"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.5" size="0.05"/>
+      <body name="b" pos="0 0 -0.5"><joint name="s" type="slide" axis="1 0 0" springdamper="0.2 1.5"/>
+        <geom type="box" size="0.1 0.05 0.02"/>
+        <body name="c" pos="0 0 -0.2"><joint name="ball" type="ball" stiffness="0"/>
+          <geom type="ellipsoid" size="0.1 0.05 0.03"/></body>
+      </body>
+    </body>
+    <body name="d" pos="1 0 1"><freejoint name="f"/><geom type="box" size="0.1 0.2 0.3"/></body>
+  </worldbody>
+</mujoco>"""
+
+
+@pytest.mark.oracle
+def test_springdamper_sets_stiffness_and_damping_as_mujoco(tmp_path, mujoco):
+    """``springdamper="timeconst dampratio"`` (dm_control's dog uses it): stiffness and damping
+    from each joint's inverse inertia at qpos0, as MuJoCo's compiler sets them (it was
+    ignored, with a warning); ``jnt_stiffness``, ``dof_damping`` and ``qfrc_passive``."""
+    path = _write(tmp_path, SPRINGDAMPER, "sd.xml")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        lm = load_mjcf(path)
+    assert not any("springdamper" in str(w.message) for w in rec)
+    assert "joint springdamper" not in lm.ignored and lm.ignored["joint stiffness on a ball joint"] == 1
+    m = mujoco.MjModel.from_xml_path(str(path))
+    elements = lm.forces._elements
+    springs = {e._body.name: e._k for e in elements if isinstance(e, sj.Force.MobilityLinearSpring)}
+    dampers = [e._c for e in elements if isinstance(e, sj.Force.MobilityLinearDamper)]
+    for jname, body in (("h", "a"), ("s", "b")):
+        jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, jname)
+        _check(springs[body], m.jnt_stiffness[jid], ("springdamper", "stiffness"), rtol=1e-12)
+    got = sorted(dampers)
+    _check(got, sorted(m.dof_damping[m.dof_damping > 0]), ("springdamper", "damping"), rtol=1e-12)
+    # the passive forces themselves, at a random state (armature on: qacc too)
+    c = Case("springdamper", path, mujoco)
+    q, u = c.random_state(np.random.default_rng(2))
+    M, udot, _, _ = (np.asarray(x) for x in c.compiled(jnp.asarray(q), jnp.asarray(u)))
+    qp, T = c.to_mujoco(q)
+    c.d.qpos[:], c.d.qvel[:] = qp, T @ u
+    mujoco.mj_forward(c.m, c.d)
+    _check(udot, np.linalg.solve(T, c.d.qacc), ("springdamper", "udot"))

@@ -21,9 +21,13 @@ constraints left out; joint damping, springs, armature and joint actuators in):
 - ``<inertial pos quat mass diaginertia | fullinertia>``; without it (or with
   ``inertiafromgeom="true"``) mass and inertia come from the geoms: sphere, capsule,
   ellipsoid, cylinder and box, solid or ``shellinertia``, ``density`` (default 1000) or
-  ``mass``, ``fromto``. Mesh files are never opened: a moving body whose inertia would come
-  from a mesh (or hfield) geom is refused (give it an ``<inertial>``); a body welded to the
-  world takes no mass from one (it does not move; a note says so).
+  ``mass``, ``fromto``; mesh geoms from their ``<asset><mesh>`` (binary STL, OBJ, MSH or
+  inline ``vertex``/``face``; ``scale``, ``refpos``, ``refquat``, ``inertia`` legacy, exact,
+  convex or shell; ``<compiler meshdir assetdir>``), and primitive geoms fitted to a mesh
+  (its inertia box, or with ``fitaabb`` its bounding box; ``fitscale``), computed as
+  MuJoCo's compiler does (:mod:`simjax.io._mesh`). Height fields are refused in a moving
+  body (give it an ``<inertial>``); a body welded to the world reads no mesh (it does not
+  move; a note says so).
 - ``<joint>`` ``hinge``, ``slide``, ``ball``, ``free`` (and ``<freejoint>``), with ``axis``,
   ``pos``, ``ref``, ``range``/``limited`` (a Coordinate's range, enforced as a hard
   ``CoordinateLimit`` unless ``load_mjcf(..., limits=False)``).
@@ -34,7 +38,8 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   disabled by default.
 - ``<joint damping stiffness springref>``: ``Force.MobilityLinearDamper`` on each of the
   joint's dofs and ``Force.MobilityLinearSpring`` (hinge and slide), as MuJoCo's passive
-  forces (``passive=False`` leaves them out).
+  forces (``passive=False`` leaves them out); ``springdamper="timeconst dampratio"`` sets
+  them from the joint's inertia at qpos0, as MuJoCo's compiler does.
 - ``<joint armature>``: added to the mass matrix's diagonal at the joint's speeds
   (``MobilizedBody.set_default_armature``), as MuJoCo does.
 - ``<actuator>``: ``motor``, ``position`` (``kp``, ``kv``, ``timeconst``), ``velocity``,
@@ -91,8 +96,10 @@ import numpy as np
 
 from .. import _spatial as sp
 from .. import build as sj
+from .._stage import Stage
 from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, add_coordinate_limits
+from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, read_mesh
 from ._urdf import align_axis
 from ._xml import parse_with_lines, read_model_source
 
@@ -333,6 +340,9 @@ class _Compiler:
         self.settotalmass = -1.0
         self.autolimits = True
         self.alignfree = False
+        self.meshdir: str | None = None
+        self.assetdir: str | None = None
+        self.fitaabb = False
 
     def read(self, el: _El, notes: list[str]) -> None:
         a = el.attrib
@@ -360,6 +370,9 @@ class _Compiler:
         self.balanceinertia = _flag(el, a, "balanceinertia", self.balanceinertia)
         self.autolimits = _flag(el, a, "autolimits", self.autolimits)
         self.alignfree = _flag(el, a, "alignfree", self.alignfree)
+        self.fitaabb = _flag(el, a, "fitaabb", self.fitaabb)
+        self.meshdir = a.get("meshdir", self.meshdir)
+        self.assetdir = a.get("assetdir", self.assetdir)
         if _flag(el, a, "fusestatic", False):
             notes.append("compiler fusestatic: static bodies are kept as welded bodies (same dynamics)")
 
@@ -492,7 +505,7 @@ class _Defaults:
 class _Joint:
     __slots__ = (
         "el", "name", "type", "axis", "pos", "ref", "range", "limited", "id", "align",
-        "damping", "stiffness", "springref", "armature",
+        "damping", "stiffness", "springref", "armature", "springdamper",
     )  # fmt: skip
 
     def __init__(self, el: _El, name: str, type_: str, jid: int):
@@ -504,6 +517,7 @@ class _Joint:
         self.limited = False
         self.align = "auto"
         self.damping = self.stiffness = self.springref = self.armature = 0.0
+        self.springdamper: tuple[float, float] | None = None
 
 
 class _Body:
@@ -701,8 +715,13 @@ class _Reader:
             raise _error(el, f"joint {name!r}: armature must be >= 0")
         if _number(el, attrs, "frictionloss", 0.0) != 0.0:
             _count(self.ignored, "joint frictionloss")
-        if "springdamper" in attrs and np.any(_floats(el, attrs, "springdamper", 2) != 0):
-            _count(self.ignored, "joint springdamper")
+        if "springdamper" in attrs and np.any(sd := _floats(el, attrs, "springdamper", 2)):
+            if np.any(sd <= 0):
+                raise _error(el, f"joint {name!r}: when defined, springdamper values must be positive")
+            if self.passive:  # stiffness and damping from the joint's inertia at qpos0 (load_mjcf)
+                j.springdamper = (float(sd[0]), float(sd[1]))
+            else:
+                _count(self.ignored, "joint springdamper")
         if jtype == "free":
             j.align = _choice(el, attrs, "align", ("false", "true", "auto"), "auto")
             if attrs.get("limited") == "true":
@@ -768,7 +787,127 @@ class _Reader:
             raise _error(body.el, f"mocap body {body.name!r} must be a fixed child of the world (no joints)")
 
 
+# ----------------------------------------------------------------------------- meshes
+
+
+class _Meshes:
+    """The ``<asset><mesh>`` elements by name, read and processed (MuJoCo's mass
+    properties, :mod:`simjax.io._mesh`) the first time a geom of a moving body needs one."""
+
+    def __init__(self, root: _El, defaults: _Defaults, comp: _Compiler, model_dir: str):
+        self.comp, self.model_dir = comp, model_dir
+        self.elements: dict[str, tuple[_El, dict[str, str]]] = {}
+        self.done: dict[str, MeshInertia] = {}
+        for sec in root.children:
+            if sec.tag != "asset":
+                continue
+            for el in sec.children:
+                if el.tag != "mesh":
+                    continue
+                attrs = {**defaults.of(el, "mesh", el.attrib.get("class", "main")), **el.attrib}
+                name = attrs.get("name") or os.path.splitext(os.path.basename(attrs.get("file", "")))[0]
+                if not name:
+                    raise _error(el, "a <mesh> needs a name or a file")
+                if name in self.elements:
+                    raise _error(el, f"mesh {name!r} is defined twice")
+                self.elements[name] = (el, attrs)
+
+    def _file(self, el: _El, file: str) -> str:
+        """Where MuJoCo looks for a mesh file: ``meshdir`` (or ``assetdir``), relative to
+        the main model file's directory unless absolute."""
+        if os.path.isabs(file):
+            return file
+        d = self.comp.meshdir if self.comp.meshdir is not None else self.comp.assetdir
+        base = self.model_dir if d is None else os.path.join(self.model_dir, d)
+        return os.path.normpath(os.path.join(base, file))
+
+    def get(self, name: str, geom: _El) -> MeshInertia:
+        if name in self.done:
+            return self.done[name]
+        if name not in self.elements:
+            known = sorted(self.elements)[:8]
+            raise _error(geom, f"mesh {name!r} is not defined in <asset>; defined: {known}")
+        el, a = self.elements[name]
+        if "builtin" in a and a["builtin"] != "none":
+            raise _error(el, f"mesh {name!r}: builtin meshes are not read; give the body an <inertial>")
+        kind = _choice(el, a, "inertia", INERTIA_KINDS, "legacy")
+        if "file" in a:
+            path = self._file(el, a["file"])
+            if not os.path.exists(path):
+                raise _error(
+                    el,
+                    f"mesh {name!r}: file not found: {path!r} (mesh files are found from the main model "
+                    "file's directory and <compiler meshdir>; load the model from its file, not from text, "
+                    "or give the body an <inertial>)",
+                )
+            try:
+                vert, face = read_mesh(path)
+            except ModelFileError as e:
+                raise _error(el, f"mesh {name!r}: {e}") from None
+        elif "vertex" in a:
+            vals = np.asarray([float(x) for x in a["vertex"].split()])
+            if len(vals) % 3:
+                raise _error(el, f"mesh {name!r}: vertex data must be a multiple of 3")
+            vert = vals.reshape(-1, 3).astype(np.float32).astype(np.float64)
+            fv = [int(x) for x in a.get("face", "").split()]
+            if len(fv) % 3:
+                raise _error(el, f"mesh {name!r}: face data must be a multiple of 3")
+            face = np.asarray(fv, dtype=np.int64).reshape(-1, 3)
+        else:
+            raise _error(el, f"mesh {name!r} has neither a file nor vertex data")
+        try:
+            mi = mesh_inertia(
+                vert,
+                face,
+                name=name,
+                inertia=kind,
+                scale=_floats(el, a, "scale", 3, (1.0, 1.0, 1.0)),
+                refpos=_floats(el, a, "refpos", 3, (0.0, 0.0, 0.0)),
+                refquat=_floats(el, a, "refquat", 4, (1.0, 0.0, 0.0, 0.0)),
+            )
+        except ModelFileError as e:
+            raise _error(el, str(e)) from None
+        self.done[name] = mi
+        return mi
+
+
 # ----------------------------------------------------------------------------- inertia
+
+
+def _geom_size(el: _El, own: dict[str, str], dflt: dict[str, str]) -> np.ndarray:
+    base = _floats(el, dflt, "size", 3, (0.0, 0.0, 0.0), at_most=True)
+    return _floats(el, own, "size", 3, base, at_most=True) if "size" in own else base
+
+
+def _fit_to_mesh(gtype: str, mesh: MeshInertia, aabb: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Size of a primitive geom fitted to a mesh and its centre in the mesh's principal
+    frame (MuJoCo's ``mjCMesh::FitGeom``): from the equivalent inertia box, or with
+    ``<compiler fitaabb="true">`` the smallest primitive holding the bounding box."""
+    size, center = np.zeros(3), np.zeros(3)
+    if not aabb:
+        b = mesh.boxsz
+        if gtype == "sphere":
+            size[0] = b.sum() / 3
+        elif gtype == "capsule":
+            size[0] = (b[0] + b[1]) / 2
+            size[1] = max(0.0, b[2] - size[0] / 2)
+        elif gtype == "cylinder":
+            size[:2] = (b[0] + b[1]) / 2, b[2]
+        else:
+            size[:] = b
+        return size, center
+    lo, hi = mesh.aamm[:3], mesh.aamm[3:]
+    center = (lo + hi) / 2
+    half = hi - center
+    if gtype == "sphere":
+        size[0] = half.max()
+    elif gtype in ("capsule", "cylinder"):
+        size[:2] = max(half[0], half[1]), half[2]
+        if gtype == "capsule":
+            size[1] -= size[0]
+    else:
+        size[:] = half
+    return size, center
 
 
 def _geom_mass(
@@ -777,12 +916,14 @@ def _geom_mass(
     dflt: dict[str, str],
     X_frame: _Frame,
     comp: _Compiler,
+    meshes: _Meshes,
     body: _Body,
     skipped: list[str],
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
     """``(mass, pos, R, principal inertia)`` of a geom in its body frame (MuJoCo's
-    ``mjCGeom::Compile``, ``GetVolume`` and ``SetInertia``); None if it is outside
-    ``inertiagrouprange``, or needs mesh data in a static body (listed in ``skipped``)."""
+    ``mjCGeom::Compile``, ``GetVolume`` and ``SetInertia``; a mesh's from the mesh file);
+    None if it is outside ``inertiagrouprange``, or is a mesh geom of a static body (not
+    read: listed in ``skipped``)."""
     attrs = {**dflt, **own}
     gtype = attrs.get("type", "sphere")
     if gtype not in _GEOM_SIZES:
@@ -797,22 +938,55 @@ def _geom_mass(
             raise _error(el, f"a plane geom is only allowed in static bodies (body {body.name!r} moves)")
         R, pos = _compose(X_frame, (R, _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))))
         return 0.0, pos, R, np.zeros(3)
-    if gtype in ("mesh", "sdf", "hfield") or attrs.get("mesh"):
-        # a mesh's volume, inertia box and frame offset need the mesh file, never read here
+    if gtype in ("sdf", "hfield") or (gtype == "mesh" and not attrs.get("mesh")) or (
+        attrs.get("mesh") and gtype not in ("mesh", "sphere", "capsule", "cylinder", "ellipsoid", "box")
+    ):
+        if gtype == "mesh":
+            raise _error(el, "a mesh geom needs mesh=\"...\" (the name of an <asset><mesh>)")
         if "mass" in attrs and _number(el, attrs, "mass", None) == 0.0:
             return None
         if static:
             skipped.append(body.name)
             return None
-        what = gtype if gtype in ("mesh", "sdf", "hfield") else f"{gtype} (fitted to a mesh)"
         raise _error(
             el,
-            f"body {body.name!r} takes its mass and inertia from this {what} geom, which needs the "
-            "mesh data; give the body an <inertial> element (MuJoCo's compiled body_mass/body_inertia)",
+            f"body {body.name!r} takes its mass and inertia from this {gtype} geom, which simjax does "
+            "not compute; give the body an <inertial> element (MuJoCo's compiled body_mass/body_inertia)",
         )
-    base = _floats(el, dflt, "size", 3, (0.0, 0.0, 0.0), at_most=True)
-    size = _floats(el, own, "size", 3, base, at_most=True) if "size" in own else base
-    if "fromto" in attrs:
+    mesh: MeshInertia | None = None
+    if attrs.get("mesh"):
+        if "mass" in attrs and _number(el, attrs, "mass", None) == 0.0:
+            return None
+        if static:  # a body welded to the world: its mass does not matter, its mesh is not read
+            skipped.append(body.name)
+            return None
+        if "fromto" in attrs:
+            raise _error(el, "fromto cannot be used with a mesh geom")
+        mesh = meshes.get(attrs["mesh"], el)
+        pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
+        if gtype == "mesh":
+            if _flag(el, attrs, "shellinertia", False):
+                raise _error(
+                    el, 'for mesh geoms, the inertia type is set on the mesh asset (<mesh inertia="shell">)'
+                )
+            volume = mesh.volume
+            if "mass" in attrs:
+                mass = _number(el, attrs, "mass", None)
+                mass = mass if volume > _EPS else 0.0
+            else:
+                mass = _number(el, attrs, "density", 1000.0) * volume
+            if mass < 0:
+                raise _error(el, "mass, inertia or density are negative in geom")
+            b2 = mesh.boxsz**2
+            inertia = mass * np.array([b2[1] + b2[2], b2[0] + b2[2], b2[0] + b2[1]]) / 3
+            R, pos = _compose(X_frame, _compose((R, pos), (mesh.R, mesh.pos)))
+            return mass, pos, R, inertia
+        # a primitive fitted to the mesh: its inertia box, or (fitaabb) its bounding box
+        size, center = _fit_to_mesh(gtype, mesh, comp.fitaabb)
+        size = size * _number(el, attrs, "fitscale", 1.0)
+        R, pos = _compose((R, pos), (mesh.R, mesh.pos + mesh.R @ center))
+    elif "fromto" in attrs:
+        size = _geom_size(el, own, dflt)
         if gtype not in ("capsule", "cylinder", "ellipsoid", "box"):
             raise _error(el, f"fromto requires a capsule, cylinder, box or ellipsoid geom, not {gtype}")
         pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
@@ -830,6 +1004,7 @@ def _geom_mass(
             size[1] = half
         pos, R = 0.5 * (ft[:3] + ft[3:]), _z_to(vec)
     else:
+        size = _geom_size(el, own, dflt)
         pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
     for i in range(_GEOM_SIZES[gtype]):
         if size[i] <= 0:
@@ -944,7 +1119,7 @@ def _is_static(body: _Body) -> bool:
     return True
 
 
-def _body_inertia(body: _Body, comp: _Compiler, skipped: list[str]) -> None:
+def _body_inertia(body: _Body, comp: _Compiler, meshes: _Meshes, skipped: list[str]) -> None:
     """Mass, center of mass and inertia about it (body frame) of a body, as MuJoCo's
     ``mjCBody::Compile`` and ``InertiaFromGeom`` compute them."""
     el = body.inertial
@@ -969,7 +1144,8 @@ def _body_inertia(body: _Body, comp: _Compiler, skipped: list[str]) -> None:
             iR = _rotation(el, a, {}, comp)
             I_c = iR @ np.diag(_floats(el, a, "diaginertia", 3, (0.0, 0.0, 0.0))) @ iR.T
     if comp.inertiafromgeom == "true" or (comp.inertiafromgeom == "auto" and not explicit):
-        sel = [g for g in (_geom_mass(*geom, comp, body, skipped) for geom in body.geoms) if g is not None]
+        made = (_geom_mass(*geom, comp, meshes, body, skipped) for geom in body.geoms)
+        sel = [g for g in made if g is not None]
         if len(sel) == 1:
             mass, com, iR, d = sel[0]
             I_c = iR @ np.diag(d) @ iR.T
@@ -1015,8 +1191,9 @@ def load_mjcf(
     Args:
         path: The ``.xml`` file, or the MJCF text itself (a ``str`` starting with ``<``;
             its ``<include>``s are found from the working directory, as MuJoCo's
-            ``from_xml_string``), or an open file. ``<include>``d files are read; meshes, textures and other
-            assets are never opened.
+            ``from_xml_string``), or an open file. ``<include>``d files are read, and the mesh
+            files of moving bodies that take their inertia from them (found from the model
+            file's directory and ``<compiler meshdir>``); textures are never opened.
         warn_ignored: Emit one warning line summarising what simjax leaves out that carries
             physics (tendons, actuators it does not model, by name, contact pairs, gravity
             compensation, ...); every ignored part, cameras and geoms included, is counted
@@ -1046,8 +1223,8 @@ def load_mjcf(
         FileNotFoundError: ``path`` does not exist.
         ModelFileError: Malformed XML, an ``<include>`` of a missing file, an unknown joint
             or geom type, an unknown default class, repeated names, an equality naming a
-            missing body, joint or site, a moving body without mass, a moving body whose
-            inertia would come from a mesh, or a construct simjax does not read
+            missing body, joint or site, a moving body without mass, a mesh that is missing,
+            unreadable or degenerate (as MuJoCo refuses it), or a construct simjax does not read
             (``<composite>``, ``<flexcomp>``, ``<replicate>``, ``<attach>``). The message
             names the file, the line and the element.
     """
@@ -1079,13 +1256,15 @@ def load_mjcf(
     reader = _Reader(root, comp, defaults, ignored, passive)
     bodies = reader.bodies
 
+    model_dir = os.path.dirname(os.path.abspath(path)) if os.path.exists(path) else os.getcwd()
+    meshes = _Meshes(root, defaults, comp, model_dir)
     skipped: list[str] = []
     for b in bodies[1:]:
-        _body_inertia(b, comp, skipped)
+        _body_inertia(b, comp, meshes, skipped)
     if skipped:
         names = sorted(set(skipped))
         notes.append(
-            f"{len(names)} static bodies take no mass from their mesh/hfield geoms (never opened; they do "
+            f"{len(names)} static bodies take no mass from their mesh/hfield geoms (not read; they do "
             f"not move, so the dynamics is the same): {names[:6]}{' ...' if len(names) > 6 else ''}"
         )
     if comp.settotalmass > 0:
@@ -1129,6 +1308,7 @@ def load_mjcf(
         for name, pos, _, _ in b.sites:
             markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
 
+    _auto_spring_damper(system, matter, reader.joints, joint_mobods, ignored)
     _add_passive_forces(sj, forces, reader.joints, joint_mobods)
     actuators = _add_actuators(
         sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off
@@ -1307,6 +1487,41 @@ def _mobilize(
         joint_mobods[j.name] = mob
         cur, R_pre, p_pre = mob, np.eye(3), np.zeros(3)
     return cur
+
+
+def _auto_spring_damper(
+    system: Any,
+    matter: Any,
+    joints: list[_Joint],
+    joint_mobods: dict[str, MobilizedBody],
+    ignored: dict[str, int],
+) -> None:
+    """MuJoCo's ``springdamper="timeconst dampratio"``: the joint's stiffness and damping
+    set from its inverse inertia at qpos0 (``dof_invweight0``: the diagonal of M^-1, averaged
+    over a ball's three and a free joint's translational and rotational dofs), as MuJoCo's
+    compiler does (``mjCModel::AutoSpringDamper``): with ``I = ndof / sum(invweight0)``,
+    stiffness ``I / (timeconst dampratio)^2`` and damping ``2 I / timeconst``."""
+    auto = [j for j in joints if j.springdamper is not None]
+    if not auto:
+        return
+    state = system.realize_topology()
+    M = matter.calc_mass_matrix(system.realize(state, Stage.POSITION))  # armature included
+    Minv = np.linalg.inv(np.asarray(M))
+    for j in auto:
+        mob = joint_mobods[j.name]
+        u0 = Coordinate("probe", mob, 0).u_index(state)
+        d = np.diag(Minv)[u0 : u0 + {"hinge": 1, "slide": 1, "ball": 3, "free": 6}[j.type]].copy()
+        if j.type == "ball":
+            d[:] = d.mean()
+        elif j.type == "free":  # simjax's u: angular first, then translational
+            d[:3], d[3:] = d[:3].mean(), d[3:].mean()
+        inertia = len(d) / max(_MINVAL, float(d.sum()))
+        tc, dr = j.springdamper  # type: ignore[misc]
+        j.damping = 2 * inertia / max(_MINVAL, tc)
+        if j.type in ("hinge", "slide"):
+            j.stiffness = inertia / max(_MINVAL, tc * tc * dr * dr)
+        else:
+            _count(ignored, f"joint stiffness on a {j.type} joint")
 
 
 def _add_passive_forces(
