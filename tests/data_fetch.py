@@ -107,3 +107,23 @@ def fetch_tree(dist: str, version: str, folder: str) -> Path:
             (out_dir / rel).write_bytes(z.read(n))
     done.write_text("")
     return out_dir / folder
+
+
+def fetch_suffix(dist: str, version: str, folder: str, suffixes: tuple[str, ...]) -> Path:
+    """The files under ``folder`` whose names end with one of ``suffixes`` (e.g. every
+    ``.urdf`` of a package, without its meshes), extracted into the cache; returns the folder."""
+    folder = folder.rstrip("/") + "/"
+    out_dir = cache_dir() / f"{dist}-{version}"
+    done = out_dir / folder / f".simjax-complete{''.join(suffixes)}.done"
+    if done.exists():
+        return out_dir / folder
+    arc = _archive(dist, version)
+    with zipfile.ZipFile(arc) as z:
+        names = [n for n in z.namelist() if n.startswith(folder) and n.endswith(suffixes)]
+        if not names:
+            raise FileNotFoundError(f"no {suffixes} files under {folder} in {arc.name}")
+        for n in names:
+            (out_dir / n).parent.mkdir(parents=True, exist_ok=True)
+            (out_dir / n).write_bytes(z.read(n))
+    done.write_text("")
+    return out_dir / folder
