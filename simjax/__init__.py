@@ -11,6 +11,8 @@ from . import io as io  # sj.io.load_osim, read_trc, ...
 from . import viz as viz  # sj.viz.plot_marker_errors, plot_coordinates
 from ._functions import Function as Function
 from ._results import RESULTS as RESULTS
+from ._sharding import make_mesh as make_mesh
+from ._sharding import shard as shard
 from ._spatial import Inertia as Inertia
 from ._spatial import MassProperties as MassProperties
 from ._spatial import Rotation as Rotation

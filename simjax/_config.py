@@ -19,8 +19,13 @@
   (the size of that pool) unless ``PJRT_NPROC`` or ``NPROC`` is already set.
   ``SIMJAX_CPU_THREADS=N`` asks for N threads instead (``0``: JAX's default, one per
   core) at the risk of the hang; measured on 2 cores at B = 1024, the second thread gave
-  1.0x (humanoid) to 1.3x (50-link chain) in forward dynamics. Like the flag, it takes
-  effect only if JAX's CPU backend has not started yet.
+  1.0x (humanoid) to 1.3x (50-link chain) in forward dynamics. With several host devices
+  (``--xla_force_host_platform_device_count=N`` in ``XLA_FLAGS``, or
+  ``JAX_NUM_CPU_DEVICES=N``), a pool of N threads or fewer hangs a batch split over the
+  devices (the humanoid at B = 256 and 1024 over 2 devices with 1 or 2 threads: 5 runs of
+  6 hung; none of 9 with N + 1), so simjax then sets ``PJRT_NPROC=N+1``. Like the
+  flag, it takes effect only if JAX's CPU backend has not started yet (a device count set
+  through ``jax.config`` after importing simjax is not seen: set ``PJRT_NPROC`` too).
 * **Persistent compilation cache.** Compiled programs are kept on disk so a second
   process (a notebook restart, the next trial) skips XLA compilation: JAX's cache in
   ``$SIMJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/simjax/jax``, else
@@ -31,6 +36,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import jax
@@ -51,12 +57,26 @@ def configure_xla_flags() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {_SCHEDULER_FLAG}=false".strip()
 
 
+_DEVICE_COUNT = re.compile(r"--xla_force_host_platform_device_count=(\d+)")
+
+
+def host_device_count() -> int:
+    """The number of CPU host devices JAX will make (``XLA_FLAGS``'
+    ``--xla_force_host_platform_device_count`` or ``JAX_NUM_CPU_DEVICES``; default 1)."""
+    found = _DEVICE_COUNT.findall(os.environ.get("XLA_FLAGS", ""))
+    n = int(found[-1]) if found else 1
+    env = os.environ.get("JAX_NUM_CPU_DEVICES", "").strip()
+    return max(1, int(env) if env.isdigit() and int(env) > 0 else n)
+
+
 def configure_cpu_threads() -> None:
-    """Size XLA:CPU's intra-op thread pool (see the module docstring): one thread unless
-    the user chose (``PJRT_NPROC``/``NPROC``, or ``SIMJAX_CPU_THREADS``)."""
+    """Size XLA:CPU's intra-op thread pool (see the module docstring): one thread, or one
+    more than the host devices when there are several, unless the user chose
+    (``PJRT_NPROC``/``NPROC``, or ``SIMJAX_CPU_THREADS``)."""
     if "PJRT_NPROC" in os.environ or "NPROC" in os.environ:
         return
-    want = os.environ.get("SIMJAX_CPU_THREADS", "1").strip()
+    n = host_device_count()
+    want = os.environ.get("SIMJAX_CPU_THREADS", "1" if n == 1 else str(n + 1)).strip()
     if not want.isdigit():
         raise ValueError(
             f"SIMJAX_CPU_THREADS={want!r} is not a whole number; give the number of XLA:CPU "

@@ -4,7 +4,7 @@ circle, never inside a function and never under ``TYPE_CHECKING``.
 Layers, lowest first (README "Architecture")::
 
     _spatial, _functions, _stage,    pure math, the Stage enum, the RESULTS enum,
-    _results, _config                process settings (XLA flags, compilation cache)
+    _results, _config, _sharding     process settings (XLA flags, compilation cache), meshes
     model/        State, Topology, mobilizer kinds, Model (frozen data), Context
     tree/         traversal of the tree by levels
     dynamics/     kinematics, mass matrix, bias forces, applied forces
@@ -26,7 +26,14 @@ import simjax as sj
 
 ROOT = pathlib.Path(sj.__file__).parent
 LAYERS = [
-    {"simjax._config", "simjax._spatial", "simjax._functions", "simjax._stage", "simjax._results"},
+    {
+        "simjax._config",
+        "simjax._spatial",
+        "simjax._functions",
+        "simjax._stage",
+        "simjax._results",
+        "simjax._sharding",
+    },
     {"simjax.model"},
     {"simjax.tree"},
     {"simjax.dynamics"},

@@ -64,6 +64,10 @@ def test_one_xla_cpu_thread_by_default_and_the_users_choice_wins():
     assert probe_all(SIMJAX_CPU_THREADS="0")[2] is None  # JAX's own choice
     assert probe_all(PJRT_NPROC="3")[2] == "3"
     assert probe_all(NPROC="2")[2] is None  # JAX reads NPROC itself
+    # several host devices: one thread more than devices (N or fewer hang a split batch)
+    assert probe_all(XLA_FLAGS="--xla_force_host_platform_device_count=8")[2] == "9"
+    assert probe_all(JAX_NUM_CPU_DEVICES="2")[2] == "3"
+    assert probe_all(XLA_FLAGS="--xla_force_host_platform_device_count=2", SIMJAX_CPU_THREADS="5")[2] == "5"
     bad = subprocess.run(
         [sys.executable, "-c", "import simjax"],
         capture_output=True,
