@@ -87,26 +87,9 @@ def fetch(dist: str, version: str, members: list[str]) -> dict[str, Path]:
 
 
 def fetch_tree(dist: str, version: str, folder: str) -> Path:
-    """Every file under ``folder`` (a path inside the archive, matched by suffix, e.g. a
-    model's directory with its meshes), extracted into the cache; returns the folder."""
-    folder = folder.rstrip("/") + "/"
-    out_dir = cache_dir() / f"{dist}-{version}"
-    done = out_dir / folder / ".simjax-complete"
-    if done.exists():
-        return out_dir / folder
-    arc = _archive(dist, version)
-    if arc.suffix not in (".whl", ".zip"):
-        raise ValueError(f"fetch_tree reads wheels and zips, not {arc.name}")
-    with zipfile.ZipFile(arc) as z:
-        names = [n for n in z.namelist() if f"/{folder}" in f"/{n}" and not n.endswith("/")]
-        if not names:
-            raise FileNotFoundError(f"no files under {folder} in {arc.name}")
-        for n in names:
-            rel = n if n.startswith(folder) else folder + n.split(f"/{folder}", 1)[1]
-            (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-            (out_dir / rel).write_bytes(z.read(n))
-    done.write_text("")
-    return out_dir / folder
+    """Every file under ``folder`` (a path inside the archive, e.g. a model's directory with
+    its meshes), extracted into the cache; returns the folder."""
+    return fetch_suffix(dist, version, folder, ("",))
 
 
 def fetch_suffix(dist: str, version: str, folder: str, suffixes: tuple[str, ...]) -> Path:

@@ -287,6 +287,18 @@ class Case:
         return jax.jit(f)
 
 
+def _mujoco_at(c: Case, mujoco, q, u):
+    """MuJoCo at simjax's ``(q, u)``: ``(M, udot, d)`` in simjax's speeds (``M = T^T M_mj T``,
+    ``udot = T^-1 qacc``), after ``mj_forward``."""
+    m, d = c.m, c.d
+    qp, T = c.to_mujoco(q)
+    d.qpos[:], d.qvel[:] = qp, T @ u
+    mujoco.mj_forward(m, d)
+    M_mj = np.zeros((m.nv, m.nv))
+    mujoco.mj_fullM(m, d, M_mj)
+    return T.T @ M_mj @ T, np.linalg.solve(T, d.qacc), d
+
+
 @functools.cache
 def _case(name: str, path: str) -> Case:
     import mujoco
@@ -310,13 +322,9 @@ def test_mass_matrix_forward_dynamics_and_poses_equal_mujoco(name, written, mujo
     for _ in range(N_STATES):
         q, u = c.random_state(rng)
         M, udot, R, p = (np.asarray(x) for x in c.compiled(jnp.asarray(q), jnp.asarray(u)))
-        qp, T = c.to_mujoco(q)
-        d.qpos[:], d.qvel[:] = qp, T @ u
-        mujoco.mj_forward(m, d)
-        M_mj = np.zeros((m.nv, m.nv))
-        mujoco.mj_fullM(m, d, M_mj)
-        _check(M, T.T @ M_mj @ T, (name, "M"))
-        _check(udot, np.linalg.solve(T, d.qacc), (name, "udot"))
+        M_mj, a_mj, d = _mujoco_at(c, mujoco, q, u)
+        _check(M, M_mj, (name, "M"))
+        _check(udot, a_mj, (name, "udot"))
         _check(p, d.xpos, (name, "xpos"))
         _check(R, d.xmat.reshape(-1, 3, 3), (name, "xmat"))
 
@@ -871,8 +879,5 @@ def test_springdamper_sets_stiffness_and_damping_as_mujoco(tmp_path, mujoco):
     # the passive forces themselves, at a random state (armature on: qacc too)
     c = Case("springdamper", path, mujoco)
     q, u = c.random_state(np.random.default_rng(2))
-    M, udot, _, _ = (np.asarray(x) for x in c.compiled(jnp.asarray(q), jnp.asarray(u)))
-    qp, T = c.to_mujoco(q)
-    c.d.qpos[:], c.d.qvel[:] = qp, T @ u
-    mujoco.mj_forward(c.m, c.d)
-    _check(udot, np.linalg.solve(T, c.d.qacc), ("springdamper", "udot"))
+    _, udot, _, _ = (np.asarray(x) for x in c.compiled(jnp.asarray(q), jnp.asarray(u)))
+    _check(udot, _mujoco_at(c, mujoco, q, u)[1], ("springdamper", "udot"))

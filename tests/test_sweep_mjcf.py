@@ -30,7 +30,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np
 import pytest
 from data_fetch import fetch_tree
-from test_io_mjcf import Case, _rot
+from test_io_mjcf import Case, _mujoco_at, _rot
 
 DMC = ("dm_control", "1.0.50")
 MJX = ("mujoco-mjx", "3.17.0")
@@ -93,7 +93,7 @@ def test_every_mjcf_model_in_three_packages_loads_and_equals_mujoco(mujoco):
         except Exception as e:  # noqa: BLE001 (collected, then compared with REFUSED)
             refused[name] = f"{type(e).__name__}: {e}"
             continue
-        m, d, lm = c.m, c.d, c.lm
+        m, lm = c.m, c.lm
         m.opt.density = m.opt.viscosity = 0.0  # fluid forces: not modelled (listed as ignored)
         m.tendon_armature[:] = 0.0  # tendons: not modelled (listed as ignored)
         w = worst.setdefault(name, {})
@@ -112,13 +112,7 @@ def test_every_mjcf_model_in_three_packages_loads_and_equals_mujoco(mujoco):
         for _ in range(2):
             q, u = c.random_state(rng)
             M, udot, _, _ = (np.asarray(x) for x in c.compiled(q, u))
-            qp, T = c.to_mujoco(q)
-            d.qpos[:], d.qvel[:] = qp, T @ u
-            mujoco.mj_forward(m, d)
-            M_mj = np.zeros((m.nv, m.nv))
-            mujoco.mj_fullM(m, d, M_mj)
-            M_mj = T.T @ M_mj @ T
-            a_mj = np.linalg.solve(T, d.qacc)
+            M_mj, a_mj, _ = _mujoco_at(c, mujoco, q, u)
             w["M"] = max(w.get("M", 0.0), _err(M, M_mj))
             w["eom"] = max(w.get("eom", 0.0), _err(M_mj @ udot, M_mj @ a_mj))
         if len(worst) % 25 == 0:  # ~70 programs: stay far below vm.max_map_count (conftest)

@@ -99,7 +99,7 @@ from .. import build as sj
 from .._stage import Stage
 from ..build.bodies import MobilizedBody
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, add_coordinate_limits
-from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, read_mesh
+from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, quat_to_rot, read_mesh
 from ._urdf import align_axis
 from ._xml import parse_with_lines, read_model_source
 
@@ -278,17 +278,6 @@ def _choice(el: _El, attrs: dict[str, str], key: str, options: Sequence[str], de
 # ----------------------------------------------------------------------------- rotations
 
 
-def _quat_to_rot(q: np.ndarray) -> np.ndarray:
-    w, x, y, z = q
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
 def _rot_to_quat(R: np.ndarray) -> np.ndarray:
     """Unit quaternion ``[w, x, y, z]`` with ``w >= 0`` (Shepperd's method)."""
     t = float(np.trace(R))
@@ -313,7 +302,7 @@ def _rot_to_quat(R: np.ndarray) -> np.ndarray:
 def _axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
     """Rotation by ``angle`` about the unit vector ``axis`` (through a quaternion, as MuJoCo)."""
     s = math.sin(angle / 2)
-    return _quat_to_rot(np.array([math.cos(angle / 2), s * axis[0], s * axis[1], s * axis[2]]))
+    return quat_to_rot(np.array([math.cos(angle / 2), s * axis[0], s * axis[1], s * axis[2]]))
 
 
 def _z_to(vec: np.ndarray) -> np.ndarray:
@@ -422,13 +411,13 @@ def _rotation(el: _El, own: dict[str, str], dflt: dict[str, str], comp: _Compile
             r[0], r[1 + k] = math.cos(ang / 2), math.sin(ang / 2)
             # lower case: axes moving with the frame (post-multiply); upper case: fixed axes
             q = _quat_mul(q, r) if ch.islower() else _quat_mul(r, q)
-        return _quat_to_rot(q / np.linalg.norm(q))
+        return quat_to_rot(q / np.linalg.norm(q))
     if "quat" in src:
         q = _floats(el, src, "quat", 4)
         n = float(np.linalg.norm(q))
         if n < _EPS:
             raise _error(el, f"quat={src['quat']!r} is zero")
-        return _quat_to_rot(q / n)
+        return quat_to_rot(q / n)
     return np.eye(3)
 
 
@@ -1510,7 +1499,7 @@ def _auto_spring_damper(
     for j in auto:
         mob = joint_mobods[j.name]
         u0 = Coordinate("probe", mob, 0).u_index(state)
-        d = np.diag(Minv)[u0 : u0 + {"hinge": 1, "slide": 1, "ball": 3, "free": 6}[j.type]].copy()
+        d = np.diag(Minv)[u0 : u0 + SUPPORTED_JOINTS[j.type][1]].copy()
         if j.type == "ball":
             d[:] = d.mean()
         elif j.type == "free":  # simjax's u: angular first, then translational
@@ -1532,11 +1521,10 @@ def _add_passive_forces(
     A ball's or free joint's dofs are MuJoCo's velocities rotated into the body frame, an
     orthogonal map of simjax's u, so a per-u damper of the same coefficient is the same
     generalized force."""
-    nu = {"hinge": 1, "slide": 1, "ball": 3, "free": 6}
     for j in joints:
         mob = joint_mobods[j.name]
         if j.damping:
-            for i in range(nu[j.type]):
+            for i in range(SUPPORTED_JOINTS[j.type][1]):
                 sj.Force.MobilityLinearDamper(forces, mob, i, j.damping)
         if j.stiffness:
             sj.Force.MobilityLinearSpring(forces, mob, 0, j.stiffness, j.springref)
@@ -1821,7 +1809,7 @@ def _add_equalities(
                         if np.any(
                             rel[3:] != 0
                         ):  # user relative pose: body 2's anchor and orientation in body 1
-                            F1 = (_quat_to_rot(rel[3:] / np.linalg.norm(rel[3:])), rel[:3])
+                            F1 = (quat_to_rot(rel[3:] / np.linalg.norm(rel[3:])), rel[:3])
                             satisfied = False
                         else:  # the relative pose at qpos0 (MuJoCo's set0)
                             X_21 = _compose(_invert(X0[b1.id]), X0[b2.id])

@@ -180,15 +180,6 @@ def _select(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
-def _control_slots(model: Model) -> list[tuple[str, int]]:
-    """(force subsystem, number of actuators) holding the controls, in control order."""
-    out: list[tuple[str, int]] = []
-    for g in model.force_groups:
-        if hasattr(g.cls, "activation_rates"):
-            out.append((g.subsystem, len(g.elements)))
-    return out
-
-
 class _Controls(eqx.Module):
     """What drives the actuators during a run: a policy ``fn(t, state)`` or a sequence
     ``U`` (one row per fixed step)."""
@@ -787,7 +778,7 @@ def _controls_for(
 ) -> tuple[State, _Controls | None]:
     """``simulate``'s ``controls``: a held vector goes into the State; a sequence or a
     policy becomes the run's ``_Controls``."""
-    slots = tuple(_control_slots(model))
+    slots = tuple(system._control_subsystems())
     n = sum(k for _, k in slots)
     if callable(controls):
         if not n:
