@@ -258,6 +258,7 @@ IO = [
     "ScaleFit",
     "ScaleResult",
     "ScaleSetup",
+    "VisualGeometry",
     "fit_scale_factors",
     "load_mjcf",
     "load_osim",
@@ -281,7 +282,7 @@ IO = [
 ]
 
 
-VIZ = ["plot_coordinates", "plot_marker_errors"]
+VIZ = ["View", "geometry_poses", "plot_coordinates", "plot_marker_errors", "plot_pose", "plot_trajectory"]
 
 
 def _public(obj) -> list[str]:

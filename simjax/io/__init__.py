@@ -8,6 +8,7 @@ from ._loaded import Coordinate as Coordinate
 from ._loaded import LoadedModel as LoadedModel
 from ._loaded import Marker as Marker
 from ._loaded import ModelFileError as ModelFileError
+from ._loaded import VisualGeometry as VisualGeometry
 from ._mjcf import load_mjcf as load_mjcf
 from ._motion import CoordinateTable as CoordinateTable
 from ._motion import MarkerTable as MarkerTable

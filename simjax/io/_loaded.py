@@ -101,6 +101,57 @@ class Marker:
         return f"Marker({self.name!r}, body={self.body.name!r}, station={self.station.tolist()})"
 
 
+#: the shapes of :class:`VisualGeometry` and what ``size`` holds for each
+GEOMETRY_SHAPES = {
+    "box": "half-lengths along x, y, z",
+    "sphere": "radius",
+    "capsule": "radius, half-length of the cylinder part along z",
+    "cylinder": "radius, half-length along z",
+    "ellipsoid": "semi-axes along x, y, z",
+    "plane": "half-lengths along x, y (0: drawn as a finite floor)",
+    "mesh": "unused (the mesh file or vertices give the shape)",
+}
+
+
+@dataclass(eq=False)
+class VisualGeometry:
+    """A shape drawn fixed to a body: an MJCF ``<geom>``, a URDF ``<visual>`` or an OpenSim
+    ``attached_geometry``/``VisibleObject`` (for ``sj.viz``; no physics).
+
+    Attributes:
+        name: The element's name in the file (or ``<body>_geom<k>``).
+        body: The mobilized body it moves with (Ground for the scenery).
+        shape: One of :data:`GEOMETRY_SHAPES`; primitives are centred at ``p`` with their
+            axis (capsule, cylinder) along the frame's z.
+        size: See :data:`GEOMETRY_SHAPES`.
+        R, p: The shape's frame in the body frame (rotation 3x3, position).
+        mesh_file: The mesh file, resolved to a path when it was found (a ``package://``
+            URI or bare name that was not found stays as written).
+        scale: Per-axis scale of the mesh's vertices (applied first).
+        vertices, faces: A mesh given inline (MJCF ``<mesh vertex=...>``), in the shape's frame
+            before ``scale``.
+        rgba: Colour, components in [0, 1].
+        group: MJCF ``group`` (MuJoCo's viewer shows groups 0-2); 0 elsewhere.
+    """
+
+    name: str
+    body: MobilizedBody
+    shape: str
+    size: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    R: np.ndarray = field(default_factory=lambda: np.eye(3))
+    p: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    mesh_file: str = ""
+    scale: np.ndarray = field(default_factory=lambda: np.ones(3))
+    vertices: np.ndarray | None = None
+    faces: np.ndarray | None = None
+    rgba: tuple[float, float, float, float] = (0.7, 0.7, 0.7, 1.0)
+    group: int = 0
+
+    def __repr__(self) -> str:
+        what = self.mesh_file or self.shape
+        return f"VisualGeometry({self.name!r}, body={self.body.name!r}, {what})"
+
+
 @dataclass(eq=False)
 class LoadedModel:
     """A System read from a file, with handles by name and its default State.
@@ -120,6 +171,7 @@ class LoadedModel:
         actuators: Actuators (``Force.CoordinateActuator``) by name, in control order: the
             i-th control of ``set_controls`` drives the i-th.
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
+        geometry: :class:`VisualGeometry` of the bodies, for ``sj.viz`` (visual only).
         path: The file it came from.
     """
 
@@ -135,6 +187,7 @@ class LoadedModel:
     actuators: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    geometry: list[VisualGeometry] = field(default_factory=list)
     path: str = ""
     source: str = ""
     _assembled: State | None = field(default=None, repr=False)

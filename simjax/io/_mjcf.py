@@ -98,7 +98,7 @@ from .. import _spatial as sp
 from .. import build as sj
 from .._stage import Stage
 from ..build.bodies import MobilizedBody
-from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, add_coordinate_limits
+from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, quat_to_rot, read_mesh
 from ._urdf import align_axis
 from ._xml import parse_with_lines, read_model_source
@@ -810,16 +810,24 @@ class _Meshes:
         base = self.model_dir if d is None else os.path.join(self.model_dir, d)
         return os.path.normpath(os.path.join(base, file))
 
-    def get(self, name: str, geom: _El) -> MeshInertia:
-        if name in self.done:
-            return self.done[name]
+    def visual(self, name: str, geom: _El) -> dict[str, Any]:
+        """How a mesh geom is drawn: its file and scale, or (inline vertices, or a
+        ``refpos``/``refquat``) its vertices in the geom's frame."""
         if name not in self.elements:
             known = sorted(self.elements)[:8]
             raise _error(geom, f"mesh {name!r} is not defined in <asset>; defined: {known}")
         el, a = self.elements[name]
-        if "builtin" in a and a["builtin"] != "none":
-            raise _error(el, f"mesh {name!r}: builtin meshes are not read; give the body an <inertial>")
-        kind = _choice(el, a, "inertia", INERTIA_KINDS, "legacy")
+        scale = _floats(el, a, "scale", 3, (1.0, 1.0, 1.0))
+        refpos = _floats(el, a, "refpos", 3, (0.0, 0.0, 0.0))
+        refquat = _floats(el, a, "refquat", 4, (1.0, 0.0, 0.0, 0.0))
+        moved = np.any(refpos != 0) or np.any(refquat != np.array([1.0, 0.0, 0.0, 0.0]))
+        if "file" in a and not moved:
+            return {"mesh_file": self._file(el, a["file"]), "scale": scale}
+        vert, face = self._vertices(name, el, a)
+        v = (vert - refpos) @ quat_to_rot(refquat / np.linalg.norm(refquat))  # rows: R^T (v - refpos)
+        return {"mesh_file": a.get("file", ""), "vertices": v * scale, "faces": face}
+
+    def _vertices(self, name: str, el: _El, a: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         if "file" in a:
             path = self._file(el, a["file"])
             if not os.path.exists(path):
@@ -830,10 +838,10 @@ class _Meshes:
                     "or give the body an <inertial>)",
                 )
             try:
-                vert, face = read_mesh(path)
+                return read_mesh(path)
             except ModelFileError as e:
                 raise _error(el, f"mesh {name!r}: {e}") from None
-        elif "vertex" in a:
+        if "vertex" in a:
             vals = np.asarray([float(x) for x in a["vertex"].split()])
             if len(vals) % 3:
                 raise _error(el, f"mesh {name!r}: vertex data must be a multiple of 3")
@@ -841,9 +849,20 @@ class _Meshes:
             fv = [int(x) for x in a.get("face", "").split()]
             if len(fv) % 3:
                 raise _error(el, f"mesh {name!r}: face data must be a multiple of 3")
-            face = np.asarray(fv, dtype=np.int64).reshape(-1, 3)
-        else:
-            raise _error(el, f"mesh {name!r} has neither a file nor vertex data")
+            return vert, np.asarray(fv, dtype=np.int64).reshape(-1, 3)
+        raise _error(el, f"mesh {name!r} has neither a file nor vertex data")
+
+    def get(self, name: str, geom: _El) -> MeshInertia:
+        if name in self.done:
+            return self.done[name]
+        if name not in self.elements:
+            known = sorted(self.elements)[:8]
+            raise _error(geom, f"mesh {name!r} is not defined in <asset>; defined: {known}")
+        el, a = self.elements[name]
+        if "builtin" in a and a["builtin"] != "none":
+            raise _error(el, f"mesh {name!r}: builtin meshes are not read; give the body an <inertial>")
+        kind = _choice(el, a, "inertia", INERTIA_KINDS, "legacy")
+        vert, face = self._vertices(name, el, a)
         try:
             mi = mesh_inertia(
                 vert,
@@ -899,6 +918,110 @@ def _fit_to_mesh(gtype: str, mesh: MeshInertia, aabb: bool) -> tuple[np.ndarray,
     return size, center
 
 
+def _fromto(el: _El, own: dict[str, str], dflt: dict[str, str], gtype: str) -> tuple[np.ndarray, ...]:
+    """``(size, R, pos)`` of a geom placed by ``fromto`` (its z axis along the segment)."""
+    attrs = {**dflt, **own}
+    size = _geom_size(el, own, dflt)
+    if gtype not in ("capsule", "cylinder", "ellipsoid", "box"):
+        raise _error(el, f"fromto requires a capsule, cylinder, box or ellipsoid geom, not {gtype}")
+    pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
+    if np.any(pos != 0):
+        raise _error(el, "both pos and fromto defined in geom")
+    ft = _floats(el, attrs, "fromto", 6)
+    vec = ft[:3] - ft[3:]
+    half = float(np.linalg.norm(vec)) / 2
+    if half < _EPS:
+        raise _error(el, "fromto points too close in geom")
+    size = size.copy()
+    if gtype in ("ellipsoid", "box"):
+        size[2], size[1] = half, size[0]
+    else:
+        size[1] = half
+    return size, _z_to(vec), 0.5 * (ft[:3] + ft[3:])
+
+
+def _geom_visual(
+    el: _El,
+    own: dict[str, str],
+    dflt: dict[str, str],
+    X_frame: _Frame,
+    comp: _Compiler,
+    meshes: _Meshes,
+    materials: dict[str, tuple[float, ...]],
+    body: MobilizedBody,
+    name: str,
+) -> VisualGeometry | None:
+    """The geom as drawn (MuJoCo's geom frame before a mesh's recentring; sizes as MuJoCo's
+    ``geom_size``); None for height fields and SDFs (not drawn)."""
+    attrs = {**dflt, **own}
+    gtype = attrs.get("type", "sphere")
+    if gtype in ("hfield", "sdf"):
+        return None
+    if "rgba" in attrs:
+        rgba = tuple(_floats(el, attrs, "rgba", 4))
+    else:
+        rgba = materials.get(attrs.get("material", ""), (0.5, 0.5, 0.5, 1.0))
+    kw: dict[str, Any] = {
+        "name": own.get("name") or name,
+        "body": body,
+        "rgba": tuple(float(x) for x in rgba),
+    }
+    kw["group"] = int(_number(el, attrs, "group", 0.0))
+    R = _rotation(el, own, dflt, comp)
+    pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
+    if gtype == "mesh" or (attrs.get("mesh") and gtype not in _GEOM_SIZES):
+        if not attrs.get("mesh"):
+            raise _error(el, 'a mesh geom needs mesh="..." (the name of an <asset><mesh>)')
+        R, pos = _compose(X_frame, (R, pos))
+        return VisualGeometry(shape="mesh", R=R, p=pos, **kw, **meshes.visual(attrs["mesh"], el))
+    if attrs.get("mesh"):  # a primitive fitted to the mesh
+        mesh = meshes.get(attrs["mesh"], el)
+        size, center = _fit_to_mesh(gtype, mesh, comp.fitaabb)
+        size = size * _number(el, attrs, "fitscale", 1.0)
+        R, pos = _compose((R, pos), (mesh.R, mesh.pos + mesh.R @ center))
+    elif "fromto" in attrs:
+        size, R, pos = _fromto(el, own, dflt, gtype)
+    else:
+        size = _geom_size(el, own, dflt)
+    R, pos = _compose(X_frame, (R, pos))
+    return VisualGeometry(shape=gtype, size=np.asarray(size, dtype=float), R=R, p=pos, **kw)
+
+
+def _materials(root: _El, defaults: _Defaults) -> dict[str, tuple[float, ...]]:
+    """``<asset><material>`` colours by name."""
+    out: dict[str, tuple[float, ...]] = {}
+    for sec in root.children:
+        for el in sec.children if sec.tag == "asset" else ():
+            if el.tag == "material" and el.attrib.get("name"):
+                a = {**defaults.of(el, "material", el.attrib.get("class", "main")), **el.attrib}
+                out[a["name"]] = tuple(_floats(el, a, "rgba", 4, (1.0, 1.0, 1.0, 1.0)))
+    return out
+
+
+def _visuals(
+    bodies: list[_Body], by_id: list[MobilizedBody], comp: _Compiler, meshes: _Meshes, root: _El,
+    defaults: _Defaults, notes: list[str],
+) -> list[VisualGeometry]:  # fmt: skip
+    """Every geom of every body, in MuJoCo's geom order (height fields and SDFs left out)."""
+    materials = _materials(root, defaults)
+    out: list[VisualGeometry] = []
+    bad: list[str] = []
+    for b in bodies:
+        for k, (el, own, dflt, X_frame) in enumerate(b.geoms):
+            try:
+                g = _geom_visual(
+                    el, own, dflt, X_frame, comp, meshes, materials, by_id[b.id], f"{b.name}_geom{k}"
+                )
+            except ModelFileError as e:
+                bad.append(str(e))
+                continue
+            if g is not None:
+                out.append(g)
+    if bad:
+        notes.append(f"{len(bad)} geom(s) cannot be drawn (no physics is lost): {bad[0]}")
+    return out
+
+
 def _geom_mass(
     el: _El,
     own: dict[str, str],
@@ -927,11 +1050,13 @@ def _geom_mass(
             raise _error(el, f"a plane geom is only allowed in static bodies (body {body.name!r} moves)")
         R, pos = _compose(X_frame, (R, _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))))
         return 0.0, pos, R, np.zeros(3)
-    if gtype in ("sdf", "hfield") or (gtype == "mesh" and not attrs.get("mesh")) or (
-        attrs.get("mesh") and gtype not in ("mesh", "sphere", "capsule", "cylinder", "ellipsoid", "box")
+    if (
+        gtype in ("sdf", "hfield")
+        or (gtype == "mesh" and not attrs.get("mesh"))
+        or (attrs.get("mesh") and gtype not in ("mesh", "sphere", "capsule", "cylinder", "ellipsoid", "box"))
     ):
         if gtype == "mesh":
-            raise _error(el, "a mesh geom needs mesh=\"...\" (the name of an <asset><mesh>)")
+            raise _error(el, 'a mesh geom needs mesh="..." (the name of an <asset><mesh>)')
         if "mass" in attrs and _number(el, attrs, "mass", None) == 0.0:
             return None
         if static:
@@ -975,23 +1100,7 @@ def _geom_mass(
         size = size * _number(el, attrs, "fitscale", 1.0)
         R, pos = _compose((R, pos), (mesh.R, mesh.pos + mesh.R @ center))
     elif "fromto" in attrs:
-        size = _geom_size(el, own, dflt)
-        if gtype not in ("capsule", "cylinder", "ellipsoid", "box"):
-            raise _error(el, f"fromto requires a capsule, cylinder, box or ellipsoid geom, not {gtype}")
-        pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
-        if np.any(pos != 0):
-            raise _error(el, "both pos and fromto defined in geom")
-        ft = _floats(el, attrs, "fromto", 6)
-        vec = ft[:3] - ft[3:]
-        half = float(np.linalg.norm(vec)) / 2
-        if half < _EPS:
-            raise _error(el, "fromto points too close in geom")
-        size = size.copy()
-        if gtype in ("ellipsoid", "box"):
-            size[2], size[1] = half, size[0]
-        else:
-            size[1] = half
-        pos, R = 0.5 * (ft[:3] + ft[3:]), _z_to(vec)
+        size, R, pos = _fromto(el, own, dflt, gtype)
     else:
         size = _geom_size(el, own, dflt)
         pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
@@ -1324,6 +1433,7 @@ def load_mjcf(
         actuators=actuators,
         ignored=ignored,
         notes=notes,
+        geometry=_visuals(bodies, by_id, comp, meshes, root, defaults, notes),
         path=path,
         source="mjcf",
     )

@@ -39,7 +39,7 @@ from ..build.forces import Force
 from ..build.matter import SimbodyMatterSubsystem
 from ..build.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
-from ._loaded import Coordinate, LoadedModel, Marker, add_coordinate_limits
+from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._xml import XmlDoc, read_model_source
 
 FUNCTION_TAGS = (
@@ -157,6 +157,18 @@ def load_osim(
     if not os.path.isfile(name):  # given as text or a file object: keep it for scale_osim
         model._xml = data.decode("utf-8")
     return model
+
+
+def _find_file(name: str, dirs: list[str]) -> str:
+    """``name`` found in the first of ``dirs`` that has it (as OpenSim looks for geometry:
+    the model's folder, then its ``Geometry`` folder); as written when none has it."""
+    if not name or os.path.isabs(name):
+        return name
+    for d in dirs:
+        cand = os.path.normpath(os.path.join(d, name))
+        if os.path.isfile(cand):
+            return cand
+    return name
 
 
 class _OsimReader:
@@ -323,6 +335,107 @@ class _OsimReader:
             raise self.doc.error(fel, "PhysicalOffsetFrames refer to each other in a loop")
         body, X_B_parent = self._frame_on_body(parent or "", fel, (*seen, path))
         return body, X_B_parent @ X
+
+    # ------------------------------------------------------------------ geometry
+    def _visuals(self, bodies: dict[str, MobilizedBody]) -> list[VisualGeometry]:
+        """The bodies' and frames' ``attached_geometry`` (4.x) or ``VisibleObject`` (3.x)."""
+        doc = self.doc
+        model_dir = os.path.dirname(os.path.abspath(doc.path)) if os.path.isfile(doc.path) else os.getcwd()
+        dirs = [model_dir, os.path.join(model_dir, "Geometry"), os.path.join(model_dir, "..", "Geometry")]
+        out: list[VisualGeometry] = []
+        for path, (el, _, _) in self.frames.items():
+            if path == "/ground" and self.old:
+                continue
+            try:
+                body_name, X_B = self._frame_on_body(path, el)
+            except ModelFileError:
+                continue
+            body = bodies.get(body_name if body_name in bodies else self.ground_name)
+            if body is None:
+                continue
+            ag = el.find("attached_geometry")
+            for g in ag if ag is not None else ():
+                v = self._geometry(g, body, X_B, dirs)
+                if v is not None:
+                    out.append(v)
+            vo = el.find("VisibleObject")
+            if vo is not None:
+                out += self._visible_object(vo, body, X_B, dirs, path.split("/")[-1])
+        return out
+
+    def _appearance(self, g: ET.Element) -> tuple[float, float, float, float] | None:
+        """``(r, g, b, opacity)``; None when the geometry is hidden."""
+        doc = self.doc
+        app = g.find("Appearance")
+        if app is None:
+            return 1.0, 1.0, 1.0, 1.0
+        if (doc.text(app, "visible") or "true").strip().lower() == "false":
+            return None
+        r, gr, b = doc.floats(app, "color", 3, [1.0, 1.0, 1.0])
+        return float(r), float(gr), float(b), doc.float(app, "opacity", 1.0)
+
+    def _geometry(
+        self, g: ET.Element, body: MobilizedBody, X_B: _X, dirs: list[str]
+    ) -> VisualGeometry | None:
+        doc = self.doc
+        rgba = self._appearance(g)
+        if rgba is None:
+            return None
+        kw: dict[str, Any] = {"name": g.get("name") or g.tag, "body": body, "R": X_B.R, "p": X_B.p}
+        kw["rgba"] = rgba
+        kw["scale"] = doc.floats(g, "scale_factors", 3, [1.0, 1.0, 1.0])
+        if g.tag == "Mesh":
+            return VisualGeometry(
+                shape="mesh", mesh_file=_find_file(doc.text(g, "mesh_file") or "", dirs), **kw
+            )
+        if g.tag == "Sphere":
+            return VisualGeometry(shape="sphere", size=np.array([doc.float(g, "radius", 1.0), 0, 0]), **kw)
+        if g.tag == "Brick":
+            return VisualGeometry(shape="box", size=doc.floats(g, "half_lengths", 3, [0.1, 0.1, 0.1]), **kw)
+        if g.tag == "Ellipsoid":
+            return VisualGeometry(shape="ellipsoid", size=doc.floats(g, "radii", 3, [0.5, 0.5, 0.5]), **kw)
+        if g.tag == "Cylinder":  # OpenSim's cylinders lie along y; simjax's along z
+            kw["R"] = X_B.R @ rotation_body_xyz(np.array([-np.pi / 2, 0.0, 0.0]))
+            size = np.array([doc.float(g, "radius", 0.5), doc.float(g, "half_height", 0.5), 0.0])
+            return VisualGeometry(shape="cylinder", size=size, **kw)
+        return None  # FrameGeometry, Arrow, LineGeometry, Cone, Torus: decorations, not drawn
+
+    def _visible_object(
+        self, vo: ET.Element, body: MobilizedBody, X_B: _X, dirs: list[str], owner: str
+    ) -> list[VisualGeometry]:
+        """OpenSim 3.x display geometry: ``<geometry_files>`` and ``<GeometrySet>``."""
+        doc = self.doc
+
+        def placed(base: _X, el: ET.Element) -> _X:  # <transform>: rX rY rZ (body-fixed) tx ty tz
+            t = doc.floats(el, "transform", 6, [0.0] * 6)
+            return base @ _X(rotation_body_xyz(t[:3]), t[3:])
+
+        out = []
+        X_vo, scale = placed(X_B, vo), doc.floats(vo, "scale_factors", 3, [1.0, 1.0, 1.0])
+        for k, f in enumerate((doc.text(vo, "geometry_files") or "").split()):
+            out.append(
+                VisualGeometry(
+                    f"{owner}_geom{k}", body, "mesh", R=X_vo.R, p=X_vo.p, scale=scale,
+                    mesh_file=_find_file(f, dirs), rgba=(1.0, 1.0, 1.0, 1.0),
+                )
+            )  # fmt: skip
+        gs = vo.find("GeometrySet")
+        objs = gs.find("objects") if gs is not None else None
+        for dg in objs if objs is not None else ():
+            f = doc.text(dg, "geometry_file") or ""
+            if dg.tag != "DisplayGeometry" or not f or doc.float(dg, "display_preference", 4.0) == 0:
+                continue
+            X = placed(X_vo, dg)
+            r, g, b = doc.floats(dg, "color", 3, [1.0, 1.0, 1.0])
+            out.append(
+                VisualGeometry(
+                    f"{owner}_{os.path.splitext(f)[0]}", body, "mesh", R=X.R, p=X.p,
+                    scale=scale * doc.floats(dg, "scale_factors", 3, [1.0, 1.0, 1.0]),
+                    mesh_file=_find_file(f, dirs),
+                    rgba=(float(r), float(g), float(b), doc.float(dg, "opacity", 1.0)),
+                )
+            )  # fmt: skip
+        return out
 
     # ------------------------------------------------------------------ reading
     def _read_bodies(self) -> dict[str, sp.MassProperties]:
@@ -676,6 +789,7 @@ class _OsimReader:
             actuators=actuators,
             ignored=dict(sorted(self.ignored.items())),
             notes=self.notes,
+            geometry=self._visuals(bodies),
             path=doc.path,
             source="osim",
         )

@@ -48,7 +48,7 @@ import numpy as np
 from .. import _spatial as sp
 from .. import build as sj
 from ..build.bodies import MobilizedBody
-from ._loaded import Coordinate, LoadedModel, ModelFileError, add_coordinate_limits
+from ._loaded import Coordinate, LoadedModel, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._xml import parse_with_lines, read_model_source
 
 __all__ = ["load_urdf"]
@@ -540,6 +540,7 @@ def load_urdf(
         constraints=constraints,
         ignored=ignored,
         notes=notes,
+        geometry=_visuals(doc, robot, bodies, notes),
         path=path,
         source="urdf",
     )
@@ -552,6 +553,100 @@ def load_urdf(
             msg += " not modelled and ignored: " + ", ".join(loud)
         warnings.warn("; ".join([msg, *notes]), stacklevel=2)
     return model
+
+
+def resolve_mesh_path(filename: str, model_dir: str, package_dirs: Sequence[str] = ()) -> str:
+    """The file a URDF mesh ``filename`` names: ``package://pkg/rest`` is looked for in
+    ``package_dirs``, ``ROS_PACKAGE_PATH`` and the model's folder and its ancestors (a
+    folder named ``pkg``, or one holding ``pkg``), ``file://`` is a path, anything else is
+    relative to the model's folder. Returns ``filename`` unchanged when nothing is found."""
+    if filename.startswith("file://"):
+        return filename[len("file://") :]
+    if not filename.startswith("package://"):
+        return os.path.normpath(os.path.join(model_dir, filename))
+    pkg, _, rest = filename[len("package://") :].partition("/")
+    roots = [*package_dirs, *filter(None, os.environ.get("ROS_PACKAGE_PATH", "").split(os.pathsep))]
+    d = os.path.abspath(model_dir)
+    while True:
+        roots.append(d)
+        up = os.path.dirname(d)
+        if up == d:
+            break
+        d = up
+    for r in roots:
+        for cand in (os.path.join(r, pkg, rest), os.path.join(r, rest) if os.path.basename(r) == pkg else ""):
+            if cand and os.path.exists(cand):
+                return os.path.normpath(cand)
+    return filename
+
+
+def _visuals(
+    doc: _Doc, robot: _Element, bodies: dict[str, MobilizedBody], notes: list[str]
+) -> list[VisualGeometry]:
+    """The links' ``<visual>`` shapes (URDF sizes are full lengths; a cylinder's axis is z)."""
+    colors: dict[str, tuple[float, ...]] = {}
+    for m in robot.children:
+        c = m.find("color") if m.tag == "material" else None
+        if c is not None and m.get("name"):
+            colors[m.get("name") or ""] = tuple(doc.floats(c, "rgba", 4, (0.7, 0.7, 0.7, 1.0)))
+    model_dir = os.path.dirname(os.path.abspath(doc.path)) if os.path.exists(doc.path) else os.getcwd()
+    out: list[VisualGeometry] = []
+    bad: list[str] = []
+    for link in robot.children:
+        if link.tag != "link" or link.get("name") not in bodies:
+            continue
+        body = bodies[link.get("name") or ""]
+        for k, vis in enumerate(c for c in link.children if c.tag == "visual"):
+            try:
+                g = _visual(doc, vis, body, f"{body.name}_visual{k}", colors, model_dir)
+            except ModelFileError as e:
+                bad.append(str(e))
+                continue
+            if g is not None:
+                out.append(g)
+    if bad:
+        notes.append(f"{len(bad)} <visual> element(s) not drawn (no physics is lost): {bad[0]}")
+    return out
+
+
+def _visual(
+    doc: _Doc,
+    vis: _Element,
+    body: MobilizedBody,
+    default_name: str,
+    colors: dict[str, tuple[float, ...]],
+    model_dir: str,
+) -> VisualGeometry | None:
+    R, p = doc.origin(vis)
+    geo = vis.find("geometry")
+    shape_el = None if geo is None else next(iter(geo.children), None)
+    if shape_el is None:
+        raise doc.error(vis, "a <visual> needs a <geometry> with a box, cylinder, sphere or mesh")
+    rgba: tuple[float, ...] = (0.7, 0.7, 0.7, 1.0)
+    mat = vis.find("material")
+    if mat is not None:
+        c = mat.find("color")
+        named = colors.get(mat.get("name") or "", rgba)
+        rgba = tuple(doc.floats(c, "rgba", 4, None)) if c is not None else named
+    kw: dict[str, Any] = {"name": vis.get("name") or default_name, "body": body, "R": R, "p": p}
+    kw["rgba"] = tuple(float(x) for x in rgba)
+    tag = shape_el.tag
+    if tag == "box":
+        return VisualGeometry(shape="box", size=doc.floats(shape_el, "size", 3, None) / 2, **kw)
+    if tag == "sphere":
+        radius = doc.number(shape_el, "radius", None)
+        return VisualGeometry(shape="sphere", size=np.array([radius, 0.0, 0.0]), **kw)
+    if tag in ("cylinder", "capsule"):
+        r, length = doc.number(shape_el, "radius", None), doc.number(shape_el, "length", None)
+        return VisualGeometry(shape=tag, size=np.array([r, length / 2, 0.0]), **kw)
+    if tag == "mesh":
+        fname = shape_el.get("filename")
+        if not fname:
+            raise doc.error(shape_el, '<mesh> needs filename="..."')
+        scale = doc.floats(shape_el, "scale", 3, (1.0, 1.0, 1.0))
+        path = resolve_mesh_path(fname, model_dir)
+        return VisualGeometry(shape="mesh", mesh_file=path, scale=scale, **kw)
+    raise doc.error(shape_el, f"unknown visual geometry <{tag}> (box, cylinder, sphere, capsule or mesh)")
 
 
 def _refuse_xacro(doc: _Doc, robot: _Element) -> None:

@@ -1,4 +1,12 @@
-"""Static figures (matplotlib, headless-safe) of inverse-kinematics results.
+"""Seeing models, motions and IK fits: a live 3D view and static figures.
+
+``View(model)`` serves a 3D scene on localhost (viser; ``pip install 'simjax[viz]'``):
+``show(state)``, ``animate(trajectory_or_states)`` with a time slider, and
+``compare_markers(states, trc)`` with each model marker coloured by its error.
+``plot_pose(state, model)`` draws a pose as a static matplotlib figure (headless, in CI),
+``plot_trajectory(traj, model)`` coordinates, energy and constraint error over time.
+
+The IK figures:
 
 ``plot_marker_errors(table)`` draws each marker's error over time from
 ``sj.io.marker_error_table(..., per_marker=True)`` (OpenSim's ``_ik_marker_errors.sto``
@@ -11,3 +19,7 @@ Both return the matplotlib ``Figure``; matplotlib is imported only when they are
 
 from ._figures import plot_coordinates as plot_coordinates
 from ._figures import plot_marker_errors as plot_marker_errors
+from ._figures import plot_pose as plot_pose
+from ._figures import plot_trajectory as plot_trajectory
+from ._scene import geometry_poses as geometry_poses
+from ._view import View as View

@@ -6,9 +6,23 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from .._stage import Stage
 from ..io._motion import CoordinateTable
+from ..studies.simulate import Trajectory
+from ._scene import (
+    MARKER_RGB,
+    OBSERVED_RGB,
+    Drawable,
+    body_poses,
+    check_state,
+    make_scene,
+    marker_locations,
+    system_of,
+)
 
 _SUMMARY = ("total_squared_error", "marker_error_RMS", "marker_error_max")
 
@@ -136,5 +150,201 @@ def plot_coordinates(
         axes[0][0].legend(fontsize="x-small")
     for ax in axes[-1]:
         ax.set_xlabel("time (s)")
+    fig.tight_layout()
+    return fig
+
+
+def _surface_points(d: Drawable, n: int = 200) -> np.ndarray:
+    """Points on a drawable's surface in its body frame (for a light scatter)."""
+    if d.shape == "mesh" and d.vertices is not None:
+        v = d.vertices
+        if len(v) > n:
+            v = v[np.linspace(0, len(v) - 1, n).astype(int)]
+    else:
+        u = np.random.default_rng(0).normal(size=(min(n, 60), 3))
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        s = np.asarray(d.size, dtype=float)
+        if d.shape in ("sphere",):
+            v = s[0] * u
+        elif d.shape in ("ellipsoid", "box"):
+            v = s[:3] * (u if d.shape == "ellipsoid" else np.sign(u) * np.abs(u) ** 0.2)
+        elif d.shape in ("capsule", "cylinder"):
+            v = np.column_stack(
+                [s[0] * u[:, 0], s[0] * u[:, 1], s[1] * np.sign(u[:, 2]) * np.abs(u[:, 2]) ** 0.3]
+            )
+        else:
+            return np.zeros((0, 3))
+    return np.asarray(d.p) + v @ np.asarray(d.R).T
+
+
+def plot_pose(
+    state: Any,
+    model: Any,
+    *,
+    ax: Any = None,
+    observed: Any = None,
+    geometry: bool = True,
+    markers: Any = True,
+    title: str | None = None,
+) -> Any:
+    """A pose as a static 3D figure (matplotlib; works headless): the skeleton (a line from
+    each body to each child joint and on to the child; none from Ground to a floating base),
+    the model's geometry as a light
+    point cloud, the markers (magenta) and, optionally, observed markers (blue crosses).
+
+    Args:
+        state: One State of ``model``.
+        model: The ``LoadedModel`` or ``MultibodySystem`` the State belongs to.
+        ax: A matplotlib 3D Axes (``projection="3d"``) to draw into (default: a new figure).
+        observed: Observed marker locations ``(n_markers, 3)`` in metres, in the order of
+            the markers drawn (NaN where missing).
+        geometry: Draw the geometry's points.
+        markers: ``True``: the model's markers; ``False``: none; or an ``sj.Markers`` goal
+            (for a System built by hand), whose markers are drawn.
+        title: The axes' title.
+
+    Returns:
+        The matplotlib Figure. The model's up axis is drawn up (z for MJCF and URDF, y for
+        OpenSim and hand-built models); axis labels name the model's axes.
+    """
+    scene = make_scene(model, markers=markers)
+    st = check_state(scene.system, state, "plot_pose")
+    if st.q.ndim != 1:
+        raise ValueError(
+            f"plot_pose draws one State; got a batch (q {tuple(st.q.shape)}): pick one, e.g. states[k]"
+        )
+    R, p = body_poses(scene.system, st)
+    perm = [0, 1, 2] if scene.up.endswith("z") else [2, 0, 1]  # a cyclic permutation keeps handedness
+    labels = ["x", "y", "z"]
+    plt = _pyplot()
+    if ax is None:
+        fig = plt.figure(figsize=(5, 5))
+        ax = fig.add_subplot(projection="3d")
+    else:
+        fig = ax.figure
+
+    def P(x: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(x).reshape(-1, 3)
+        return [x[:, perm[0]], x[:, perm[1]], x[:, perm[2]]]
+
+    pts = [p]
+    drawn = 0
+    for c in range(1, len(scene.body_names)):
+        par = scene.parents[c]
+        if scene.floating[c]:  # a floating base: no bone from Ground
+            continue
+        joint = p[par] + R[par] @ scene.joint_points[c]
+        seg = np.array([p[par], joint, p[c]])
+        ax.plot(*P(seg), color="0.25", lw=2, marker="o", ms=2.5, label=None if drawn else "skeleton")
+        drawn += 1
+        pts.append(seg)
+    if geometry:
+        for d in scene.drawables:
+            if d.standin:
+                continue
+            v = _surface_points(d)
+            if len(v):
+                g = p[d.body] + v @ R[d.body].T
+                rgb = np.minimum(np.asarray(d.rgba[:3]), 0.6)  # white bones stay visible on white
+                ax.scatter(*P(g), s=1, color=rgb, alpha=0.35, depthshade=False)
+    if scene.markers:
+        mk = marker_locations(scene, R, p)
+        ax.scatter(*P(mk), s=14, color=np.array(MARKER_RGB) / 255, label="model markers", depthshade=False)
+        pts.append(mk)
+    if observed is not None:
+        obs = np.asarray(observed, dtype=float)
+        if obs.shape != (len(scene.markers), 3):
+            raise ValueError(
+                f"plot_pose: observed must be ({len(scene.markers)}, 3) (the model's markers, metres), "
+                f"got {obs.shape}"
+            )
+        ax.scatter(*P(obs), s=18, marker="x", color=np.array(OBSERVED_RGB) / 255, label="observed")
+    allp = np.concatenate([x.reshape(-1, 3) for x in pts])
+    lo, hi = np.nanmin(allp, axis=0), np.nanmax(allp, axis=0)
+    c, r = (lo + hi) / 2, max(float(np.max(hi - lo)) / 2, 1e-3) * 1.1
+    for i, (setter, lab) in enumerate(
+        ((ax.set_xlim, ax.set_xlabel), (ax.set_ylim, ax.set_ylabel), (ax.set_zlim, ax.set_zlabel))
+    ):
+        setter(c[perm[i]] - r, c[perm[i]] + r)
+        lab(f"{labels[perm[i]]} (m)")
+    ax.set_box_aspect((1, 1, 1))
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize="x-small", loc="upper left")
+    return fig
+
+
+def plot_trajectory(
+    traj: Any,
+    model: Any,
+    *,
+    coordinates: Sequence[str] | None = None,
+    energy: bool = True,
+    constraint_error: bool = True,
+) -> Any:
+    """A simulation over time: chosen coordinates (degrees for rotational ones), the total
+    energy's change from its start, and the position-constraint error (RMS), one panel each.
+
+    Args:
+        traj: A ``Trajectory`` from ``sj.simulate``.
+        model: The ``LoadedModel`` or ``MultibodySystem`` it came from.
+        coordinates: Coordinate names (a ``LoadedModel``; default: up to six) or, for a
+            System, q indices as strings or ints (default: the first six q's).
+        energy: Draw ``E(t) - E(0)`` (kinetic + potential, ``system.calc_energy``).
+        constraint_error: Draw the RMS position-constraint error (if the model has constraints).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    system, loaded = system_of(model)
+    if not isinstance(traj, Trajectory):
+        raise TypeError(f"plot_trajectory needs a Trajectory from sj.simulate, got {type(traj).__name__}")
+    check_state(system, traj.final_state, "plot_trajectory")
+    t, q = np.asarray(traj.t), np.asarray(traj.q)
+    series: list[tuple[str, np.ndarray]] = []
+    if loaded is not None:
+        names = list(coordinates) if coordinates is not None else list(loaded.coordinates)[:6]
+        for n in names:
+            c = loaded.coordinate(n)
+            v = q[:, c.q_index(traj.final_state)]
+            series.append(
+                (
+                    f"{n} (deg)" if c.motion_type == "rotational" else f"{n} (m)",
+                    np.rad2deg(v) if c.motion_type == "rotational" else v,
+                )
+            )
+    else:
+        idx = [int(i) for i in coordinates] if coordinates is not None else list(range(min(6, q.shape[1])))
+        bad = [i for i in idx if not 0 <= i < q.shape[1]]
+        if bad:
+            raise ValueError(f"plot_trajectory: q indices {bad} out of range (nq = {q.shape[1]})")
+        series += [(f"q[{i}]", q[:, i]) for i in idx]
+    states = jax.vmap(lambda qq, uu: traj.final_state.with_q(qq).with_u(uu))(
+        jnp.asarray(traj.q), jnp.asarray(traj.u)
+    )
+    if energy:
+        e = np.asarray(
+            jax.jit(jax.vmap(lambda s: system.calc_energy(system.realize(s, Stage.VELOCITY))))(states)
+        )
+        series.append(("energy change (J)", e - e[0]))
+    if constraint_error and system.get_matter_subsystem().get_num_constraints():
+        err = np.asarray(
+            jax.jit(
+                jax.vmap(
+                    lambda s: jnp.sqrt(jnp.mean(system.realize(s, Stage.POSITION).position_cache.qerr ** 2))
+                )
+            )(states)
+        )
+        series.append(("constraint error (RMS)", err))
+    if not series:
+        raise ValueError(
+            "plot_trajectory: nothing to draw (no coordinates, energy=False, constraint_error=False)"
+        )
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(series), 1, figsize=(7, 1.9 * len(series)), sharex=True, squeeze=False)
+    for ax, (label, v) in zip(axes[:, 0], series, strict=True):
+        ax.plot(t, v, lw=1.2)
+        ax.set_ylabel(label, fontsize="small")
+    axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
     return fig

