@@ -473,3 +473,28 @@ def test_view_batches_side_by_side_and_markers_of_a_goal():
             view.animate(trajs, observed=np.zeros((3, 5, 1, 3)))
     with pytest.raises(ValueError, match="copies must be"):
         sj.viz.View(system, copies=0)
+
+
+def test_view_highlights_engaged_limits():
+    """A rod falling onto its lower limit: the red ball on its joint shows in the frames where
+    the limit is engaged (the Trajectory's discrete E), and not before."""
+    pytest.importorskip("viser")
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0.5, 0, 0], sj.Inertia(1e-3, 0.26, 0.26)))
+    rod = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), body, sj.Transform())
+    sj.Force.UniformGravity(forces, matter, [0, -9.81, 0])
+    sj.Constraint.CoordinateLimit(rod, 0, lower=-0.5, upper=1.0)
+    state = system.realize_topology().with_q(jnp.array([0.3]))
+    traj = sj.simulate(system, state, 1.0, integrator="euler", dt=1e-3, save_at=21)
+    E = np.asarray(traj.discrete["matter"]["limit_engaged"]).reshape(-1)
+    assert E[0] == 0 and E[-1] == 1  # free at first, resting on its lower bound at the end
+    with sj.viz.View(system) as view:
+        ball = view._nodes["/copy0/b1_body1/limit0"]
+        view.animate(traj, play=False)
+        for k in (0, len(E) - 1):
+            view.frame(k)
+            assert ball.visible == bool(E[k])
+        view.show(jax.tree_util.tree_map(lambda x: x[-1], traj.states))
+        assert ball.visible

@@ -27,6 +27,7 @@ _FLOATING = {"Free", "Planar", "Translation", "FreeLine", "Bushing", "FunctionBa
 STANDIN_RGB = (150, 170, 200)
 MARKER_RGB = (230, 60, 200)
 OBSERVED_RGB = (40, 120, 255)
+LIMIT_RGB = (230, 30, 30)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Scene:
     extent: float = 1.0
     center: np.ndarray = field(default_factory=lambda: np.zeros(3))
     floating: list[bool] = field(default_factory=list)  # moves freely relative to Ground (no bone)
+    outboard_points: list[np.ndarray] = field(default_factory=list)  # each body's own joint, in its frame
     lo: np.ndarray = field(default_factory=lambda: np.zeros(3))  # the default pose's lowest corner
     hi: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
@@ -135,6 +137,7 @@ def make_scene(
     names = [m.name for m in mobods]
     parents = [-1] + [m.get_parent_mobilized_body().index for m in mobods[1:]]
     joint_points = [np.zeros(3)] + [np.asarray(m.get_inboard_frame(state).p, dtype=float) for m in mobods[1:]]
+    outboard = [np.zeros(3)] + [np.asarray(m.get_outboard_frame(state).p, dtype=float) for m in mobods[1:]]
     geometry = loaded.geometry if loaded is not None else []
     drawables: list[Drawable] = []
     broken: set[int] = set()
@@ -161,15 +164,16 @@ def make_scene(
         want = set(range(1, nb)) if standins else set()
     radius = 0.025 * extent
     for b in sorted(want):
-        own = np.asarray(mobods[b].get_outboard_frame(state).p, dtype=float)
-        drawables += _standins(b, parents, joint_points, own, radius, names[b])
+        drawables += _standins(b, parents, joint_points, outboard[b], radius, names[b])
     marks = scene_markers(loaded, markers)
     up = "+z" if loaded is not None and loaded.source in ("mjcf", "urdf") else "+y"
     floating = [False] + [
         parents[b] == 0 and type(mobods[b].mobilizer).__name__ in _FLOATING for b in range(1, nb)
     ]
     lo, hi = pts.min(axis=0), pts.max(axis=0)
-    return Scene(system, names, parents, joint_points, drawables, marks, up, extent, center, floating, lo, hi)
+    return Scene(
+        system, names, parents, joint_points, drawables, marks, up, extent, center, floating, outboard, lo, hi
+    )
 
 
 def scene_markers(loaded: LoadedModel | None, markers: Any) -> list[tuple[str, int, np.ndarray]]:
@@ -278,6 +282,25 @@ def states_of(system: MultibodySystem, what: Any, name: str) -> tuple[State, np.
     if np.all(t == t[0]):
         t = np.arange(T, dtype=float)
     return states, t
+
+
+def limit_engagement(system: MultibodySystem, states: State) -> np.ndarray:
+    """Each coordinate limit's engagement (``+1`` on its lower bound, ``-1`` its upper, 0
+    free; ArtiSynth's E) in a State or a batch of them: ``(..., n_limits)``."""
+    matter = system.get_matter_subsystem()
+    limits = [matter.get_limit(i) for i in range(matter.get_num_limits())]
+    batch = tuple(states.q.shape[:-1])
+    if not limits:
+        return np.zeros((*batch, 0))
+
+    def one(s: State) -> jax.Array:
+        return jnp.stack([jnp.asarray(lim.is_engaged(s), dtype=float) for lim in limits])
+
+    if not batch:
+        return np.asarray(one(states))
+    n = int(np.prod(batch))
+    flat = jax.tree.map(lambda x: jnp.reshape(x, (n, *jnp.shape(x)[len(batch) :])), states)
+    return np.asarray(jax.vmap(one)(flat)).reshape((*batch, len(limits)))
 
 
 def geometry_poses(model: LoadedModel, state: State) -> tuple[np.ndarray, np.ndarray]:

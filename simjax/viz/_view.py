@@ -11,12 +11,14 @@ import numpy as np
 
 from ..io._motion import MarkerTable
 from ._scene import (
+    LIMIT_RGB,
     MARKER_RGB,
     OBSERVED_RGB,
     Drawable,
     Scene,
     body_poses,
     check_state,
+    limit_engagement,
     make_scene,
     marker_locations,
     states_of,
@@ -64,7 +66,8 @@ class View:
     ``View(model)`` draws every body with the model file's geometry (MJCF geoms, URDF visual
     meshes, OpenSim attached geometry; stand-ins where a mesh file is missing, and for models
     with no geometry: a ball at each body and a capsule along each bone), the markers as
-    spheres, and optionally each body's frame as axes. With ``copies=N`` it draws N members
+    spheres, optionally each body's frame as axes, and a red ball on each joint while its
+    coordinate limit (``sj.Constraint.CoordinateLimit``) is engaged. With ``copies=N`` it draws N members
     of a batch side by side (or overlaid with ``spacing=0``).
 
     Args:
@@ -123,6 +126,8 @@ class View:
         self._playing = threading.Event()
         self._anim: dict[str, Any] = {}
         api = self.server.scene
+        matter = sc.system.get_matter_subsystem()
+        self._limits = [matter.get_limit(i) for i in range(matter.get_num_limits())]
         width = 3 * ext + gap * (copies - 1)
         grid_center = sc.center + self._offsets[-1] / 2
         # the floor: Ground's origin, or below it when the model hangs lower (a pendulum)
@@ -147,6 +152,16 @@ class View:
             for k, d in enumerate(sc.drawables):
                 if d.body != 0:
                     self._add_drawable(f"{self._body_path(c, d.body)}/g{k}", d, opacity)
+            for i, lim in enumerate(self._limits):  # a red ball on the joint while its limit holds
+                b = lim.get_mobilized_body().index
+                path = f"{self._body_path(c, b)}/limit{i}"
+                self._nodes[path] = api.add_icosphere(
+                    path,
+                    radius=0.03 * ext,
+                    color=LIMIT_RGB,
+                    position=tuple(sc.outboard_points[b]),
+                    visible=False,
+                )
             for name, _, _ in sc.markers if markers is not False else ():
                 path = f"{root}/markers/{_safe(name)}"
                 self._nodes[path] = api.add_icosphere(
@@ -236,6 +251,12 @@ class View:
                 if h is not None:
                     h.position = x
 
+    def _set_limits(self, c: int, engaged: np.ndarray) -> None:
+        for i, e in enumerate(engaged):
+            self._nodes[
+                f"{self._body_path(c, self._limits[i].get_mobilized_body().index)}/limit{i}"
+            ].visible = bool(e)
+
     def _members(self, n: int, what: str) -> int:
         if n > 1 and self.copies == 1:
             raise ValueError(
@@ -266,8 +287,10 @@ class View:
                     f"View.show: observed markers must be {want[1:] if state.q.ndim == 1 else want} (the "
                     f"view's {want[1]} markers, in metres), got {np.shape(observed)}"
                 )
+        engaged = limit_engagement(self._system, state).reshape(R.shape[0], -1)
         for c in range(n):
             self._set_pose(c, R[c], p[c])
+            self._set_limits(c, engaged[c])
             if obs is not None:
                 self._show_observed(c, obs[c], marker_locations(self.scene, R[c], p[c]))
         return self
@@ -308,8 +331,9 @@ class View:
         """
         states, t = states_of(self._system, motion, "View.animate")
         R, p = body_poses(self._system, states)
+        engaged = limit_engagement(self._system, states)
         if states.q.ndim == 2:
-            R, p = R[None], p[None]
+            R, p, engaged = R[None], p[None], engaged[None]
         n = self._members(R.shape[0], "View.animate")
         obs = None
         if observed is not None:
@@ -338,7 +362,7 @@ class View:
                 self._start() if self._anim["play"].value else self._stop()
 
         self._anim["slider"].max = max(1, len(t) - 1)
-        self._anim.update(R=R[:n], p=p[:n], t=t, obs=None if obs is None else obs[:n])
+        self._anim.update(R=R[:n], p=p[:n], t=t, obs=None if obs is None else obs[:n], engaged=engaged[:n])
         dt = float(np.median(np.diff(t))) if len(t) > 1 and np.all(np.diff(t) > 0) else 1 / 30
         self._anim["period"] = 1.0 / fps if fps else min(max(dt, 1 / 60), 0.5)
         self.frame(0)
@@ -376,6 +400,7 @@ class View:
             for c in range(a["R"].shape[0]):
                 R, p = a["R"][c, k], a["p"][c, k]
                 self._set_pose(c, R, p)
+                self._set_limits(c, a["engaged"][c, k])
                 if a.get("obs") is not None:
                     self._show_observed(c, a["obs"][c, k], marker_locations(self.scene, R, p))
             a["time"].value = float(a["t"][k])
