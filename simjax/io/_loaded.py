@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -150,6 +150,26 @@ class VisualGeometry:
     def __repr__(self) -> str:
         what = self.mesh_file or self.shape
         return f"VisualGeometry({self.name!r}, body={self.body.name!r}, {what})"
+
+
+def collect_visuals(
+    makers: Iterable[Callable[[], VisualGeometry | None]], notes: list[str], what: str
+) -> list[VisualGeometry]:
+    """The shapes the ``makers`` read; one that fails (a :class:`ModelFileError`) is left
+    out and counted in a note (no physics is lost), the first failure quoted."""
+    out: list[VisualGeometry] = []
+    bad: list[str] = []
+    for make in makers:
+        try:
+            g = make()
+        except ModelFileError as e:
+            bad.append(str(e))
+            continue
+        if g is not None:
+            out.append(g)
+    if bad:
+        notes.append(f"{len(bad)} {what} not drawn (no physics is lost): {bad[0]}")
+    return out
 
 
 @dataclass(eq=False)

@@ -90,6 +90,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -98,7 +99,15 @@ from .. import _spatial as sp
 from .. import build as sj
 from .._stage import Stage
 from ..build.bodies import MobilizedBody
-from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
+from ._loaded import (
+    Coordinate,
+    LoadedModel,
+    Marker,
+    ModelFileError,
+    VisualGeometry,
+    add_coordinate_limits,
+    collect_visuals,
+)
 from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, quat_to_rot, read_mesh
 from ._urdf import align_axis
 from ._xml import parse_with_lines, read_model_source
@@ -1004,22 +1013,14 @@ def _visuals(
 ) -> list[VisualGeometry]:  # fmt: skip
     """Every geom of every body, in MuJoCo's geom order (height fields and SDFs left out)."""
     materials = _materials(root, defaults)
-    out: list[VisualGeometry] = []
-    bad: list[str] = []
-    for b in bodies:
-        for k, (el, own, dflt, X_frame) in enumerate(b.geoms):
-            try:
-                g = _geom_visual(
-                    el, own, dflt, X_frame, comp, meshes, materials, by_id[b.id], f"{b.name}_geom{k}"
-                )
-            except ModelFileError as e:
-                bad.append(str(e))
-                continue
-            if g is not None:
-                out.append(g)
-    if bad:
-        notes.append(f"{len(bad)} geom(s) cannot be drawn (no physics is lost): {bad[0]}")
-    return out
+    makers = (
+        partial(
+            _geom_visual, el, own, dflt, X_frame, comp, meshes, materials, by_id[b.id], f"{b.name}_geom{k}"
+        )
+        for b in bodies
+        for k, (el, own, dflt, X_frame) in enumerate(b.geoms)
+    )
+    return collect_visuals(makers, notes, "geom(s)")
 
 
 def _geom_mass(

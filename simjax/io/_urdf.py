@@ -41,6 +41,7 @@ import math
 import os
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,14 @@ import numpy as np
 from .. import _spatial as sp
 from .. import build as sj
 from ..build.bodies import MobilizedBody
-from ._loaded import Coordinate, LoadedModel, ModelFileError, VisualGeometry, add_coordinate_limits
+from ._loaded import (
+    Coordinate,
+    LoadedModel,
+    ModelFileError,
+    VisualGeometry,
+    add_coordinate_limits,
+    collect_visuals,
+)
 from ._xml import parse_with_lines, read_model_source
 
 __all__ = ["load_urdf"]
@@ -590,23 +598,17 @@ def _visuals(
         if c is not None and m.get("name"):
             colors[m.get("name") or ""] = tuple(doc.floats(c, "rgba", 4, (0.7, 0.7, 0.7, 1.0)))
     model_dir = os.path.dirname(os.path.abspath(doc.path)) if os.path.exists(doc.path) else os.getcwd()
-    out: list[VisualGeometry] = []
-    bad: list[str] = []
-    for link in robot.children:
-        if link.tag != "link" or link.get("name") not in bodies:
-            continue
-        body = bodies[link.get("name") or ""]
-        for k, vis in enumerate(c for c in link.children if c.tag == "visual"):
-            try:
-                g = _visual(doc, vis, body, f"{body.name}_visual{k}", colors, model_dir)
-            except ModelFileError as e:
-                bad.append(str(e))
-                continue
-            if g is not None:
-                out.append(g)
-    if bad:
-        notes.append(f"{len(bad)} <visual> element(s) not drawn (no physics is lost): {bad[0]}")
-    return out
+    links = [
+        (el, bodies[el.get("name") or ""])
+        for el in robot.children
+        if el.tag == "link" and el.get("name") in bodies
+    ]
+    makers = (
+        partial(_visual, doc, vis, body, f"{body.name}_visual{k}", colors, model_dir)
+        for el, body in links
+        for k, vis in enumerate(c for c in el.children if c.tag == "visual")
+    )
+    return collect_visuals(makers, notes, "<visual> element(s)")
 
 
 def _visual(

@@ -15,6 +15,7 @@ import numpy as np
 from .._stage import Stage
 from ..build.system import MultibodySystem
 from ..io._loaded import LoadedModel, VisualGeometry
+from ..io._urdf import align_axis
 from ..model.state import State
 from ..studies.conditions import Markers
 from ..studies.simulate import Trajectory
@@ -219,18 +220,18 @@ def _standins(
         if length >= 2 * radius:
             size = np.array([radius, length / 2, 0.0])
             out.append(
-                Drawable(b, f"{name}/bone_{label}", "capsule", size, _z_to(v), v / 2, rgba, standin=True)
+                Drawable(
+                    b,
+                    f"{name}/bone_{label}",
+                    "capsule",
+                    size,
+                    align_axis(np.array([0.0, 0.0, 1.0]), v / length),
+                    v / 2,
+                    rgba,
+                    standin=True,
+                )
             )
     return out
-
-
-def _z_to(v: np.ndarray) -> np.ndarray:
-    """A rotation taking z to the direction of ``v``."""
-    z = v / np.linalg.norm(v)
-    a = np.array([1.0, 0.0, 0.0]) if abs(z[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
-    x = np.cross(a, z)
-    x /= np.linalg.norm(x)
-    return np.stack([x, np.cross(z, x), z], axis=1)
 
 
 _POSES: weakref.WeakKeyDictionary[MultibodySystem, Any] = weakref.WeakKeyDictionary()

@@ -7,8 +7,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from .. import _spatial as sp
 from ..io._motion import MarkerTable
 from ._scene import (
     LIMIT_RGB,
@@ -33,18 +36,13 @@ def _viser() -> Any:
     return viser
 
 
+_ROT_TO_QUAT = jax.jit(jax.vmap(sp.rot_to_quat))
+
+
 def _wxyz(R: np.ndarray) -> np.ndarray:
-    """Unit quaternion (w, x, y, z) of rotation matrices ``(..., 3, 3)``."""
+    """Unit quaternions (w, x, y, z) of rotation matrices ``(..., 3, 3)``."""
     R = np.asarray(R, dtype=float)
-    w = np.sqrt(np.maximum(0.0, 1.0 + R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2])) / 2
-    x = np.sqrt(np.maximum(0.0, 1.0 + R[..., 0, 0] - R[..., 1, 1] - R[..., 2, 2])) / 2
-    y = np.sqrt(np.maximum(0.0, 1.0 - R[..., 0, 0] + R[..., 1, 1] - R[..., 2, 2])) / 2
-    z = np.sqrt(np.maximum(0.0, 1.0 - R[..., 0, 0] - R[..., 1, 1] + R[..., 2, 2])) / 2
-    x = np.copysign(x, R[..., 2, 1] - R[..., 1, 2])
-    y = np.copysign(y, R[..., 0, 2] - R[..., 2, 0])
-    z = np.copysign(z, R[..., 1, 0] - R[..., 0, 1])
-    q = np.stack([w, x, y, z], axis=-1)
-    return q / np.linalg.norm(q, axis=-1, keepdims=True)
+    return np.asarray(_ROT_TO_QUAT(jnp.asarray(R.reshape(-1, 3, 3)))).reshape((*R.shape[:-2], 4))
 
 
 def _rgb(rgba: Sequence[float]) -> tuple[int, int, int]:
