@@ -384,6 +384,18 @@ def test_plot_pose_of_a_hand_built_system_and_plot_trajectory():
     assert fig.axes[-1].get_xlabel() == "time (s)"
 
 
+def test_plot_trajectory_of_a_closed_loop_shows_its_constraint_error():
+    system, l1 = _pendulum()
+    l2 = system.get_matter_subsystem().get_mobilized_body(2)
+    sj.Constraint.Ball(system.get_matter_subsystem().Ground(), [0, -1.9, 0.1], l2, [0, 0, 0])
+    state = system.project(l1.set_q(system.realize_topology(), 0.3), tol=1e-10)
+    traj = sj.simulate(system, state, 0.3, save_at=16, integrator="rk4", dt=1e-3)
+    fig = sj.viz.plot_trajectory(traj, system, coordinates=[0])
+    assert [a.get_ylabel() for a in fig.axes] == ["q[0]", "energy change (J)", "constraint error (RMS)"]
+    err = fig.axes[2].lines[0].get_ydata()
+    assert len(err) == 16 and np.all(err < 1e-6) and np.all(err >= 0)
+
+
 def test_hand_built_system_draws_stand_ins():
     system, _ = _pendulum()
     scene = make_scene(system)
