@@ -21,6 +21,7 @@ from ._scene import (
     check_state,
     make_scene,
     marker_locations,
+    per_system,
     system_of,
 )
 
@@ -274,6 +275,14 @@ def plot_pose(
     return fig
 
 
+def _energy(system: Any) -> Any:
+    return lambda s: system.calc_energy(system.realize(s, Stage.VELOCITY))
+
+
+def _constraint_rms(system: Any) -> Any:
+    return lambda s: jnp.sqrt(jnp.mean(system.realize(s, Stage.POSITION).position_cache.qerr ** 2))
+
+
 def plot_trajectory(
     traj: Any,
     model: Any,
@@ -323,18 +332,10 @@ def plot_trajectory(
         jnp.asarray(traj.q), jnp.asarray(traj.u)
     )
     if energy:
-        e = np.asarray(
-            jax.jit(jax.vmap(lambda s: system.calc_energy(system.realize(s, Stage.VELOCITY))))(states)
-        )
+        e = np.asarray(jax.vmap(per_system(system, "energy", _energy))(states))
         series.append(("energy change (J)", e - e[0]))
     if constraint_error and system.get_matter_subsystem().get_num_constraints():
-        err = np.asarray(
-            jax.jit(
-                jax.vmap(
-                    lambda s: jnp.sqrt(jnp.mean(system.realize(s, Stage.POSITION).position_cache.qerr ** 2))
-                )
-            )(states)
-        )
+        err = np.asarray(jax.vmap(per_system(system, "constraint_rms", _constraint_rms))(states))
         series.append(("constraint error (RMS)", err))
     if not series:
         raise ValueError(

@@ -234,26 +234,31 @@ def _standins(
     return out
 
 
-_POSES: weakref.WeakKeyDictionary[MultibodySystem, Any] = weakref.WeakKeyDictionary()
+_PER_SYSTEM: weakref.WeakKeyDictionary[MultibodySystem, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-def _poses_fn(system: MultibodySystem) -> Any:
-    """The System's jitted ``State -> (R_GB, p_GB)``, made once per System."""
-    fn = _POSES.get(system)
-    if fn is None:
-        matter = system.get_matter_subsystem()
+def per_system(system: MultibodySystem, name: str, build: Any) -> Any:
+    """The System's jitted ``build(system)`` (a ``State -> ...`` function), made once per
+    System and name, so repeated figures and views do not retrace."""
+    fns = _PER_SYSTEM.setdefault(system, {})
+    if name not in fns:
+        fns[name] = jax.jit(build(system))
+    return fns[name]
 
-        def one(s: State) -> tuple[jax.Array, jax.Array]:
-            return matter.get_body_transforms(system.realize(s, Stage.POSITION))
 
-        fn = _POSES[system] = jax.jit(one)
-    return fn
+def _poses(system: MultibodySystem) -> Any:
+    matter = system.get_matter_subsystem()
+
+    def one(s: State) -> tuple[jax.Array, jax.Array]:
+        return matter.get_body_transforms(system.realize(s, Stage.POSITION))
+
+    return one
 
 
 def body_poses(system: MultibodySystem, states: State) -> tuple[np.ndarray, np.ndarray]:
     """Every body's ``(R_GB, p_GB)`` for a State ``(nb, 3, 3), (nb, 3)`` or a batch of them
     (a vmapped State: its batch axes lead): one compiled function per System."""
-    fn = _poses_fn(system)
+    fn = per_system(system, "poses", _poses)
     batch = tuple(states.q.shape[:-1])
     if not batch:
         R, p = fn(states)

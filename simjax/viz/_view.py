@@ -160,7 +160,7 @@ class View:
                     position=tuple(sc.outboard_points[b]),
                     visible=False,
                 )
-            for name, _, _ in sc.markers if markers is not False else ():
+            for name, _, _ in sc.markers:
                 path = f"{root}/markers/{_safe(name)}"
                 self._nodes[path] = api.add_icosphere(
                     path, radius=sc.marker_radius, color=MARKER_RGB, subdivisions=2
@@ -236,9 +236,9 @@ class View:
             return
         display(IFrame(self.url, width="100%", height=height))
 
-    def _set_pose(self, c: int, R: np.ndarray, p: np.ndarray) -> None:
-        """Place copy ``c``'s bodies (poses ``(nb, 3, 3), (nb, 3)``) and markers."""
-        q = _wxyz(R)
+    def _set_pose(self, c: int, R: np.ndarray, p: np.ndarray, q: np.ndarray) -> None:
+        """Place copy ``c``'s bodies (poses ``(nb, 3, 3), (nb, 3)``, orientations as
+        quaternions ``q`` (nb, 4)) and markers."""
         sc = self.scene
         with self.server.atomic():
             for b in range(1, len(sc.body_names)):
@@ -286,8 +286,9 @@ class View:
                     f"view's {want[1]} markers, in metres), got {np.shape(observed)}"
                 )
         engaged = limit_engagement(self._system, state).reshape(R.shape[0], -1)
+        Q = _wxyz(R)
         for c in range(n):
-            self._set_pose(c, R[c], p[c])
+            self._set_pose(c, R[c], p[c], Q[c])
             self._set_limits(c, engaged[c])
             if obs is not None:
                 self._show_observed(c, obs[c], marker_locations(self.scene, R[c], p[c]))
@@ -360,7 +361,8 @@ class View:
                 self._start() if self._anim["play"].value else self._stop()
 
         self._anim["slider"].max = max(1, len(t) - 1)
-        self._anim.update(R=R[:n], p=p[:n], t=t, obs=None if obs is None else obs[:n], engaged=engaged[:n])
+        self._anim.update(R=R[:n], p=p[:n], Q=_wxyz(R[:n]), t=t, engaged=engaged[:n])
+        self._anim["obs"] = None if obs is None else obs[:n]
         dt = float(np.median(np.diff(t))) if len(t) > 1 and np.all(np.diff(t) > 0) else 1 / 30
         self._anim["period"] = 1.0 / fps if fps else min(max(dt, 1 / 60), 0.5)
         self.frame(0)
@@ -397,7 +399,7 @@ class View:
         with self._lock:
             for c in range(a["R"].shape[0]):
                 R, p = a["R"][c, k], a["p"][c, k]
-                self._set_pose(c, R, p)
+                self._set_pose(c, R, p, a["Q"][c, k])
                 self._set_limits(c, a["engaged"][c, k])
                 if a.get("obs") is not None:
                     self._show_observed(c, a["obs"][c, k], marker_locations(self.scene, R, p))
