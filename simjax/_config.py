@@ -30,13 +30,18 @@
   process (a notebook restart, the next trial) skips XLA compilation: JAX's cache in
   ``$SIMJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/simjax/jax``, else
   ``~/.cache/simjax/jax``, unless a JAX cache directory is already configured. Opt out
-  with ``SIMJAX_COMPILATION_CACHE=0``; ``compilation_cache_dir()`` tells where it is.
+  with ``SIMJAX_COMPILATION_CACHE=0``; ``compilation_cache_dir()`` tells where it is. The
+  cache is limited to 4 GiB (least recently used entries go first), which also makes JAX
+  lock its files, so parallel processes sharing it never read a half-written entry.
+  Traced IK solvers are kept beside it (``simjax.studies._traces``; opt out with
+  ``SIMJAX_TRACE_CACHE=0``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import jax
@@ -107,6 +112,37 @@ def configure_compilation_cache() -> None:
     except OSError:  # read-only home: run without the cache
         return
     jax.config.update("jax_compilation_cache_dir", str(path))
+    # A size limit turns on the cache's file lock: without it, a process can read an entry
+    # another process is still writing (both compiling the same program, e.g. pytest-xdist
+    # workers) and crash deserialising it (seen: a segmentation fault in
+    # get_executable_and_time, jax 0.10.2). The least recently used entries go beyond it.
+    if jax.config.values.get("jax_compilation_cache_max_size", -1) == -1 and _has_filelock():
+        _stamp_unlimited_entries(path)
+        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+
+
+def _stamp_unlimited_entries(path: Path) -> None:
+    """Give entries written without a size limit (no access-time file) one, as JAX's
+    eviction reads it for every entry."""
+    try:
+        now = time.time_ns().to_bytes(8, "little")
+        for entry in path.glob("*-cache"):
+            stamp = entry.with_name(entry.name.removesuffix("-cache") + "-atime")
+            if not stamp.exists():
+                stamp.write_bytes(now)
+    except OSError:
+        pass
+
+
+CACHE_MAX_BYTES = 4 * 2**30
+
+
+def _has_filelock() -> bool:
+    try:
+        import filelock  # noqa: F401, PLC0415 (optional at import time; a dependency of simjax)
+    except ImportError:
+        return False
+    return True
 
 
 configure_xla_flags()

@@ -68,6 +68,7 @@ from .._stage import Stage
 from ..forward.realize import realize
 from ..model.state import State
 from ..tree.kinds import joint_inputs, map_kinds
+from . import _traces
 from .conditions import AssemblyCondition, SystemConstraints, _as_body_index, _Observed
 
 INF = math.inf
@@ -708,6 +709,35 @@ class Assembler:
                 )
         return self._fns[key]
 
+    def _call(
+        self, kind: str, args: tuple[Any, ...], owner: State, segments: int = 1, length: int = 1
+    ) -> Any:
+        """The compiled solve (``kind`` "single" or "batched", no progress bar) on ``args``;
+        at the top level its trace is kept on disk for the next process (``_traces``)."""
+        fn = self._get_fn(kind, segments, length, False)
+        return _traces.call(fn, self._trace_key(kind, segments, length), args, owner)
+
+    def _trace_key(self, kind: str, segments: int, length: int) -> Any:
+        """What shapes the traced solver besides its arguments (None: not known)."""
+        plan = self._require_plan()
+        conds = tuple((i, c._trace_key()) for i, c in (*plan.goals, *plan.errors))
+        if any(k is None for _, k in conds):
+            return None
+        return (
+            "Assembler",
+            kind,
+            segments,
+            length,
+            self._retry_push is not None,
+            plan.model.structure_key,
+            plan.free,
+            plan.numerical_jacobian,
+            (plan.nr, plan.ne, plan.has_scalar, plan.error_sizes),
+            tuple(i for i, _ in plan.goals),
+            tuple(i for i, _ in plan.errors),
+            conds,
+        )
+
     def solve(self, state: State, params: dict[str, Any] | None = None) -> tuple[State, AssemblyInfo]:
         """Pure solve: ``(state with assembled q's, realized to Position; info)``.
 
@@ -718,9 +748,8 @@ class Assembler:
         ``state``.
         """
         self._system.model_for(state)
-        fn = self._get_fn("single")
         p = self.get_parameters() if params is None else params
-        return fn(self._canonical(state), p, self._settings())
+        return self._call("single", (self._canonical(state), p, self._settings()), state)
 
     @overload
     def assemble(self, state: State) -> tuple[State, AssemblyInfo]: ...
@@ -780,14 +809,20 @@ class Assembler:
             Ls = -(-T // S)
             S = -(-T // Ls)
             show = _want_progress(progress, state, p, per)
-            fn = self._get_fn("batched", S, Ls, show)
+            args = (self._canonical(state), p, per, self._settings())
             if not show:
-                states, infos = fn(self._canonical(state), p, per, self._settings())
+                states, infos = self._call("batched", args, state, S, Ls)
                 if not isinstance(infos.status, jax.core.Tracer):
                     self._count(infos)
                 return states, infos
+            # A program kept on disk has no progress reports (host callbacks cannot be
+            # exported): the bar then shows the clock and the end, not each frame.
+            kept = _traces.directory() is not None and self._trace_key("batched", S, Ls) is not None
             with _ProgressBar(T, "IK track") as bar:
-                states, infos = fn(self._canonical(state), p, per, self._settings())
+                if kept:
+                    states, infos = self._call("batched", args, state, S, Ls)
+                else:
+                    states, infos = self._get_fn("batched", S, Ls, True)(*args)
                 self._count(infos)  # waits for the result
                 bar.finish(int(np.sum(np.isin(np.asarray(infos.status), list(CONVERGED)))))
             return states, infos
@@ -799,7 +834,7 @@ class Assembler:
         settings["barrier"] = settings["warm_barrier"]  # warm-started from the last frame
         settings["push"] = np.float64(1e-6)
         p = self.get_parameters() if params is None else params
-        out, info = self._get_fn("single")(self._canonical(base), p, settings)
+        out, info = self._call("single", (self._canonical(base), p, settings), base)
         self._after_single(out, info, "track")
         return info
 
@@ -973,7 +1008,17 @@ def _evaluate(plan: _Plan, x: jax.Array, base: State, params: dict[str, Any], fa
 
 
 def _size_plan(plan: _Plan, internal: State, params: dict[str, Any]) -> None:
-    """Sizes of the residuals and errors, found by one abstract evaluation."""
+    """Sizes of the residuals and errors: known to the built-in conditions, otherwise found
+    by one abstract evaluation (a trace of the kinematics)."""
+    goal_sizes = [c._sizes(plan.model) for _, c in plan.goals]
+    error_sizes = [c._sizes(plan.model) for _, c in plan.errors]
+    known = [z for z in goal_sizes + error_sizes if z is not None]
+    if len(known) == len(plan.goals) + len(plan.errors):
+        plan.nr = sum(int(z[0]) for z in known[: len(plan.goals)])
+        plan.has_scalar = False
+        plan.error_sizes = tuple(int(z[1]) for z in known[len(plan.goals) :])
+        plan.ne = sum(plan.error_sizes)
+        return
     base = realize(plan.model, internal, Stage.TIME)
 
     def sizes(b, p):

@@ -96,6 +96,18 @@ class AssemblyCondition:
         """Optional names of the error entries (for failure messages)."""
         return None
 
+    def _trace_key(self) -> Any:
+        """Everything of this condition that shapes the traced solver, besides
+        ``get_data()`` (None: not known, e.g. a user's subclass; the Assembler's solver is
+        then traced in every process rather than reused from disk, see
+        ``simjax.studies._traces``)."""
+        return None
+
+    def _sizes(self, model: Any) -> tuple[int, int] | None:
+        """Sizes of the residual vector (as a goal, no scalar term) and of the errors,
+        known without tracing (None: found by an abstract evaluation instead)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -186,6 +198,13 @@ class SystemConstraints(AssemblyCondition):
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
         return state.position_cache.qerr[:mp]
 
+    def _trace_key(self) -> Any:
+        return (type(self),)  # the Model's constraints are in the Model's key
+
+    def _sizes(self, model: Any) -> tuple[int, int] | None:
+        mp = model.constraint_counts(True)[0]  # the Assembler works in Euler angles
+        return (mp, mp) if type(self) is SystemConstraints else None
+
     def _error_names(self) -> list[str] | None:
         model = self.get_assembler()._model
         names = []
@@ -257,6 +276,15 @@ class _Observed(AssemblyCondition):
 
     def _n(self) -> int:
         return len(self._names)
+
+    def _trace_key(self) -> Any:
+        if type(self) not in (Markers, OrientationSensors):
+            return None
+        body = None if self._body_index is None else tuple(self._body_index)
+        return (type(self), body, tuple(self._order_or_default()), self._n(), self._obs_shape)
+
+    def _sizes(self, model: Any) -> tuple[int, int] | None:
+        return (3 * self._n(), 3 * self._n()) if type(self) in (Markers, OrientationSensors) else None
 
     def _check_ix(self, ix: int, what: str) -> int:
         if not 0 <= int(ix) < self._n():
@@ -641,6 +669,12 @@ class QValue(AssemblyCondition):
 
     def _errors(self, state: State, data: dict[str, Any]) -> jax.Array:
         return (state.q[self._q_index] - data["value"])[None]
+
+    def _trace_key(self) -> Any:
+        return (type(self), self._q_index)
+
+    def _sizes(self, model: Any) -> tuple[int, int] | None:
+        return (1, 1) if type(self) is QValue else None
 
     def _goal_terms(self, state: State, data: dict[str, Any]):
         return jnp.sqrt(2.0) * self._errors(state, data), None, jnp.asarray(True)

@@ -1,0 +1,287 @@
+"""Traced programs kept on disk, so that a second process skips tracing as well.
+
+JAX's persistent compilation cache (``simjax._config``) spares a new process the XLA
+compilation, but not the tracing and lowering that come before it: for a full-body IK
+``track`` those are ~6.5 s of a ~9.5 s warm start. Here the lowered program of a top-level
+call is exported (``jax.export``: StableHLO, serialised) into ``simjax-traces/`` beside the
+compilation cache; a later process with the same key deserialises and calls it, and its
+compilation then hits the persistent cache.
+
+The key is a fingerprint of everything the trace depends on: the function's static
+description (the Model's structure, the solver plan, static arguments), the arguments'
+tree structure, shapes and dtypes, the versions of JAX, jaxlib and simjax's own source,
+``jax_enable_x64`` and the backend. It is built only from values simjax knows how to
+fingerprint (numbers, strings, arrays, simjax classes and functions); anything else (a
+user's Python function, a custom condition, an object compared by identity) means no key,
+and the call is traced as usual. Calls under ``jit``, ``vmap`` or ``grad`` (traced
+arguments) and calls with host callbacks (progress bars) are traced as usual too.
+
+Turned off with the compilation cache (``SIMJAX_COMPILATION_CACHE=0``) or on its own with
+``SIMJAX_TRACE_CACHE=0``. Needs ``flatbuffers`` (a dependency of simjax) for serialisation.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import enum
+import hashlib
+import os
+import pickle
+import types
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+
+from .._config import compilation_cache_dir
+from ..model.model import Identity, _replace
+from ..model.state import State
+
+FORMAT = "simjax-traces-1"
+
+# Equinox marks absent fields in a Module's tree structure with a singleton; it must stay
+# that singleton through pickling (the output structures are pickled beside the programs).
+try:
+    from equinox._module._flatten import MISSING as _EQX_MISSING
+except ImportError:  # another Equinox: output structures that hold it are not kept
+    _EQX_MISSING = None  # type: ignore[assignment]
+
+
+def _eqx_missing() -> Any:
+    return _EQX_MISSING
+
+
+if _EQX_MISSING is not None:
+    copyreg.pickle(type(_EQX_MISSING), lambda _: (_eqx_missing, ()))
+
+
+class _NoKey(Exception):
+    """A value that cannot be fingerprinted across processes."""
+
+
+def directory() -> Path | None:
+    """Where exported programs are kept (None: off)."""
+    if os.environ.get("SIMJAX_TRACE_CACHE", "").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    base = compilation_cache_dir()
+    return None if base is None else Path(base) / "simjax-traces"
+
+
+@cache
+def _source_digest() -> str:
+    """A digest of simjax's own source files (an edited checkout never reuses old traces)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _qualified(obj: Any) -> str:
+    """``module.qualname`` of a simjax (or builtin/NumPy) class or module-level function."""
+    mod, qual = getattr(obj, "__module__", None) or "", getattr(obj, "__qualname__", "")
+    if "<" in qual or not qual:  # lambdas, closures, classes defined in functions
+        raise _NoKey(qual)
+    if mod.split(".")[0] not in ("simjax", "builtins", "numpy"):
+        raise _NoKey(f"{mod}.{qual}")
+    return f"{mod}.{qual}"
+
+
+def _fp(x: Any, out: list[str], depth: int = 0) -> None:
+    if depth > 200:
+        raise _NoKey("too deep")
+    d = depth + 1
+    t = type(x)
+    if x is None or t in (bool, int, float, complex, str, bytes):
+        out.append(f"{t.__name__}:{x!r}")
+    elif isinstance(x, enum.Enum):
+        out.append(f"enum:{_qualified(t)}.{x.name}")
+    elif isinstance(x, (np.ndarray, np.generic)):
+        a = np.asarray(x)
+        if a.dtype.hasobject:
+            raise _NoKey("object array")
+        out.append(
+            f"nd:{a.dtype.str}:{a.shape}:{hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()}"
+        )
+    elif isinstance(x, (tuple, list)):
+        out.append(f"{t.__name__}[")
+        for e in x:
+            _fp(e, out, d)
+        out.append("]")
+    elif isinstance(x, (set, frozenset)):
+        out.append("set[" + ",".join(sorted(fingerprint_or_raise(e) for e in x)) + "]")
+    elif isinstance(x, dict):
+        items = sorted((fingerprint_or_raise(k), v) for k, v in x.items())
+        out.append("dict[")
+        for k, v in items:
+            out.append(k)
+            _fp(v, out, d)
+        out.append("]")
+    elif isinstance(x, type):
+        out.append(f"type:{_qualified(x)}")
+    elif isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
+        out.append(f"fn:{_qualified(x)}")
+    elif isinstance(x, Identity):
+        raise _NoKey("an object compared by identity")
+    elif hasattr(x, "_structure_key"):
+        out.append(f"obj:{_qualified(t)}")
+        _fp(x._structure_key(), out, d)
+    elif hasattr(x, "_definition"):  # sj.Function
+        _fp(x._definition(), out, d)
+    elif dataclasses.is_dataclass(x):
+        out.append(f"dc:{_qualified(t)}[")
+        for f in dataclasses.fields(x):
+            out.append(f.name)
+            _fp(getattr(x, f.name), out, d)
+        out.append("]")
+    elif hasattr(x, "obj") and getattr(t, "__slots__", None) == ("obj",):  # _functions._Same
+        _fp(x.obj, out, d)
+    else:
+        raise _NoKey(f"{t.__module__}.{t.__qualname__}")
+
+
+def fingerprint_or_raise(x: Any) -> str:
+    out: list[str] = []
+    _fp(x, out)
+    return hashlib.sha256("\x1f".join(out).encode()).hexdigest()
+
+
+def fingerprint(x: Any) -> str | None:
+    """A digest of ``x`` equal in every process for equal values; None when ``x`` holds
+    something that has no such digest (user code, objects compared by identity)."""
+    try:
+        return fingerprint_or_raise(x)
+    except _NoKey:
+        return None
+
+
+def _environment() -> str:
+    return "|".join(
+        [
+            FORMAT,
+            jax.__version__,
+            jaxlib.__version__,
+            str(jax.config.values.get("jax_enable_x64")),
+            str(jax.config.values.get("jax_default_matmul_precision")),
+            jax.default_backend(),
+            _source_digest(),
+        ]
+    )
+
+
+def _is_state(x: Any) -> bool:
+    return isinstance(x, State)
+
+
+def _canonical_states(tree: Any) -> Any:
+    """States with their owner's identity (static, per process) set to 0."""
+
+    def canon(s: Any) -> Any:
+        return _replace(s, system_uid=0, topology_version=0) if _is_state(s) else s
+
+    return jax.tree.map(canon, tree, is_leaf=_is_state)
+
+
+def _owned_by(tree: Any, like: State) -> Any:
+    return jax.tree.map(
+        lambda s: (
+            _replace(s, system_uid=like.system_uid, topology_version=like.topology_version)
+            if _is_state(s)
+            else s
+        ),
+        tree,
+        is_leaf=_is_state,
+    )
+
+
+# digest -> (jitted call of the exported program, output tree structure), this process
+_LOADED: dict[str, tuple[Callable[..., Any], Any]] = {}
+_NOT_EXPORTABLE: set[str] = set()
+
+
+def call(fn: Callable[..., Any], static: Any, args: tuple[Any, ...], owner: State) -> Any:
+    """``fn(*args)``, through a program exported to disk when it can be (see the module
+    docstring). ``static``: everything ``fn`` closes over that shapes its trace (None: not
+    known, trace as usual); ``owner``: the State whose System the returned States belong to."""
+    where = directory()
+    if where is None or static is None:
+        return fn(*args)
+    leaves, treedef = jax.tree.flatten(args)
+    key_tree = jax.tree.structure(_canonical_states(args))  # no per-process System ids
+    if any(isinstance(x, jax.core.Tracer) for x in leaves) or any(
+        len(x.sharding.device_set) > 1 for x in leaves if isinstance(x, jax.Array)
+    ):  # traced (under jit/vmap/grad) or sharded over several devices
+        return fn(*args)
+    skey = fingerprint(static)
+    if skey is None:
+        return fn(*args)
+    try:
+        leaves = [jnp.asarray(x) for x in leaves]
+    except TypeError:
+        return fn(*args)
+    avals = ";".join(f"{x.dtype.str}{x.shape}{int(getattr(x, 'weak_type', False))}" for x in leaves)
+    digest = hashlib.sha256("\x1e".join([_environment(), skey, str(key_tree), avals]).encode()).hexdigest()
+    if digest in _NOT_EXPORTABLE:
+        return fn(*args)
+    entry = _LOADED.get(digest) or _load(where, digest)
+    if entry is None:
+        entry = _export(fn, treedef, leaves, where, digest)
+        if entry is None:
+            _NOT_EXPORTABLE.add(digest)  # do not trace it twice on every call
+            return fn(*args)
+    _LOADED[digest] = entry
+    run, out_tree = entry
+    try:
+        out = run(*leaves)
+    except (TypeError, ValueError):  # e.g. arrays placed on another device than exported for
+        return fn(*args)
+    return _owned_by(jax.tree.unflatten(out_tree, out), owner)
+
+
+def _load(where: Path, digest: str) -> tuple[Callable[..., Any], Any] | None:
+    path = where / f"{digest}.jaxexport"
+    if not path.exists():
+        return None
+    try:
+        out_tree, blob = pickle.loads(path.read_bytes())
+        exp = jax.export.deserialize(bytearray(blob))
+    except Exception:  # noqa: BLE001 (a damaged or foreign file: trace again, overwrite it)
+        return None
+    if out_tree.num_leaves != len(exp.out_avals):
+        return None
+    return jax.jit(exp.call), out_tree
+
+
+def _export(
+    fn: Callable[..., Any], treedef: Any, leaves: list[jax.Array], where: Path, digest: str
+) -> tuple[Callable[..., Any], Any] | None:
+    box: list[Any] = []
+
+    def flat(*lv: jax.Array) -> list[jax.Array]:
+        out, tree = jax.tree.flatten(_canonical_states(fn(*jax.tree.unflatten(treedef, lv))))
+        box.append(tree)
+        return out
+
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)) for x in leaves]
+    try:
+        exp = jax.export.export(jax.jit(flat))(*specs)
+        blob = pickle.dumps((box[0], bytes(exp.serialize())))
+        if pickle.loads(blob)[0] != box[0]:
+            raise ValueError("the output's tree structure does not survive pickling")
+    except Exception:  # noqa: BLE001 (not exportable: host callbacks, flatbuffers missing, ...)
+        return None
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = where / f"{digest}.{os.getpid()}.tmp"
+        tmp.write_bytes(blob)
+        os.replace(tmp, where / f"{digest}.jaxexport")
+    except OSError:  # a read-only cache: still use the program in this process
+        pass
+    return jax.jit(exp.call), box[0]
