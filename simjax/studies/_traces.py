@@ -14,7 +14,8 @@ tree structure, shapes and dtypes, the versions of JAX, jaxlib and simjax's own 
 fingerprint (numbers, strings, arrays, simjax classes and functions); anything else (a
 user's Python function, a custom condition, an object compared by identity) means no key,
 and the call is traced as usual. Calls under ``jit``, ``vmap`` or ``grad`` (traced
-arguments) and calls with host callbacks (progress bars) are traced as usual too.
+arguments), calls with host callbacks (progress bars) and processes with several devices
+(whose batches may be split over them) are traced as usual too.
 
 Turned off with the compilation cache (``SIMJAX_COMPILATION_CACHE=0``) or on its own with
 ``SIMJAX_TRACE_CACHE=0``. Needs ``flatbuffers`` (a dependency of simjax) for serialisation.
@@ -211,7 +212,9 @@ def call(fn: Callable[..., Any], static: Any, args: tuple[Any, ...], owner: Stat
     docstring). ``static``: everything ``fn`` closes over that shapes its trace (None: not
     known, trace as usual); ``owner``: the State whose System the returned States belong to."""
     where = directory()
-    if where is None or static is None:
+    if where is None or static is None or jax.device_count() > 1:
+        # With several devices an exported call's results are committed to one device (a
+        # plain jit's are not) and would not mix with arrays split over the others.
         return fn(*args)
     leaves, treedef = jax.tree.flatten(args)
     key_tree = jax.tree.structure(_canonical_states(args))  # no per-process System ids
