@@ -181,25 +181,14 @@ def _is_state(x: Any) -> bool:
     return isinstance(x, State)
 
 
-def _canonical_states(tree: Any) -> Any:
-    """States with their owner's identity (static, per process) set to 0."""
+def _with_owner(tree: Any, uid: int = 0, version: int = 0) -> Any:
+    """The States in ``tree`` marked as owned by System ``uid`` at topology ``version``
+    (static, per process; 0 and 0 in keys and kept programs)."""
 
-    def canon(s: Any) -> Any:
-        return _replace(s, system_uid=0, topology_version=0) if _is_state(s) else s
+    def mark(s: Any) -> Any:
+        return _replace(s, system_uid=uid, topology_version=version) if _is_state(s) else s
 
-    return jax.tree.map(canon, tree, is_leaf=_is_state)
-
-
-def _owned_by(tree: Any, like: State) -> Any:
-    return jax.tree.map(
-        lambda s: (
-            _replace(s, system_uid=like.system_uid, topology_version=like.topology_version)
-            if _is_state(s)
-            else s
-        ),
-        tree,
-        is_leaf=_is_state,
-    )
+    return jax.tree.map(mark, tree, is_leaf=_is_state)
 
 
 # digest -> (jitted call of the exported program, output tree structure), this process
@@ -207,30 +196,29 @@ _LOADED: dict[str, tuple[Callable[..., Any], Any]] = {}
 _NOT_EXPORTABLE: set[str] = set()
 
 
-def call(fn: Callable[..., Any], static: Any, args: tuple[Any, ...], owner: State) -> Any:
+def call(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...], owner: State) -> Any:
     """``fn(*args)``, through a program exported to disk when it can be (see the module
-    docstring). ``static``: everything ``fn`` closes over that shapes its trace (None: not
-    known, trace as usual); ``owner``: the State whose System the returned States belong to."""
+    docstring). ``static_key``: the :func:`fingerprint` of everything ``fn`` closes over that
+    shapes its trace (None: not known, trace as usual); ``owner``: the State whose System
+    the returned States belong to."""
     where = directory()
-    if where is None or static is None or jax.device_count() > 1:
+    if where is None or static_key is None or jax.device_count() > 1:
         # With several devices an exported call's results are committed to one device (a
         # plain jit's are not) and would not mix with arrays split over the others.
         return fn(*args)
     leaves, treedef = jax.tree.flatten(args)
-    key_tree = jax.tree.structure(_canonical_states(args))  # no per-process System ids
+    key_tree = jax.tree.structure(_with_owner(args))  # no per-process System ids
     if any(isinstance(x, jax.core.Tracer) for x in leaves) or any(
         len(x.sharding.device_set) > 1 for x in leaves if isinstance(x, jax.Array)
     ):  # traced (under jit/vmap/grad) or sharded over several devices
-        return fn(*args)
-    skey = fingerprint(static)
-    if skey is None:
         return fn(*args)
     try:
         leaves = [jnp.asarray(x) for x in leaves]
     except TypeError:
         return fn(*args)
     avals = ";".join(f"{x.dtype.str}{x.shape}{int(getattr(x, 'weak_type', False))}" for x in leaves)
-    digest = hashlib.sha256("\x1e".join([_environment(), skey, str(key_tree), avals]).encode()).hexdigest()
+    parts = [_environment(), static_key, str(key_tree), avals]
+    digest = hashlib.sha256("\x1e".join(parts).encode()).hexdigest()
     if digest in _NOT_EXPORTABLE:
         return fn(*args)
     entry = _LOADED.get(digest) or _load(where, digest)
@@ -245,7 +233,7 @@ def call(fn: Callable[..., Any], static: Any, args: tuple[Any, ...], owner: Stat
         out = run(*leaves)
     except (TypeError, ValueError):  # e.g. arrays placed on another device than exported for
         return fn(*args)
-    return _owned_by(jax.tree.unflatten(out_tree, out), owner)
+    return _with_owner(jax.tree.unflatten(out_tree, out), owner.system_uid, owner.topology_version)
 
 
 def _load(where: Path, digest: str) -> tuple[Callable[..., Any], Any] | None:
@@ -268,7 +256,7 @@ def _export(
     box: list[Any] = []
 
     def flat(*lv: jax.Array) -> list[jax.Array]:
-        out, tree = jax.tree.flatten(_canonical_states(fn(*jax.tree.unflatten(treedef, lv))))
+        out, tree = jax.tree.flatten(_with_owner(fn(*jax.tree.unflatten(treedef, lv))))
         box.append(tree)
         return out
 

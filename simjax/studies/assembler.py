@@ -221,6 +221,7 @@ class Assembler:
         self._internal = self._matter.set_use_euler_angles(state, True)
         self._plan: _Plan | None = None
         self._fns: dict[Any, Any] = {}
+        self._trace_fps: dict[Any, str | None] = {}  # fingerprints of the solvers' trace keys
         self._num_initializations = 0
         self.reset_stats()
         sc = SystemConstraints()
@@ -488,6 +489,7 @@ class Assembler:
         """Forget the compiled problem (done automatically on every change)."""
         self._plan = None
         self._fns = {}
+        self._trace_fps = {}
 
     def is_initialized(self) -> bool:
         """Whether the problem is compiled for the current settings."""
@@ -527,6 +529,7 @@ class Assembler:
         self._plan = plan
         self._num_initializations += 1
         self._fns = {}
+        self._trace_fps = {}
 
     def _refresh_topology(self) -> None:
         """Follow a System changed (and re-realized) after this Assembler was made."""
@@ -715,7 +718,16 @@ class Assembler:
         """The compiled solve (``kind`` "single" or "batched", no progress bar) on ``args``;
         at the top level its trace is kept on disk for the next process (``_traces``)."""
         fn = self._get_fn(kind, segments, length, False)
-        return _traces.call(fn, self._trace_key(kind, segments, length), args, owner)
+        return _traces.call(fn, self._trace_fingerprint(kind, segments, length), args, owner)
+
+    def _trace_fingerprint(self, kind: str, segments: int, length: int) -> str | None:
+        """The fingerprint of :meth:`_trace_key`, kept with the compiled functions (a
+        per-frame ``track(frame_time)`` loop does not hash the model on every call)."""
+        key = (kind, segments, length, self._retry_push is not None)  # as _get_fn's key
+        if key not in self._trace_fps:
+            static = self._trace_key(kind, segments, length)
+            self._trace_fps[key] = None if static is None else _traces.fingerprint(static)
+        return self._trace_fps[key]
 
     def _trace_key(self, kind: str, segments: int, length: int) -> Any:
         """What shapes the traced solver besides its arguments (None: not known)."""
@@ -817,7 +829,7 @@ class Assembler:
                 return states, infos
             # A program kept on disk has no progress reports (host callbacks cannot be
             # exported): the bar then shows the clock and the end, not each frame.
-            kept = _traces.directory() is not None and self._trace_key("batched", S, Ls) is not None
+            kept = _traces.directory() is not None and self._trace_fingerprint("batched", S, Ls) is not None
             with _ProgressBar(T, "IK track") as bar:
                 if kept:
                     states, infos = self._call("batched", args, state, S, Ls)
