@@ -5,7 +5,9 @@ For each model and batch size B, times (side by side, in one process):
 * simjax: ``jax.jit(jax.vmap(lambda s: system.realize(s, Stage.ACCELERATION).udot))`` over a
   batch of B States (every leaf stacked, instance parameters included). Compile time is
   measured separately: trace + lower (``f.lower(batch)``) and XLA compile (``.compile()``),
-  each from cold JAX caches (``jax.clear_caches()``).
+  each from cold JAX caches (``jax.clear_caches()``; simjax's persistent compilation cache is
+  off in this process and in the benchmarks that import this module, so that a compile is
+  never a cache hit: set ``SIMJAX_COMPILATION_CACHE=1`` to measure a warm cache).
 * Pinocchio: ``pin.aba(model, data, q, v, tau)`` in a Python loop over the B states.
 * MuJoCo: ``d.qpos[:] = q; d.qvel[:] = v; mujoco.mj_forward(m, d)`` in a Python loop.
 
@@ -41,6 +43,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+# Compile times are measured from cold: simjax must not read them from its persistent cache
+# (set before simjax is imported; bench_constrained, bench_ik, bench_robots, profile_stages
+# import this module first).
+os.environ.setdefault("SIMJAX_COMPILATION_CACHE", "0")
 
 MODELS = {
     "chain7": "pin_chain_7",

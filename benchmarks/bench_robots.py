@@ -1,7 +1,8 @@
 """Forward-dynamics throughput on real robot files: simjax vs Pinocchio (issue 17).
 
 Robots from example-robot-data's URDFs (the wheel the URDF tests fetch and cache): Panda
-(fixed base, nu = 9), Solo12 and TALOS reduced (floating base, nu = 18 and 38), loaded with
+(fixed base, nu = 9), Solo12, TALOS reduced and TALOS full (floating base, nu = 18, 38 and
+50), loaded with
 ``sj.io.load_urdf`` and with ``pinocchio.buildModelFromUrdf`` (mimic couplers off on both
 sides). For each batch size B, side by side in one process, implementations in turn:
 
@@ -28,7 +29,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ROBOT_KEYS = ["panda", "solo12", "talos"]
+ROBOT_KEYS = ["panda", "solo12", "talos", "talos_full"]
+# Benchmark-only robots (beside the test suite's ``ROBOTS``): TALOS with its hands and
+# grippers (50 dofs with the floating base; its gripper couplers are disabled like the others').
+EXTRA_ROBOTS = {"talos_full": ("talos_data/robots/talos_full_v2.urdf", True)}
 
 
 def main(argv=None) -> None:
@@ -54,7 +58,7 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(0)
     rows = []
     for key in args.robots:
-        rel, floating = ROBOTS[key]
+        rel, floating = {**ROBOTS, **EXTRA_ROBOTS}[key]
         r = Robot(key, root / rel, floating)
         s0 = r.state
         for con in r.lm.constraints.values():

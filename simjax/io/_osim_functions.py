@@ -55,10 +55,13 @@ class _PiecewiseCubic(Function):
         dt = t.dtype
         xs = jnp.asarray(self.x, dt)
         n = self.x.size
-        i = jnp.clip(jnp.searchsorted(xs, t, side="right") - 1, 0, n - 2)
-        dx = t - xs[i]
-        coef = lambda a: jnp.asarray(a, dt)[i]
-        inner = coef(self.y) + dx * (coef(self.b) + dx * (coef(self.c) + dx * coef(self.d)))
+        # A handful of knots: one comparison with each (a binary search is a loop), and the
+        # segment's five numbers in one gather.
+        i = jnp.clip(jnp.searchsorted(xs, t, side="right", method="compare_all") - 1, 0, n - 2)
+        table = jnp.stack([xs] + [jnp.asarray(a, dt) for a in (self.y, self.b, self.c, self.d)])
+        x_i, y_i, b_i, c_i, d_i = table[:, i]
+        dx = t - x_i
+        inner = y_i + dx * (b_i + dx * (c_i + dx * d_i))
         left = self.y[0] + self.b[0] * (t - self.x[0])
         right = self.y[-1] + self.b[-1] * (t - self.x[-1])
         return jnp.where(t < self.x[0], left, jnp.where(t > self.x[-1], right, inner))
