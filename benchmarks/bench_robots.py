@@ -50,7 +50,8 @@ def main(argv=None) -> None:
     import jax.numpy as jnp
     import pinocchio as pin
     from bench_forward import machine_info, time_interleaved
-    from test_io_urdf import ROBOTS, Robot, _cached_robots, _installed_robots
+    from data_fetch import fetch
+    from test_io_urdf import ERD_PREFIX, ERD_VERSION, ROBOTS, Robot, _cached_robots, _installed_robots
 
     import simjax as sj
 
@@ -58,8 +59,13 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(0)
     rows = []
     for key in args.robots:
-        rel, floating = {**ROBOTS, **EXTRA_ROBOTS}[key]
-        r = Robot(key, root / rel, floating)
+        if key in EXTRA_ROBOTS:  # not among the test suite's files: fetched on its own
+            rel, floating = EXTRA_ROBOTS[key]
+            path = fetch("example-robot-data", ERD_VERSION, [f"{ERD_PREFIX}/{rel}"])[f"{ERD_PREFIX}/{rel}"]
+        else:
+            rel, floating = ROBOTS[key]
+            path = root / rel
+        r = Robot(key, path, floating)
         s0 = r.state
         for con in r.lm.constraints.values():
             s0 = con.disable(s0)
