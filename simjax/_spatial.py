@@ -113,8 +113,8 @@ def rot_axis(angle: Any, axis: Any) -> Float[Array, "3 3"]:
     if kc is not None:
         # A constant axis (a joint's definition): K and K^2 are NumPy constants, so the
         # rotation is two scaled constant matrices (a CustomJoint has three per evaluation).
-        K = np.cross(np.eye(3), kc)  # row i: e_i x k, which is row i of skew(k)
-        return jnp.asarray(np.eye(3), dt) + s * jnp.asarray(K, dt) + (1 - c) * jnp.asarray(K @ K, dt)
+        Kc = np.cross(np.eye(3), kc)  # row i: e_i x k, which is row i of skew(k)
+        return jnp.asarray(np.eye(3), dt) + s * jnp.asarray(Kc, dt) + (1 - c) * jnp.asarray(Kc @ Kc, dt)
     K = skew(safe_normalize(jnp.asarray(axis, dtype=dt)))
     return jnp.eye(3, dtype=K.dtype) + s * K + (1 - c) * (K @ K)
 
