@@ -138,7 +138,7 @@ class Constraint:
         """Numbers of holonomic, nonholonomic and acceleration-only equations (by shape)."""
         if self._fixed_counts is not None:
             return self._fixed_counts
-        kin = _dummy_kin(len(self._bodies) + 1, mobs, self._defaults)
+        kin = _dummy_kin(len(self._bodies), mobs, self._defaults)
         out = []
         for fn in (self._perr, self._verr, self._aerr):
             if fn is None:

@@ -47,8 +47,11 @@ from ..model.state import State
 
 
 class Kin(eqx.Module):
-    """Ground-frame kinematics of one constraint's bodies (index 0 is the ancestor) and
-    the variables of its constrained mobilizers. A pytree: time derivatives are JVPs."""
+    """Kinematics of one constraint's k bodies relative to its ancestor body A and
+    expressed in A (``R_AB``, ``p_AB``, ``V_AB``, and ``A_AB``, the A-frame derivative of
+    ``V_AB``), and the variables of its constrained mobilizers. A pytree: time derivatives
+    are JVPs. The ancestor's own motion is taken out once per group (``gather_kin``), so
+    a constraint's error functions, and their derivatives, see no ancestor algebra."""
 
     R: jax.Array  # (k, 3, 3)
     p: jax.Array  # (k, 3)
@@ -110,7 +113,7 @@ class ConstraintContext:
         self._mobs = mobs
 
     def _bi(self, body: int) -> int:
-        n = self._kin.R.shape[0] - 1
+        n = self._kin.R.shape[0]
         if not (isinstance(body, (int, np.integer)) and 0 <= body < n):
             raise IndexError(
                 f"constrained body {body!r} does not exist: this constraint has bodies 0..{n - 1}"
@@ -169,9 +172,8 @@ class ConstraintContext:
 
     # --------------------------------------------------------------- positions (in A)
     def _rel(self, kin: Kin, i: int) -> tuple[jax.Array, jax.Array]:
-        RA, pA = kin.R[0], kin.p[0]
-        j = self._bi(i) + 1
-        return RA.T @ kin.R[j], RA.T @ (kin.p[j] - pA)
+        j = self._bi(i)
+        return kin.R[j], kin.p[j]
 
     def body_transform(self, body: int) -> sp.Transform:
         """``X_AB`` of constrained body ``body``."""
@@ -197,11 +199,8 @@ class ConstraintContext:
 
     # --------------------------------------------------------------- velocities (in A)
     def _rel_vel(self, kin: Kin, i: int) -> jax.Array:
-        RA, pA, wA, vA = kin.R[0], kin.p[0], kin.w[0], kin.v[0]
-        j = self._bi(i) + 1
-        w = RA.T @ (kin.w[j] - wA)
-        v = RA.T @ (kin.v[j] - vA - jnp.cross(wA, kin.p[j] - pA))
-        return jnp.concatenate([w, v])
+        j = self._bi(i)
+        return jnp.concatenate([kin.w[j], kin.v[j]])
 
     def body_velocity(self, body: int) -> jax.Array:
         """``V_AB = [w; v of the origin]`` in A."""
@@ -396,15 +395,37 @@ def single_group(model: Model, euler: bool, index: int) -> ConstraintGroup:
     return _group(model, [model.constraints(euler)[index]])
 
 
+def _relative(R, p, w, v, alpha, a):
+    """Kinematics of bodies relative to an ancestor, in its frame: every argument is
+    (..., 1 + k, ...) with the ancestor first (Ground-frame rotation, origin, angular
+    velocity, origin velocity and their classical accelerations); returns the k bodies'
+    ``R_AB, p_AB, w_AB, v_AB`` and the A-frame derivatives of the last two."""
+    RAt = jnp.swapaxes(R[..., :1, :, :], -1, -2)  # (..., 1, 3, 3) R_GA^T
+    toA = lambda x: jnp.einsum("...ij,...j->...i", RAt, x)
+    d = p[..., 1:, :] - p[..., :1, :]
+    wA, vA, alA, aA = w[..., :1, :], v[..., :1, :], alpha[..., :1, :], a[..., :1, :]
+    dw = w[..., 1:, :] - wA
+    y = v[..., 1:, :] - vA - jnp.cross(wA, d)  # origin velocity relative to A, in Ground
+    # d/dt (R_GA^T x) = R_GA^T (xdot - w_A x x): the A-frame derivative of a vector
+    ydot = a[..., 1:, :] - aA - jnp.cross(alA, d) - jnp.cross(wA, v[..., 1:, :] - vA)
+    return (
+        RAt @ R[..., 1:, :, :],
+        toA(d),
+        toA(dw),
+        toA(y),
+        toA(alpha[..., 1:, :] - alA - jnp.cross(wA, dw)),
+        toA(ydot - jnp.cross(wA, y)),
+    )
+
+
 def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: Any = None) -> Kin:
-    """The members' ``Kin`` (leading axis n) from a State realized to Position (level 0),
-    Velocity (1) or, with the classical body accelerations ``A`` (nb, 6), Dynamics (2);
-    udot is zero (the errors are affine in it)."""
+    """The members' ``Kin`` (leading axis n, relative to each member's ancestor) from a
+    State realized to Position (level 0), Velocity (1) or, with the classical body
+    accelerations ``A`` (nb, 6), Dynamics (2); udot is zero (the errors are affine in it)."""
     pc = state.position_cache
     b = g.bodies
     dt = pc.p_GB.dtype
     n = g.n
-    R, p = pc.R_GB[b], pc.p_GB[b]
     z = jnp.zeros(b.shape + (3,), dt)
     w = v = alpha = a = z
     inst = state.instance["matter"]
@@ -417,12 +438,30 @@ def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: An
         u = tuple(state.u[i] for i in g.u_idx)
     if level >= 2:
         alpha, a = A[b, :3], A[b, 3:]
+    R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a)
     params = {name: jnp.stack([inst[f"constraint{i}.{name}"] for i in g.index]) for name in g.params}
     mparams = tuple(
         inst["mobilizer_params"][g.mob_bodies[:, j]][:, : max(m.n_params, 1)] for j, m in enumerate(g.mobs)
     )
     t = jnp.broadcast_to(state.t, (n,))
     return Kin(R=R, p=p, w=w, v=v, alpha=alpha, a=a, q=q, u=u, udot=ud, t=t, params=params, mparams=mparams)
+
+
+def _to_ground(state: State, g: ConstraintGroup, C: jax.Array) -> jax.Array:
+    """Coefficients (n, m, k, 6) of the relative velocities ``[w_AB; v_AB]`` (in A) of a
+    group's bodies as coefficients (n, m, 1 + k, 6) of the Ground-frame ``[w; v]`` of the
+    ancestor and the bodies (``w_AB = R_GA^T (w_B - w_A)``,
+    ``v_AB = R_GA^T (v_B - v_A + (p_B - p_A) x w_A)``)."""
+    pc = state.position_cache
+    RA = pc.R_GB[g.bodies[:, 0]]  # (n, 3, 3)
+    d = pc.p_GB[g.bodies[:, 1:]] - pc.p_GB[g.bodies[:, :1]]  # (n, k, 3)
+    Cw = jnp.einsum("nmki,nli->nmkl", C[..., :3], RA)
+    Cv = jnp.einsum("nmki,nli->nmkl", C[..., 3:], RA)
+    CwA = jnp.sum(jnp.cross(Cv, d[:, None]) - Cw, axis=2, keepdims=True)
+    CvA = -jnp.sum(Cv, axis=2, keepdims=True)
+    return jnp.concatenate(
+        [jnp.concatenate([CwA, CvA], axis=-1), jnp.concatenate([Cw, Cv], axis=-1)], axis=2
+    )
 
 
 def group_errors(model: Model, state: State, g: ConstraintGroup, level: int, A: Any = None) -> jax.Array:
@@ -435,7 +474,8 @@ def group_errors(model: Model, state: State, g: ConstraintGroup, level: int, A: 
 
 def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = None, kin: Kin | None = None):
     """Coefficients of the members' (affine) acceleration errors with respect to the
-    constrained bodies' ``[alpha; a]`` (n, m, k, 6) and the constrained udots (per
+    Ground-frame ``[alpha; a]`` of the ancestor and the constrained bodies (n, m, 1 + k, 6;
+    derived for the relative motions, then mapped by ``_to_ground``) and the constrained udots (per
     mobilizer, (n, m, nu_j)); with body accelerations ``A`` (nb, 6) also the errors
     themselves at udot = 0 (n, m). ``kin``: the members' ``Kin`` where the caller has
     prepared it (e.g. with extra parameters).
@@ -466,7 +506,8 @@ def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = 
         Cud = tuple(jnp.concatenate([p[1][j] for p in parts], axis=0) for j in range(len(kin.u)))
         return (Cb, Cud), (aerr(kin) if A is not None else None)
 
-    coef, e0 = jax.vmap(one)(gather_kin(model, state, g, level, A) if kin is None else kin)
+    (Cb, Cud), e0 = jax.vmap(one)(gather_kin(model, state, g, level, A) if kin is None else kin)
+    coef = (_to_ground(state, g, Cb), Cud)
     return (coef, e0) if A is not None else coef
 
 
@@ -574,30 +615,34 @@ def constraint_forces(model: Model, state: State, lam: jax.Array) -> tuple[jax.A
 
 def min_norm_solve(S: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Array:
     """The minimum-norm ``y`` of ``S y = r`` for a symmetric positive semi-definite ``S``
-    that may be singular (redundant rows), by iterated Tikhonov regularisation: Cholesky of
-    ``S + eps I`` (``eps = 1e-8 max diag S`` in float64, 1e-4 in float32) and
-    ``refinements`` steps, each shrinking the error by ``eps / sigma``. Differentiable,
-    no eigen-decomposition, exact to round-off for consistent systems."""
+    that may be singular (redundant rows), by iterated Tikhonov regularisation: the inverse
+    of ``S + eps I`` (by Cholesky; ``eps = 1e-8 max diag S`` in float64, 1e-4 in float32)
+    and ``refinements`` steps ``y += (S + eps I)^-1 (r - S y)``, each shrinking the error by
+    ``eps / sigma``. The steps are products with the inverse, not triangular solves: a
+    small program, quick to compile. Differentiable, no eigen-decomposition, exact to
+    round-off for consistent systems."""
     scale = jnp.max(jnp.abs(jnp.diag(S)))
     scale = jnp.where(scale > 0, scale, 1.0)
     eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
-    L = jnp.linalg.cholesky(S + eps * jnp.eye(S.shape[0], dtype=S.dtype))
-    solve = lambda x: jax.scipy.linalg.cho_solve((L, True), x)
-    y = solve(r)
+    eye = jnp.eye(S.shape[0], dtype=S.dtype)
+    L = jnp.linalg.cholesky(S + eps * eye)
+    inv = jax.scipy.linalg.cho_solve((L, True), eye)
+    y = inv @ r
     for _ in range(refinements):
-        y = y + solve(r - S @ y)
+        y = y + inv @ (r - S @ y)
     return y
 
 
 def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     """``udot, lambda`` of ``M udot + G^T lambda = f``, ``G udot = b``.
 
-    ``S = G M^-1 G^T`` may be singular (redundant constraints): lambda is its
-    minimum-norm solution, computed by iterated Tikhonov regularisation (Cholesky of
-    ``S + eps I``, ``eps = 1e-8 max diag S`` in float64, plus five refinement steps, each
-    shrinking the error by ``eps / sigma``). That is differentiable with no eigen-
-    decomposition and exact (to round-off) for consistent systems; udot does not depend
-    on how lambda is split among redundant rows, and a row that vanishes to round-off
+    With ``M = L L^T`` and ``[z, Y] = L^-1 [f, G^T]``, ``S = G M^-1 G^T = Y^T Y`` may be
+    singular (redundant constraints): lambda is its minimum-norm solution
+    (``min_norm_solve``: iterated Tikhonov regularisation, ``eps = 1e-8 max diag S`` in
+    float64, five refinement steps, each shrinking the error by ``eps / sigma``), and
+    ``udot = L^-T (z - Y lambda)``. That is differentiable with no eigen-decomposition and
+    exact (to round-off) for consistent systems; udot does not depend on how lambda is
+    split among redundant rows, and a row that vanishes to round-off
     (``max |G_row| <= 1e-12 max |G|``) gets lambda = 0 exactly (as in Simbody). The split
     among rows that are redundant only in combination is the minimum-norm one to about
     ``1e-8`` relative (Simbody's rank-revealing factorisation gets it to round-off).
@@ -605,10 +650,9 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     constraints).
     """
     L = jnp.linalg.cholesky(M)
-    cho = lambda r: jax.scipy.linalg.cho_solve((L, True), r)
-    udot0 = cho(f)
     if G.shape[0] == 0:
-        return udot0, jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
+        udot = jax.scipy.linalg.cho_solve((L, True), f)
+        return udot, jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
     # Rows that vanish to round-off (e.g. the out-of-plane row of a planar loop closed by
     # a Ball) are structurally redundant: drop them exactly so their multipliers are 0.
     G0, b0 = G, b
@@ -616,9 +660,10 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     keep = rn > (1e-12 if G.dtype == jnp.float64 else 1e-6) * jnp.max(rn)
     G = jnp.where(keep[:, None], G, 0.0)
     b = jnp.where(keep, b, 0.0)
-    Y = cho(G.T)  # M^-1 G^T
-    lam = min_norm_solve(G @ Y, G @ udot0 - b)
-    udot = udot0 - Y @ lam
+    ZY = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([f[:, None], G.T], axis=1), lower=True)
+    z, Y = ZY[:, 0], ZY[:, 1:]
+    lam = min_norm_solve(Y.T @ Y, Y.T @ z - b)
+    udot = jax.scipy.linalg.solve_triangular(L, z - Y @ lam, lower=True, trans=1)
     return udot, lam, G0 @ udot - b0
 
 
