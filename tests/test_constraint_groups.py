@@ -108,3 +108,29 @@ def test_program_size_does_not_grow_with_the_number_of_constraints():
     """12 Ball constraints lower to (almost) the same program as 2: one vmap per kind."""
     few, many = _hlo_lines(12, 2), _hlo_lines(12, 12)
     assert many <= 1.1 * few, (few, many)
+
+
+def test_ball_written_out_derivatives_equal_autodiff_ones():
+    """Ball gives its position errors' first and second time derivatives by hand (Simbody's
+    position-dot and position-dot-dot errors); they must equal what forward-mode autodiff
+    derives from ``_perr`` alone, here with a moving ancestor (two Free bodies on a third)."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0.1, 0, 0], sj.Inertia(0.1, 0.2, 0.3)))
+    base = sj.MobilizedBody.Free(matter.Ground(), sj.Transform(), body, sj.Transform())
+    b1 = sj.MobilizedBody.Free(base, sj.Transform(p=[0.3, 0, 0]), body, sj.Transform())
+    b2 = sj.MobilizedBody.Free(base, sj.Transform(p=[0, -0.5, 0]), body, sj.Transform())
+    ball = sj.Constraint.Ball(b1, [0.1, -0.4, 0.2], b2, [0, 0.05, -0.1])
+    state = realize_eager(system.model_for(_state(system, 3)), _state(system, 3), sj.Stage.DYNAMICS)
+    model = system.model_for(state)
+    (g,) = cn.constraint_groups(model, state.use_euler_angles)
+    assert g.bodies[0, 0] == base.index  # the ancestor moves
+    A = np.random.default_rng(4).normal(size=(model.topology(False).nb, 6))
+    kin = cn.gather_kin(model, state, g, 2, A)
+    fns = {"_perr": staticmethod(type(ball)._perr), "_verr": None, "_aerr": None}
+    autodiff = type("BallByAutodiff", (), fns)
+    _, verr, aerr, _ = cn.level_functions(ball, g.mobs)
+    _, verr_ad, aerr_ad, _ = cn.level_functions(autodiff, g.mobs)
+    np.testing.assert_allclose(jax.vmap(verr)(kin), jax.vmap(verr_ad)(kin), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(jax.vmap(aerr)(kin), jax.vmap(aerr_ad)(kin), rtol=0, atol=1e-12)
+    assert np.abs(np.asarray(jax.vmap(aerr)(kin))).max() > 0.1  # a real check, not zeros

@@ -102,6 +102,10 @@ class Constraint:
     _perr: Callable[[ConstraintContext], Any] | None = None
     _verr: Callable[[ConstraintContext], Any] | None = None
     _aerr: Callable[[ConstraintContext], Any] | None = None
+    # Optional: the exact first and second time derivatives of ``_perr`` (Simbody's
+    # position-dot and position-dot-dot errors). Without them autodiff derives both.
+    _pverr: Callable[[ConstraintContext], Any] | None = None
+    _paerr: Callable[[ConstraintContext], Any] | None = None
 
     def __repr__(self) -> str:
         return f"Constraint.{type(self).__name__}(index={self.index})"
@@ -557,6 +561,15 @@ class Ball(Constraint):
     @staticmethod
     def _perr(ctx: ConstraintContext) -> jax.Array:
         return ctx.station_location(1, ctx.param("point2")) - ctx.station_location(0, ctx.param("point1"))
+
+    @staticmethod
+    def _pverr(ctx: ConstraintContext) -> jax.Array:
+        return ctx.station_velocity(1, ctx.param("point2")) - ctx.station_velocity(0, ctx.param("point1"))
+
+    @staticmethod
+    def _paerr(ctx: ConstraintContext) -> jax.Array:
+        s1, s2 = ctx.param("point1"), ctx.param("point2")
+        return ctx.station_acceleration(1, s2) - ctx.station_acceleration(0, s1)
 
     def set_point_on_body1(self, state: State, point: Any) -> State:
         """Station on body 1 (body frame) in this State (Instance stage)."""

@@ -223,16 +223,16 @@ class ConstraintContext:
     # --------------------------------------------------------------- accelerations (in A)
     def body_acceleration(self, body: int) -> jax.Array:
         """``A_AB = [alpha; a of the origin]``: the A-frame time derivative of ``V_AB``."""
-        return _ddt(lambda k: self._rel_vel(k, body), self._mobs)(self._kin)
+        j = self._bi(body)
+        return jnp.concatenate([self._kin.alpha[j], self._kin.a[j]])
 
     def station_acceleration(self, body: int, station: Any) -> jax.Array:
-        """Acceleration in A of a station fixed on the body."""
-        sub = ConstraintContext
-
-        def vel(k: Kin) -> jax.Array:
-            return sub(k, self._mobs).station_velocity(body, station)
-
-        return _ddt(vel, self._mobs)(self._kin)
+        """Acceleration in A of a station fixed on the body: ``a + alpha x r + w x (w x r)``
+        with ``r = R_AB station``."""
+        j = self._bi(body)
+        k = self._kin
+        r = k.R[j] @ jnp.asarray(station, k.p.dtype)
+        return k.a[j] + jnp.cross(k.alpha[j], r) + jnp.cross(k.w[j], jnp.cross(k.w[j], r))
 
 
 # ============================================================================ base class
@@ -305,8 +305,11 @@ def level_functions(cons: Any, mobs: tuple[Any, ...]):
     """(position, velocity, acceleration) error functions of one constraint's ``Kin``:
     ``perr``; ``uerr = [d/dt perr; verr]``; ``udoterr = [d2/dt2 perr; d/dt verr; aerr]``
     from the lowest-level errors ``cons._perr/_verr/_aerr`` (functions of a
-    ``ConstraintContext``), derivatives by forward-mode autodiff; and, fourth, the
-    acceleration-only errors ``aerr`` alone."""
+    ``ConstraintContext``), derivatives by forward-mode autodiff unless the constraint
+    gives the first and second time derivatives of ``_perr`` itself (``_pverr``,
+    ``_paerr``: Simbody's ``calcPositionDotErrors``/``calcPositionDotDotErrors``; a
+    built-in kind writes them out, which makes a much smaller program to compile); and,
+    fourth, the acceleration-only errors ``aerr`` alone."""
 
     def wrap(fn):
         if fn is None:
@@ -316,8 +319,8 @@ def level_functions(cons: Any, mobs: tuple[Any, ...]):
     p0, v0, a0 = wrap(cons._perr), wrap(cons._verr), wrap(cons._aerr)
     z = lambda k: jnp.zeros(0, k.p.dtype)
     perr = p0 or z
-    pv = _ddt(p0, mobs) if p0 else z
-    pa = _ddt(pv, mobs) if p0 else z
+    pv = (wrap(getattr(cons, "_pverr", None)) or _ddt(p0, mobs)) if p0 else z
+    pa = (wrap(getattr(cons, "_paerr", None)) or _ddt(pv, mobs)) if p0 else z
     vv = v0 or z
     va = _ddt(v0, mobs) if v0 else z
     aa = a0 or z
@@ -459,9 +462,7 @@ def _to_ground(state: State, g: ConstraintGroup, C: jax.Array) -> jax.Array:
     Cv = jnp.einsum("nmki,nli->nmkl", C[..., 3:], RA)
     CwA = jnp.sum(jnp.cross(Cv, d[:, None]) - Cw, axis=2, keepdims=True)
     CvA = -jnp.sum(Cv, axis=2, keepdims=True)
-    return jnp.concatenate(
-        [jnp.concatenate([CwA, CvA], axis=-1), jnp.concatenate([Cw, Cv], axis=-1)], axis=2
-    )
+    return jnp.concatenate([jnp.concatenate([CwA, CvA], axis=-1), jnp.concatenate([Cw, Cv], axis=-1)], axis=2)
 
 
 def group_errors(model: Model, state: State, g: ConstraintGroup, level: int, A: Any = None) -> jax.Array:
