@@ -171,26 +171,26 @@ class ConstraintContext:
         return k.u[mobilizer] if Nq is None else Nq @ k.u[mobilizer]
 
     # --------------------------------------------------------------- positions (in A)
-    def _rel(self, kin: Kin, i: int) -> tuple[jax.Array, jax.Array]:
+    def _rel(self, i: int) -> tuple[jax.Array, jax.Array]:
         j = self._bi(i)
-        return kin.R[j], kin.p[j]
+        return self._kin.R[j], self._kin.p[j]
 
     def body_transform(self, body: int) -> sp.Transform:
         """``X_AB`` of constrained body ``body``."""
-        R, p = self._rel(self._kin, body)
+        R, p = self._rel(body)
         return sp.Transform(R, p)
 
     def body_rotation(self, body: int) -> jax.Array:
         """``R_AB``."""
-        return self._rel(self._kin, body)[0]
+        return self._rel(body)[0]
 
     def body_origin_location(self, body: int) -> jax.Array:
         """Location of the body's origin in A."""
-        return self._rel(self._kin, body)[1]
+        return self._rel(body)[1]
 
     def station_location(self, body: int, station: Any) -> jax.Array:
         """Location in A of a station fixed on the body (given in the body frame)."""
-        R, p = self._rel(self._kin, body)
+        R, p = self._rel(body)
         return p + R @ jnp.asarray(station, p.dtype)
 
     def express_in_ancestor(self, body: int, vec: Any) -> jax.Array:
@@ -198,27 +198,26 @@ class ConstraintContext:
         return self.body_rotation(body) @ jnp.asarray(vec, self._kin.p.dtype)
 
     # --------------------------------------------------------------- velocities (in A)
-    def _rel_vel(self, kin: Kin, i: int) -> jax.Array:
+    def _rel_vel(self, i: int) -> jax.Array:
         j = self._bi(i)
-        return jnp.concatenate([kin.w[j], kin.v[j]])
+        return jnp.concatenate([self._kin.w[j], self._kin.v[j]])
 
     def body_velocity(self, body: int) -> jax.Array:
         """``V_AB = [w; v of the origin]`` in A."""
-        return self._rel_vel(self._kin, body)
+        return self._rel_vel(body)
 
     def body_angular_velocity(self, body: int) -> jax.Array:
         """Angular velocity of the body in A."""
-        return self._rel_vel(self._kin, body)[:3]
+        return self._rel_vel(body)[:3]
 
     def body_origin_velocity(self, body: int) -> jax.Array:
         """Velocity of the body origin in A."""
-        return self._rel_vel(self._kin, body)[3:]
+        return self._rel_vel(body)[3:]
 
     def station_velocity(self, body: int, station: Any) -> jax.Array:
         """Velocity in A of a station fixed on the body."""
-        V = self._rel_vel(self._kin, body)
-        r = self.body_rotation(body) @ jnp.asarray(station, V.dtype)
-        return V[3:] + jnp.cross(V[:3], r)
+        V = self._rel_vel(body)
+        return V[3:] + jnp.cross(V[:3], self.express_in_ancestor(body, station))
 
     # --------------------------------------------------------------- accelerations (in A)
     def body_acceleration(self, body: int) -> jax.Array:
@@ -231,7 +230,7 @@ class ConstraintContext:
         with ``r = R_AB station``."""
         j = self._bi(body)
         k = self._kin
-        r = k.R[j] @ jnp.asarray(station, k.p.dtype)
+        r = self.express_in_ancestor(body, station)
         return k.a[j] + jnp.cross(k.alpha[j], r) + jnp.cross(k.w[j], jnp.cross(k.w[j], r))
 
 
