@@ -397,8 +397,12 @@ def test_projection_second_derivatives_check_grads():
 
     system, matter, ball = fourbar()
     s = system.realize_topology()
+    # One jitted function for both starts: check_grads's derivatives evaluated op by op
+    # compiled thousands of tiny XLA:CPU programs, whose code mappings passed Linux's
+    # vm.max_map_count (65530) within this one test and crashed the process in the next
+    # compile; jitted, the second start reuses the first one's programs.
+    f = jax.jit(lambda q: system.project_q(s.with_q(q), tol=1e-9).q)
     for q0 in ([1.2, -1.0, -1.0], [0.3, 0.2, -0.4]):
-        f = lambda q: system.project_q(s.with_q(q), tol=1e-9).q  # noqa: E731
         check_grads(f, (jnp.asarray(q0),), order=2, modes=["fwd", "rev"], eps=1e-5, atol=1e-5, rtol=1e-5)
 
 
