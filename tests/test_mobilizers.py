@@ -252,3 +252,24 @@ def test_function_based_bodies_with_different_axes_keep_their_own_definitions():
         R = np.asarray(b.get_mobilizer_transform(state).R)
         np.testing.assert_allclose(R @ a, a, atol=1e-14)  # rotates about its own axis
         assert np.arccos((np.trace(R) - 1) / 2) == pytest.approx(ang, abs=1e-12)
+
+
+def test_rotation_product_equals_chained_axis_rotations_and_their_derivatives():
+    """A CustomJoint's rotation (one weighted sum of constant matrices) equals the product
+    of Rodrigues rotations about its axes, values and forward derivatives."""
+    from simjax import _spatial as sp
+    from simjax.model.mobilizers import _rotation_product
+
+    rng = np.random.default_rng(3)
+    axes = tuple(tuple(float(x) for x in a) for a in rng.standard_normal((3, 3)))
+    angles = jnp.asarray(rng.uniform(-2, 2, 3))
+
+    def chained(t):
+        R = jnp.eye(3)
+        for k in range(3):
+            R = R @ sp.rot_axis(t[k], axes[k])
+        return R
+
+    new = lambda t: _rotation_product([t[0], t[1], t[2]], axes, t.dtype)  # noqa: E731
+    np.testing.assert_allclose(new(angles), chained(angles), atol=1e-14)
+    np.testing.assert_allclose(jax.jacfwd(new)(angles), jax.jacfwd(chained)(angles), atol=1e-13)

@@ -50,3 +50,22 @@ def test_model_above_the_dense_threshold_matches_dense(monkeypatch):
     np.testing.assert_allclose(M_scan, M_dense, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(scan.udot, dense.udot, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(jnp.asarray(scan.position_cache.p_GB), dense.position_cache.p_GB, atol=1e-13)
+
+
+def test_place_equals_a_scatter_per_group():
+    """``place`` (one concatenation and one static gather) writes the rows a scatter per
+    group would, the fill elsewhere, and the later part where rows repeat."""
+    from simjax.tree.kinds import place
+
+    rng = np.random.default_rng(0)
+    parts = [
+        (np.array([[4, 1]]), rng.standard_normal((1, 2, 3))),
+        (np.array([2, 6]), rng.standard_normal((2, 3))),
+    ]
+    fill = jnp.asarray([7.0, 8.0, 9.0])
+    want = jnp.broadcast_to(fill, (8, 3))
+    for idx, v in parts:
+        want = want.at[idx.reshape(-1)].set(jnp.asarray(v).reshape(-1, 3))
+    np.testing.assert_array_equal(place(8, parts, fill), want)
+    again = place(3, [(np.array([0, 1]), jnp.ones(2)), (np.array([1]), 5 * jnp.ones(1))], jnp.zeros(()))
+    np.testing.assert_array_equal(again, [1.0, 5.0, 0.0])

@@ -42,6 +42,7 @@ from .._stage import Stage
 from ..dynamics.stages import frame_jacobians
 from ..model.model import Model
 from ..model.state import State
+from ..tree.kinds import place
 
 # ============================================================================ kinematics
 
@@ -545,22 +546,18 @@ def group_forces(model: Model, state: State, g: ConstraintGroup, coef: Any, lam:
 def position_errors(model: Model, state: State) -> jax.Array:
     """All holonomic position errors (mp,) (State realized to Position minus the errors)."""
     mp, _, _ = model.constraint_counts(state.use_euler_angles)
-    out = jnp.zeros(mp, state.position_cache.p_GB.dtype)
-    for g in constraint_groups(model, state.use_euler_angles):
-        if g.mp:
-            out = out.at[g.rows[0].reshape(-1)].set(group_errors(model, state, g, 0).reshape(-1))
-    return out
+    groups = [g for g in constraint_groups(model, state.use_euler_angles) if g.mp]
+    parts = [(g.rows[0], group_errors(model, state, g, 0)) for g in groups]
+    return place(mp, parts, jnp.zeros((), state.position_cache.p_GB.dtype))
 
 
 def velocity_errors(model: Model, state: State) -> jax.Array:
     """``uerr = [pverr (mp); verr (mv)]`` (needs Velocity)."""
     mp, mv, _ = model.constraint_counts(state.use_euler_angles)
-    out = jnp.zeros(mp + mv, state.position_cache.p_GB.dtype)
-    for g in constraint_groups(model, state.use_euler_angles):
-        if g.mp + g.mv:
-            rows = np.concatenate([g.rows[0], mp + g.rows[1]], axis=1)
-            out = out.at[rows.reshape(-1)].set(group_errors(model, state, g, 1).reshape(-1))
-    return out
+    groups = [g for g in constraint_groups(model, state.use_euler_angles) if g.mp + g.mv]
+    rows = [np.concatenate([g.rows[0], mp + g.rows[1]], axis=1) for g in groups]
+    parts = [(r, group_errors(model, state, g, 1)) for r, g in zip(rows, groups, strict=True)]
+    return place(mp + mv, parts, jnp.zeros((), state.position_cache.p_GB.dtype))
 
 
 def constraint_matrix(model: Model, state: State, levels: int = 3) -> jax.Array:
@@ -580,21 +577,22 @@ def _g_and_b(model: Model, state: State, levels: int, A: Any) -> tuple[jax.Array
     m = (mp, mp + mv, mp + mv + ma)[levels - 1]
     nu = model.topology(state.use_euler_angles).nu
     en = state.instance["matter"]["constraint_enabled"]
-    G = jnp.zeros((m, nu), state.position_cache.p_GB.dtype)
-    b = None if A is None else jnp.zeros(m, G.dtype)
+    dt = state.position_cache.p_GB.dtype
+    G_parts, b_parts = [], []
     for g in constraint_groups(model, state.use_euler_angles):
         width = (g.mp, g.mp + g.mv, g.mp + g.mv + g.ma)[levels - 1]
         if not width:
             continue
-        rows = g.all_rows(mp, mv)[:, :width].reshape(-1)
+        rows = g.all_rows(mp, mv)[:, :width]
         mask = en[g.index][:, None]
         if A is None:
             coef = group_coefficients(model, state, g)
         else:
             coef, a0 = group_coefficients(model, state, g, A)
-            b = b.at[rows].set(-(a0 * mask).reshape(-1))  # type: ignore[union-attr]
-        Gc = group_G(model, state, g, coef)[:, :width]
-        G = G.at[rows].set((Gc * mask[..., None]).reshape(-1, nu))
+            b_parts.append((rows, -(a0 * mask)))
+        G_parts.append((rows, group_G(model, state, g, coef)[:, :width] * mask[..., None]))
+    G = place(m, G_parts, jnp.zeros(nu, dt))
+    b = None if A is None else place(m, b_parts, jnp.zeros((), dt))
     return G, b
 
 

@@ -24,7 +24,7 @@ from ..model.state import (
     VelocityCache,
 )
 from ..tree import traversal as _tree
-from ..tree.kinds import joint_inputs, map_kinds, no_q
+from ..tree.kinds import joint_inputs, map_kinds, no_q, place
 from .forces import calc_forces
 
 
@@ -61,16 +61,12 @@ def realize_position(model: Model, state: State) -> PositionCache:
     q = state.q
     nb, nu = topo.nb, topo.nu
     dt = q.dtype if jnp.issubdtype(q.dtype, jnp.floating) else jnp.result_type(float)
-    R_PB = jnp.broadcast_to(jnp.eye(3, dtype=dt), (nb, 3, 3))
-    p_PB = jnp.zeros((nb, 3), dt)
-    S_B = jnp.zeros((nu, 6), dt)
     inputs = lambda g: joint_inputs(state, g, "q", "params", "frames")
-    for g, (R, p, S) in map_kinds(topo, _joint_local, inputs):
-        b = g.bodies
-        R_PB = R_PB.at[b].set(R.astype(dt))
-        p_PB = p_PB.at[b].set(p.astype(dt))
-        if g.mobilizer.nu:
-            S_B = S_B.at[g.u_idx.reshape(-1)].set(jnp.swapaxes(S, 1, 2).reshape(-1, 6).astype(dt))
+    kinds = list(map_kinds(topo, _joint_local, inputs))
+    R_PB = place(nb, [(g.bodies, R) for g, (R, _, _) in kinds], jnp.eye(3, dtype=dt))
+    p_PB = place(nb, [(g.bodies, p) for g, (_, p, _) in kinds], jnp.zeros(3, dt))
+    S_parts = [(g.u_idx, jnp.swapaxes(S, 1, 2)) for g, (_, _, S) in kinds if g.mobilizer.nu]
+    S_B = place(nu, S_parts, jnp.zeros(6, dt))
     R_GB, p_GB = _tree.compose_outward(topo, R_PB, p_PB)
     db = np.asarray(topo.dof_body)
     cdof = jax.vmap(_phi)(R_GB[db], p_GB[db], S_B) if nu else S_B
@@ -118,11 +114,9 @@ def _joint_bias(mob, q, u, params, XPF_R, XPF_p, XBM_R, XBM_p):
 def calc_qdot(model: Model, state: State) -> jax.Array:
     """``qdot = N(q) u`` for the whole system."""
     topo = model.topology(state.use_euler_angles)
-    qdot = jnp.zeros(topo.nq, state.q.dtype)
     inputs = lambda g: joint_inputs(state, g, "q", "u", "params")
-    for g, qd in map_kinds(topo, _joint_qdot, inputs, skip=no_q):
-        qdot = qdot.at[g.q_idx.reshape(-1)].set(qd.reshape(-1).astype(qdot.dtype))
-    return qdot
+    parts = [(g.q_idx, qd) for g, qd in map_kinds(topo, _joint_qdot, inputs, skip=no_q)]
+    return place(topo.nq, parts, jnp.zeros((), state.q.dtype))
 
 
 def velocity_bias(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> jax.Array:
@@ -130,11 +124,9 @@ def velocity_bias(model: Model, state: State, pos: PositionCache, vel: VelocityC
     origin. Computed on demand (Dynamics stage caches it); Position/Velocity don't pay for it."""
     topo = model.topology(state.use_euler_angles)
     dt = pos.p_GB.dtype
-    cB = jnp.zeros((topo.nb, 6), dt)
     inputs = lambda g: joint_inputs(state, g, "q", "u", "params", "frames")
-    for g, c in map_kinds(topo, _joint_bias, inputs, skip=no_q):
-        b = g.bodies
-        cB = cB.at[b].set(c.astype(dt))
+    parts = [(g.bodies, c) for g, c in map_kinds(topo, _joint_bias, inputs, skip=no_q)]
+    cB = place(topo.nb, parts, jnp.zeros(6, dt))
     # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u.
     aJ = jax.vmap(_phi)(pos.R_GB, pos.p_GB, cB) + jax.vmap(sp.cross_motion)(vel.V_O, vel.vJ)
     return _tree.outward_sum(topo, aJ)
@@ -225,7 +217,6 @@ def qdotdot(model: Model, state: State, udot: jax.Array) -> jax.Array:
     topo = model.topology(state.use_euler_angles)
     q, u = state.q, state.u
     dt = q.dtype
-    out = jnp.zeros(topo.nq, dt)
 
     def one(mob, qq, uu, ud, par):
         Nq = mob.N(qq, par)
@@ -236,9 +227,8 @@ def qdotdot(model: Model, state: State, udot: jax.Array) -> jax.Array:
         return dN @ uu + Nq @ ud
 
     inputs = lambda g: (q[g.q_idx], u[g.u_idx], udot[g.u_idx], joint_inputs(state, g, "params")[0])
-    for g, r in map_kinds(topo, one, inputs, skip=no_q):
-        out = out.at[g.q_idx.reshape(-1)].set(r.reshape(-1).astype(dt))
-    return out
+    parts = [(g.q_idx, r) for g, r in map_kinds(topo, one, inputs, skip=no_q)]
+    return place(topo.nq, parts, jnp.zeros((), dt))
 
 
 def frame_jacobians(

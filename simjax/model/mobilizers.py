@@ -13,6 +13,7 @@ Every method works on ONE mobilizer; the tree code vmaps each kind group.
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -673,14 +674,41 @@ class FunctionBased(AbstractMobilizer):
 
     def X_FM(self, q, params):
         fns = self._bound(params)
-        R = jnp.eye(3, dtype=q.dtype)
-        for k in range(3):
-            R = R @ sp.rot_axis(self._f(fns[k], k, q), self.axes[k])
+        angles = [self._f(fns[k], k, q) for k in range(3)]
+        R = _rotation_product(angles, self.axes[:3], q.dtype)
         p = sum(
             params[k] * self._f(fns[3 + k], 3 + k, q) * jnp.asarray(_unit(self.axes[3 + k]), q.dtype)
             for k in range(3)
         )
         return R, jnp.asarray(p, dtype=q.dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _rotation_table(axes: tuple[tuple[float, float, float], ...]) -> np.ndarray:
+    """(3, ..., 3, 3, 3) constant matrices whose sum weighted by products of ``(1, cos, sin)``
+    of each angle is the product of the rotations about ``axes`` (body fixed, in order).
+
+    About a unit axis ``a``, ``R(t) = a a^T + cos t (I - a a^T) + sin t [a]x``, so a product
+    of rotations about constant axes is a fixed combination of constant matrices."""
+    T = np.eye(3)[None]
+    for axis in axes:
+        a = _unit(axis)
+        basis = np.stack([np.outer(a, a), np.eye(3) - np.outer(a, a), np.cross(np.eye(3), a)])
+        T = np.einsum("...ij,kjl->...kil", T, basis)
+    return T[0]
+
+
+def _rotation_product(angles: Sequence[Any], axes: tuple[tuple[float, float, float], ...], dtype: Any):
+    """``R_1(angles[0]) R_2(angles[1]) ...`` about constant axes, as one weighted sum of
+    constant matrices (``_rotation_table``) with weights the products of each angle's
+    ``(1, cos, sin)``: elementwise work and one reduction, where chained 3x3 products
+    compile to a kernel each."""
+    table = _rotation_table(tuple(tuple(float(x) for x in a) for a in axes))
+    w = jnp.ones((), dtype)
+    for t in angles:
+        e = jnp.stack([jnp.ones((), dtype), jnp.cos(t), jnp.sin(t)])
+        w = w[..., None] * e.reshape((1,) * w.ndim + (3,))
+    return jnp.sum(w[..., None, None] * jnp.asarray(table, dtype), axis=tuple(range(len(angles))))
 
 
 def _unit(axis: Any) -> np.ndarray:

@@ -1088,16 +1088,24 @@ def _kkt_solve(H, A, rhs_x, rhs_e, delta, refine: int = 3):
     ``[H, A^T; A, -delta I]`` with iterative refinement (handles redundant rows of A)."""
     n, m = H.shape[0], A.shape[0]
     if m == 0:
-        lu = jax.scipy.linalg.lu_factor(H)
-        return jax.scipy.linalg.lu_solve(lu, rhs_x), jnp.zeros(0, H.dtype)
+        return _lu_solver(H)(rhs_x), jnp.zeros(0, H.dtype)
     K0 = jnp.block([[H, A.T], [A, jnp.zeros((m, m), H.dtype)]])
     K = K0.at[n:, n:].set(-delta * jnp.eye(m, dtype=H.dtype))
-    lu = jax.scipy.linalg.lu_factor(K)
+    solve = _lu_solver(K)
     b = jnp.concatenate([rhs_x, rhs_e])
-    z = jax.scipy.linalg.lu_solve(lu, b)
+    z = solve(b)
     for _ in range(refine):
-        z = z + jax.scipy.linalg.lu_solve(lu, b - K0 @ z)
+        z = z + solve(b - K0 @ z)
     return z[:n], z[n:]
+
+
+def _lu_solver(K: jax.Array) -> Callable[[jax.Array], jax.Array]:
+    """``b -> K^-1 b`` by one LU factorisation with partial pivoting: the permutation is
+    computed once (``jax.scipy.linalg.lu_solve`` rebuilds it from the pivots on every call,
+    a loop that compiles to a dozen kernels each time), then two triangular solves."""
+    lu, _, perm = jax.lax.linalg.lu(K)
+    tri = jax.scipy.linalg.solve_triangular
+    return lambda b: tri(lu, tri(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
 
 
 def _make_solver(plan: _Plan, matter: Any):
@@ -1344,7 +1352,7 @@ def _make_solver(plan: _Plan, matter: Any):
             Sm = Sm + delta * jnp.maximum(jnp.max(jnp.abs(jnp.diag(Sm))), 1.0) * jnp.eye(
                 Sm.shape[0], dtype=dt
             )
-            lam = -jnp.linalg.solve(Sm, Am @ (gradf * mf))
+            lam = -jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(Sm), True), Am @ (gradf * mf))
         else:
             lam = jnp.zeros(plan.ne, dt)
         x_out = _implicit(x_star, lam, mf, base, params, plan=plan, delta=delta)[0] if n else x_star
@@ -1429,10 +1437,9 @@ def _with_observations(params: dict[str, Any], frame: dict[str, Any]) -> dict[st
     return p
 
 
-def _solve_output_zeros(solve: Any, state: State) -> tuple[State, AssemblyInfo]:
-    """Zeros shaped like one solve's output, without tracing the solve (only ``realize``)."""
+def _info_zeros(solve: Any, state: State) -> AssemblyInfo:
+    """Zeros shaped like one solve's ``AssemblyInfo``, without tracing the solve."""
     plan = solve.plan
-    st = jax.eval_shape(lambda s: realize(plan.model, s, Stage.POSITION), state)
     dt = state.q.dtype
     n = len(plan.free)
     info = AssemblyInfo(
@@ -1445,7 +1452,7 @@ def _solve_output_zeros(solve: Any, state: State) -> tuple[State, AssemblyInfo]:
         result=RESULTS.successful,  # type: ignore[arg-type]
         on_bounds=jnp.zeros(n, jnp.int8),
     )
-    return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), st), info
+    return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), info)
 
 
 def _track_segments(
@@ -1488,7 +1495,9 @@ def _track_segments(
         return jax.tree.map(lambda a: jax.vmap(lambda al, jj: al[jj])(a, j), fr)
 
     q_shape = state.q.shape
-    buf0 = jax.tree.map(lambda a: jnp.zeros((S, Ls) + a.shape, a.dtype), _solve_output_zeros(solve, state))
+    # The rounds keep each frame's q and info; the States are realized once, after the loop
+    # (keeping whole realized States in the loop made a kernel per cache array).
+    buf0 = jax.tree.map(lambda a: jnp.zeros((S, Ls) + a.shape, a.dtype), (state.q, _info_zeros(solve, state)))
 
     def good(info):
         return jnp.isin(info.status, jnp.asarray(FEASIBLE))
@@ -1500,7 +1509,7 @@ def _track_segments(
         if progress:
             jax.debug.callback(partial(_progress_report, S=S, T=T), phase, j)
         idx = jnp.arange(S)
-        last_q = buf[0].q[:, Ls - 1]
+        last_q = buf[0][:, Ls - 1]
         prev_last = jnp.concatenate([last_q[:1], last_q[:-1]])
         q0 = jnp.where(phase == 1, prev_last, jnp.where((phase == 0) & (j == 0), state.q[None], q))
         jj = jnp.where(phase == 1, 0, j)
@@ -1532,7 +1541,7 @@ def _track_segments(
         buf = jax.tree.map(
             lambda B, v: B.at[:, jj].set(jnp.where(write.reshape((S,) + (1,) * (v.ndim - 1)), v, B[:, jj])),
             buf,
-            (out, info),
+            (out.q, info),
         )
         qn = jnp.where((write & good(info))[:, None], out.q, q)
         need_n = jnp.where(phase == 1, (idx > 0) & better, need)
@@ -1561,7 +1570,9 @@ def _track_segments(
         passes=jnp.asarray(0),
     )
     cf = jax.lax.while_loop(lambda c: c["phase"] != 3, body, c0)
-    return jax.tree.map(lambda a: a.reshape((S * Ls,) + a.shape[2:])[:T], cf["buf"])
+    qs, infos = jax.tree.map(lambda a: a.reshape((S * Ls,) + a.shape[2:])[:T], cf["buf"])
+    states = jax.vmap(lambda q: realize(solve.plan.model, state.with_q(q), Stage.POSITION))(qs)
+    return states, infos
 
 
 @eqx.filter_custom_jvp

@@ -13,6 +13,8 @@ from functools import partial
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from ..model.state import State
 from ..model.topology import KindGroup, Topology
@@ -57,3 +59,16 @@ def map_kinds(
 def no_q(mob: Any) -> bool:
     """A mobilizer with no coordinates (Weld)."""
     return mob.nq == 0
+
+
+def place(n: int, parts: list[tuple[np.ndarray, jax.Array]], fill: jax.Array) -> jax.Array:
+    """An (n, ...) array whose rows ``idx`` hold ``values`` for each ``(idx, values)`` of
+    ``parts`` (values one row per index, in the order of ``idx.reshape(-1)``) and ``fill``
+    (one row) elsewhere; a later part wins where rows repeat. One concatenation and one
+    static gather, where a scatter per kind group would compile to a kernel each."""
+    idx = [np.asarray(i, dtype=int).reshape(-1) for i, _ in parts]
+    flat = np.concatenate(idx) if idx else np.zeros(0, dtype=int)
+    src = np.full(n, flat.size, dtype=int)  # the fill row
+    src[flat] = np.arange(flat.size)
+    rows = [jnp.reshape(v, (len(i),) + fill.shape).astype(fill.dtype) for i, (_, v) in zip(idx, parts)]
+    return jnp.concatenate([*rows, fill[None]])[src]
