@@ -91,3 +91,67 @@ def test_batched_limit_step_does_not_hang():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "done: no hang" in out.stdout
+
+
+def test_solver_compile_options_their_fallback_and_opt_out(monkeypatch):
+    """The Assembler's programs compile with XLA:CPU's classic fusion emitters (quicker
+    compiles); an option the installed jaxlib does not know is left out, and
+    ``SIMJAX_COMPILER_OPTIONS=0`` leaves them all out."""
+    from simjax import _config
+
+    try:
+        _config.solver_compiler_options.cache_clear()
+        assert _config.solver_compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+        _config.solver_compiler_options.cache_clear()
+        monkeypatch.setattr(_config, "SOLVER_COMPILER_OPTIONS", {"xla_no_such_option": False})
+        assert _config.solver_compiler_options() == {}
+        monkeypatch.undo()
+        _config.solver_compiler_options.cache_clear()
+        monkeypatch.setenv("SIMJAX_COMPILER_OPTIONS", "0")
+        assert _config.solver_compiler_options() == {}
+    finally:
+        monkeypatch.undo()
+        _config.solver_compiler_options.cache_clear()
+
+
+def test_assembler_programs_get_the_solver_options(tmp_path):
+    """An option reaches the compile of ``assemble`` and ``track`` (a bogus one fails it),
+    in a fresh process with empty caches."""
+    script = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import jax, numpy as np, simjax as sj; from simjax import _config; from helpers import fourbar\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "_config.solver_compiler_options = lambda: {'xla_no_such_option': False}\n"
+        "system, matter, _ = fourbar(); asm = sj.Assembler(system); mk = sj.Markers()\n"
+        "mk.add_marker('a', matter.get_mobilized_body(1), [1, 0, 0]); asm.adopt_assembly_goal(mk)\n"
+        "s = system.realize_topology().with_q([0.1, 0.0, 0.0])\n"
+        "for call in (lambda: asm.assemble(s), lambda: asm.track(s, np.ones((2, 1, 3)))):\n"
+        "    try:\n"
+        "        call(); print('compiled')\n"
+        "    except Exception as e:\n"
+        "        print('refused' if 'No such compile option' in str(e) else repr(e))\n"
+    ) % str(Path(__file__).parent)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=clean_env(SIMJAX_CACHE_DIR=str(tmp_path)),
+        check=True,
+    )
+    assert out.stdout.split() == ["refused", "refused"], out.stdout + out.stderr
+
+
+def test_solver_jit_at_the_top_level_and_nested():
+    """Compile options go to top-level calls only; nested (constants under an outer jit,
+    tracers under jit, vmap or grad) it is a plain jit, same values."""
+    import jax
+    import jax.numpy as jnp
+
+    from simjax import _config
+
+    f = _config.solver_jit(lambda x: jnp.sin(x) * 2.0)
+    x = jnp.linspace(0.0, 1.0, 3)
+    want = jnp.sin(x) * 2.0
+    for got in (f(x), jax.jit(lambda: f(x))(), jax.jit(f)(x), jax.vmap(f)(x)):
+        assert jnp.allclose(got, want, rtol=0, atol=1e-15)
+    assert jnp.allclose(jax.grad(lambda y: f(y).sum())(x), 2.0 * jnp.cos(x), rtol=0, atol=1e-15)

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._config import solver_jit
 from .._stage import Stage
 from ._loaded import LoadedModel, ModelFileError
 from ._motion import MarkerTable, read_trc
@@ -350,7 +351,7 @@ def _model_marker_positions(model: LoadedModel, names: list[str]) -> dict[str, n
     markers = [model.markers[n] for n in names]
     system = model.system
 
-    @jax.jit
+    @solver_jit
     def where(state: Any) -> Any:
         rs = system.realize(state, Stage.POSITION)
         return [m.find_location_in_ground(rs) for m in markers], jnp.max(jnp.abs(rs.qerr), initial=0.0)
@@ -1055,7 +1056,7 @@ def fit_scale_factors(
         r = ((markers_cond._locations(rs, p["conditions"][mk]) - target) * data["sqw"][:, None]).reshape(-1)
         return r, (jax.lax.stop_gradient(out.q), info.status, out)
 
-    @jax.jit
+    @solver_jit
     def lin_data(theta: Any, q_start: Any, data: dict[str, Any]) -> Any:
         J, (r, aux) = jax.jacfwd(lambda t: _pair(residuals(t, q_start, data)), has_aux=True)(theta)
         return r, J, aux

@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._config import solver_jit
 from .._results import RESULTS
 from .._stage import Stage
 from ..forward.realize import realize
@@ -705,9 +706,9 @@ class Assembler:
         if key not in self._fns:
             solve = _make_solver(plan, self._matter)
             if kind == "single":
-                self._fns[key] = jax.jit(solve)
+                self._fns[key] = solver_jit(solve)
             else:
-                self._fns[key] = jax.jit(
+                self._fns[key] = solver_jit(
                     partial(_track, solve=solve, S=segments, Ls=length, progress=progress, retry=retry)
                 )
         return self._fns[key]
