@@ -1,8 +1,9 @@
 """simjax: Simbody's multibody dynamics on JAX (jit, vmap and grad throughout).
 
 Enable float64 for Simbody-level accuracy: ``jax.config.update("jax_enable_x64", True)``.
-On import simjax turns one XLA:CPU scheduler off (it can hang nested loops) and keeps
-compiled programs in a persistent cache; see ``simjax._config`` for both and their
+On import simjax turns one XLA:CPU scheduler off (it can hang nested loops), picks
+XLA:CPU's classic fusion emitters on jaxlib 0.10 (quicker compiles, faster batches) and
+keeps compiled programs in a persistent cache; see ``simjax._config`` for these and their
 opt-outs.
 """
 

@@ -41,16 +41,24 @@ def test_cache_dir_and_scheduler_flag_defaults(tmp_path):
     cache, flags = probe(SIMJAX_CACHE_DIR=str(tmp_path / "c"))
     assert cache == str(tmp_path / "c") and (tmp_path / "c").is_dir()
     assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in flags
+    from simjax import _config
+
+    tested = _config._jaxlib_version() in _config._EMITTERS_TESTED  # jaxlib 0.10 here
+    assert ("--xla_cpu_use_fusion_emitters=false" in flags) == tested
     cache, _ = probe(XDG_CACHE_HOME=str(tmp_path / "x"))
     assert cache == str(tmp_path / "x" / "simjax" / "jax")
 
 
 def test_opt_outs_and_user_settings_win(tmp_path):
     cache, flags = probe(SIMJAX_COMPILATION_CACHE="0", SIMJAX_XLA_FLAGS="0")
-    assert cache is None and "concurrency_optimized_scheduler" not in flags
+    assert cache is None and flags == ""
     # a flag the user set is left as it is
     _, flags = probe(XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=true")
-    assert flags == "--xla_cpu_enable_concurrency_optimized_scheduler=true"
+    assert flags.split()[0] == "--xla_cpu_enable_concurrency_optimized_scheduler=true"
+    assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" not in flags
+    _, flags = probe(XLA_FLAGS="--xla_cpu_use_fusion_emitters=true")
+    assert "--xla_cpu_use_fusion_emitters=false" not in flags
+    assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in flags
     # a cache directory the user configured through JAX's own variable wins
     cache, _ = probe(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"), SIMJAX_CACHE_DIR=str(tmp_path / "c"))
     assert cache == str(tmp_path / "mine")
@@ -93,65 +101,17 @@ def test_batched_limit_step_does_not_hang():
     assert "done: no hang" in out.stdout
 
 
-def test_solver_compile_options_their_fallback_and_opt_out(monkeypatch):
-    """The Assembler's programs compile with XLA:CPU's classic fusion emitters (quicker
-    compiles); an option the installed jaxlib does not know is left out, and
-    ``SIMJAX_COMPILER_OPTIONS=0`` leaves them all out."""
+def test_classic_emitters_only_on_a_tested_jaxlib(monkeypatch):
+    """The emitters flag is appended for the jaxlib versions it was measured with (XLA
+    aborts the process on a flag it does not know), never for others."""
     from simjax import _config
 
-    try:
-        _config.solver_compiler_options.cache_clear()
-        assert _config.solver_compiler_options() == {"xla_cpu_use_fusion_emitters": False}
-        _config.solver_compiler_options.cache_clear()
-        monkeypatch.setattr(_config, "SOLVER_COMPILER_OPTIONS", {"xla_no_such_option": False})
-        assert _config.solver_compiler_options() == {}
-        monkeypatch.undo()
-        _config.solver_compiler_options.cache_clear()
-        monkeypatch.setenv("SIMJAX_COMPILER_OPTIONS", "0")
-        assert _config.solver_compiler_options() == {}
-    finally:
-        monkeypatch.undo()
-        _config.solver_compiler_options.cache_clear()
-
-
-def test_assembler_programs_get_the_solver_options(tmp_path):
-    """An option reaches the compile of ``assemble`` and ``track`` (a bogus one fails it),
-    in a fresh process with empty caches."""
-    script = (
-        "import sys; sys.path.insert(0, %r)\n"
-        "import jax, numpy as np, simjax as sj; from simjax import _config; from helpers import fourbar\n"
-        "jax.config.update('jax_enable_x64', True)\n"
-        "_config.solver_compiler_options = lambda: {'xla_no_such_option': False}\n"
-        "system, matter, _ = fourbar(); asm = sj.Assembler(system); mk = sj.Markers()\n"
-        "mk.add_marker('a', matter.get_mobilized_body(1), [1, 0, 0]); asm.adopt_assembly_goal(mk)\n"
-        "s = system.realize_topology().with_q([0.1, 0.0, 0.0])\n"
-        "for call in (lambda: asm.assemble(s), lambda: asm.track(s, np.ones((2, 1, 3)))):\n"
-        "    try:\n"
-        "        call(); print('compiled')\n"
-        "    except Exception as e:\n"
-        "        print('refused' if 'No such compile option' in str(e) else repr(e))\n"
-    ) % str(Path(__file__).parent)
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=clean_env(SIMJAX_CACHE_DIR=str(tmp_path)),
-        check=True,
-    )
-    assert out.stdout.split() == ["refused", "refused"], out.stdout + out.stderr
-
-
-def test_solver_jit_at_the_top_level_and_nested():
-    """Compile options go to top-level calls only; nested (constants under an outer jit,
-    tracers under jit, vmap or grad) it is a plain jit, same values."""
-    import jax
-    import jax.numpy as jnp
-
-    from simjax import _config
-
-    f = _config.solver_jit(lambda x: jnp.sin(x) * 2.0)
-    x = jnp.linspace(0.0, 1.0, 3)
-    want = jnp.sin(x) * 2.0
-    for got in (f(x), jax.jit(lambda: f(x))(), jax.jit(f)(x), jax.vmap(f)(x)):
-        assert jnp.allclose(got, want, rtol=0, atol=1e-15)
-    assert jnp.allclose(jax.grad(lambda y: f(y).sum())(x), 2.0 * jnp.cos(x), rtol=0, atol=1e-15)
+    for version, added in (((0, 10), True), ((0, 11), False), ((0, 4), False), ((), False)):
+        monkeypatch.setattr(_config, "_jaxlib_version", lambda v=version: v)
+        monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
+        monkeypatch.delenv("SIMJAX_XLA_FLAGS", raising=False)
+        _config.configure_xla_flags()
+        flags = os.environ["XLA_FLAGS"].split()
+        sched = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+        assert flags[:2] == ["--xla_dump_to=/nowhere", sched]
+        assert ("--xla_cpu_use_fusion_emitters=false" in flags) == added, version

@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._config import solver_jit
 from .._stage import Stage
 from ..build.bodies import MobilizedBody
 from ..build.constraints import CoordinateLimit
@@ -459,7 +458,7 @@ def _assemble_default(model: LoadedModel) -> State:
     name = model.path.rsplit("/", 1)[-1] or "model"
     try:
 
-        @solver_jit
+        @jax.jit
         def assemble(s: State) -> tuple[State, jax.Array]:
             out = system.project_q(s, tol=1e-10, iterations=30, throw=False)  # checked below
             return out, jnp.max(jnp.abs(system.realize(out, Stage.POSITION).qerr), initial=0.0)

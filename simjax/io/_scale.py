@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._config import solver_jit
 from .._stage import Stage
 from ._loaded import LoadedModel, ModelFileError
 from ._motion import MarkerTable, read_trc
@@ -351,7 +350,7 @@ def _model_marker_positions(model: LoadedModel, names: list[str]) -> dict[str, n
     markers = [model.markers[n] for n in names]
     system = model.system
 
-    @solver_jit
+    @jax.jit
     def where(state: Any) -> Any:
         rs = system.realize(state, Stage.POSITION)
         return [m.find_location_in_ground(rs) for m in markers], jnp.max(jnp.abs(rs.qerr), initial=0.0)
@@ -1056,7 +1055,7 @@ def fit_scale_factors(
         r = ((markers_cond._locations(rs, p["conditions"][mk]) - target) * data["sqw"][:, None]).reshape(-1)
         return r, (jax.lax.stop_gradient(out.q), info.status, out)
 
-    @solver_jit
+    @jax.jit
     def lin_data(theta: Any, q_start: Any, data: dict[str, Any]) -> Any:
         J, (r, aux) = jax.jacfwd(lambda t: _pair(residuals(t, q_start, data)), has_aux=True)(theta)
         return r, J, aux

@@ -39,7 +39,7 @@ import jax
 import jaxlib
 import numpy as np
 
-from .._config import compilation_cache_dir, solver_jit
+from .._config import compilation_cache_dir
 from ..model.model import Identity, _replace
 from ..model.state import State
 
@@ -252,7 +252,7 @@ def _load(where: Path, digest: str) -> tuple[Callable[..., Any], Any] | None:
         return None
     if out_tree.num_leaves != len(exp.out_avals):
         return None
-    return solver_jit(exp.call), out_tree
+    return jax.jit(exp.call), out_tree
 
 
 def _export(
@@ -280,4 +280,4 @@ def _export(
         os.replace(tmp, where / f"{digest}.jaxexport")
     except OSError:  # a read-only cache: still use the program in this process
         pass
-    return solver_jit(exp.call), box[0]
+    return jax.jit(exp.call), box[0]

@@ -63,7 +63,6 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._config import solver_jit
 from .._results import RESULTS
 from .._stage import Stage
 from ..forward.realize import realize
@@ -706,9 +705,9 @@ class Assembler:
         if key not in self._fns:
             solve = _make_solver(plan, self._matter)
             if kind == "single":
-                self._fns[key] = solver_jit(solve)
+                self._fns[key] = jax.jit(solve)
             else:
-                self._fns[key] = solver_jit(
+                self._fns[key] = jax.jit(
                     partial(_track, solve=solve, S=segments, Ls=length, progress=progress, retry=retry)
                 )
         return self._fns[key]
