@@ -210,7 +210,7 @@ def test_two_processes_split_one_batch_with_jax_distributed():
         assert p.returncode == 0, err[-3000:]
         res = _result(out)
         assert res["shape"] == [16, 5] and res["local"] == [8]  # each process holds its half
-        assert res["diff"] == 0.0
+        assert res["diff"] <= 1e-12  # round-off: each process compiles for its half of the batch
 
 
 def test_shard_on_one_device_and_its_errors():
