@@ -7,6 +7,7 @@ import pytest
 from helpers import ALL_KINDS, make_mobod, random_body, random_transform
 
 import simjax as sj
+from simjax import _spatial as sp
 
 MB = sj.MobilizedBody
 F = sj.Function
@@ -224,8 +225,9 @@ def test_default_q_and_u():
 
 
 def test_function_based_bodies_with_different_axes_keep_their_own_definitions():
-    """Regression: two FunctionBased (or Custom) mobilizers with different axes or functions
-    must not be grouped as one kind (they once shared the first body's definition)."""
+    """Regression: two FunctionBased mobilizers with different axes once shared the first
+    body's definition. Their axes are Instance data now: one kind, each body with its own
+    axes, in the grouped tree pass (R_GB) as in its own transform."""
     system = sj.MultibodySystem()
     matter = sj.SimbodyMatterSubsystem(system)
     body = sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.1, 0.1, 0.1)))
@@ -252,13 +254,19 @@ def test_function_based_bodies_with_different_axes_keep_their_own_definitions():
         R = np.asarray(b.get_mobilizer_transform(state).R)
         np.testing.assert_allclose(R @ a, a, atol=1e-14)  # rotates about its own axis
         assert np.arccos((np.trace(R) - 1) / 2) == pytest.approx(ang, abs=1e-12)
+    topo = system.model_for(state).topology(state.use_euler_angles)
+    assert [len(g.bodies) for g in topo.groups] == [2]  # one kind
+    R1, R2 = (np.asarray(sp.rot_axis(t, a)) for t, a in zip([0.3, 0.5], axes, strict=True))
+    p2 = (R1 + R1 @ R2) @ np.array([0.0, -1.0, 0.0])  # X_PF = I, X_BM = (I, [0, 1, 0])
+    np.testing.assert_allclose(np.asarray(state.position_cache.R_GB[2]), R1 @ R2, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(state.position_cache.p_GB[2]), p2, atol=1e-14)
 
 
 def test_rotation_product_equals_chained_axis_rotations_and_their_derivatives():
     """A CustomJoint's rotation (one weighted sum of constant matrices) equals the product
     of Rodrigues rotations about its axes, values and forward derivatives."""
     from simjax import _spatial as sp
-    from simjax.model.mobilizers import _rotation_product
+    from simjax.model.mobilizers import _rotation_product, _rotation_table
 
     rng = np.random.default_rng(3)
     axes = tuple(tuple(float(x) for x in a) for a in rng.standard_normal((3, 3)))
@@ -270,6 +278,7 @@ def test_rotation_product_equals_chained_axis_rotations_and_their_derivatives():
             R = R @ sp.rot_axis(t[k], axes[k])
         return R
 
-    new = lambda t: _rotation_product([t[0], t[1], t[2]], axes, t.dtype)  # noqa: E731
+    table = jnp.asarray(_rotation_table(axes))
+    new = lambda t: _rotation_product([t[0], t[1], t[2]], table, t.dtype)  # noqa: E731
     np.testing.assert_allclose(new(angles), chained(angles), atol=1e-14)
     np.testing.assert_allclose(jax.jacfwd(new)(angles), jax.jacfwd(chained)(angles), atol=1e-13)

@@ -599,22 +599,28 @@ class FunctionBased(AbstractMobilizer):
 
     Instance parameters: three multipliers of the translation functions (default 1), the
     factors OpenSim's scaling puts on a CustomJoint's translations (fitted by gradient in
-    ``sj.io.fit_scale_factors``), then the numbers of the six functions (knots and
-    coefficients of the built-in ``sj.Function`` kinds). Mobilizers whose functions have
-    the same kinds and sizes (e.g. the left and right knees of a model) compare equal and
-    are evaluated as one kind, each with its own numbers.
+    ``sj.io.fit_scale_factors``); the axes (the rotations' ``_rotation_table`` of their
+    unit axes, 243 numbers, then the three unit translation axes); then the numbers of the
+    six functions (knots and coefficients of the built-in ``sj.Function`` kinds).
+    Mobilizers whose functions have the same kinds, sizes and coordinates (e.g. the left
+    and right knees of a model, whatever their axes) compare equal and are evaluated as one
+    kind, each with its own numbers.
     """
 
     n: int = 1
     functions: tuple[Any, ...] = field(default=(), compare=False, hash=False, repr=False)
     coordinate_indices: tuple[tuple[int, ...], ...] = ()
-    axes: tuple[tuple[float, float, float], ...] = (
-        (1.0, 0.0, 0.0),
-        (0.0, 1.0, 0.0),
-        (0.0, 0.0, 1.0),
-        (1.0, 0.0, 0.0),
-        (0.0, 1.0, 0.0),
-        (0.0, 0.0, 1.0),
+    axes: tuple[tuple[float, float, float], ...] = field(  # instance data (see above)
+        default=(
+            (1.0, 0.0, 0.0),
+            (0.0, 1.0, 0.0),
+            (0.0, 0.0, 1.0),
+            (1.0, 0.0, 0.0),
+            (0.0, 1.0, 0.0),
+            (0.0, 0.0, 1.0),
+        ),
+        compare=False,
+        hash=False,
     )
     n_angles_: int = 0
     structure: tuple[Any, ...] = field(default=(), init=False)
@@ -634,7 +640,7 @@ class FunctionBased(AbstractMobilizer):
 
     @property
     def n_params(self) -> int:  # type: ignore[override]
-        return 3 + sum(int(np.prod(sh)) for shs in self.shapes for sh in shs)
+        return _FB_FUNCTIONS + sum(int(np.prod(sh)) for shs in self.shapes for sh in shs)
 
     @property
     def nq(self) -> int:  # type: ignore[override]
@@ -649,7 +655,8 @@ class FunctionBased(AbstractMobilizer):
         return self.n_angles_
 
     def default_params(self) -> np.ndarray:
-        parts = [np.ones(3)]
+        table = _rotation_table(tuple(tuple(float(x) for x in a) for a in self.axes[:3]))
+        parts = [np.ones(3), table.reshape(-1), np.stack([_unit(a) for a in self.axes[3:]]).reshape(-1)]
         for f in self.functions:
             if hasattr(f, "_split"):
                 parts += [np.ravel(d) for d in f._split()[1]]
@@ -657,7 +664,7 @@ class FunctionBased(AbstractMobilizer):
 
     def _bound(self, params: jax.Array) -> list[Any]:
         """The six functions with their numbers taken from ``params``."""
-        out, off = [], 3
+        out, off = [], _FB_FUNCTIONS
         for f, shs in zip(self.functions, self.shapes, strict=True):
             arrays = []
             for sh in shs:
@@ -675,12 +682,15 @@ class FunctionBased(AbstractMobilizer):
     def X_FM(self, q, params):
         fns = self._bound(params)
         angles = [self._f(fns[k], k, q) for k in range(3)]
-        R = _rotation_product(angles, self.axes[:3], q.dtype)
-        p = sum(
-            params[k] * self._f(fns[3 + k], 3 + k, q) * jnp.asarray(_unit(self.axes[3 + k]), q.dtype)
-            for k in range(3)
-        )
-        return R, jnp.asarray(p, dtype=q.dtype)
+        R = _rotation_product(angles, params[3:_FB_TRANSLATION_AXES].reshape((3,) * 3 + (3, 3)), q.dtype)
+        t = jnp.stack([self._f(fns[3 + k], 3 + k, q) for k in range(3)]) * params[:3]
+        p = jnp.sum(t[:, None] * params[_FB_TRANSLATION_AXES:_FB_FUNCTIONS].reshape(3, 3), axis=0)
+        return R, p.astype(q.dtype)
+
+
+# FunctionBased's parameters: [multipliers (3) | rotation table (243) | translation axes (9) | functions]
+_FB_TRANSLATION_AXES = 3 + 27 * 9
+_FB_FUNCTIONS = _FB_TRANSLATION_AXES + 9
 
 
 @functools.lru_cache(maxsize=256)
@@ -698,12 +708,11 @@ def _rotation_table(axes: tuple[tuple[float, float, float], ...]) -> np.ndarray:
     return T[0]
 
 
-def _rotation_product(angles: Sequence[Any], axes: tuple[tuple[float, float, float], ...], dtype: Any):
+def _rotation_product(angles: Sequence[Any], table: Any, dtype: Any):
     """``R_1(angles[0]) R_2(angles[1]) ...`` about constant axes, as one weighted sum of
-    constant matrices (``_rotation_table``) with weights the products of each angle's
-    ``(1, cos, sin)``: elementwise work and one reduction, where chained 3x3 products
-    compile to a kernel each."""
-    table = _rotation_table(tuple(tuple(float(x) for x in a) for a in axes))
+    the matrices of their ``_rotation_table`` (an array: instance data) with weights the
+    products of each angle's ``(1, cos, sin)``: elementwise work and one reduction, where
+    chained 3x3 products compile to a kernel each."""
     w = jnp.ones((), dtype)
     for t in angles:
         e = jnp.stack([jnp.ones((), dtype), jnp.cos(t), jnp.sin(t)])
