@@ -1109,11 +1109,13 @@ def _lu_solver(K: jax.Array) -> Callable[[jax.Array], jax.Array]:
 
 
 def _make_solver(plan: _Plan, matter: Any):
-    """The pure solve ``(state, params, settings) -> (state, info)`` of one plan."""
+    """The pure solve ``(state, params, settings) -> (state, info)`` of one plan; its
+    ``solve_q`` returns the solution's q (in the state's form) instead of the realized
+    State, for callers that realize later or not at all (``track``'s rounds)."""
     model = plan.model
     n = len(plan.free)
 
-    def solve(state: State, params: dict[str, Any], settings: dict[str, Any]):
+    def solve_q(state: State, params: dict[str, Any], settings: dict[str, Any]):
         internal = matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
         base = realize(model, internal, Stage.TIME)
         dt = base.q.dtype
@@ -1383,7 +1385,6 @@ def _make_solver(plan: _Plan, matter: Any):
             result = RESULTS.where(status == code, STATUS_RESULTS[code], result)  # type: ignore[arg-type]
         q_e = base.q.at[plan.free].set(x_out.astype(base.q.dtype))
         q_user = q_e if state.use_euler_angles else matter.set_use_euler_angles(internal.with_q(q_e), False).q
-        out = realize(model, state.with_q(q_user), Stage.POSITION)
         info = AssemblyInfo(
             goal=goal_out,
             error_norm=err,
@@ -1394,9 +1395,14 @@ def _make_solver(plan: _Plan, matter: Any):
             result=result,
             on_bounds=(jnp.where(on_hi, 1, 0) - jnp.where(on_lo, 1, 0)).astype(jnp.int8),
         )
-        return out, info
+        return q_user, info
+
+    def solve(state: State, params: dict[str, Any], settings: dict[str, Any]):
+        q, info = solve_q(state, params, settings)
+        return realize(model, state.with_q(q), Stage.POSITION), info
 
     solve.plan = plan  # type: ignore[attr-defined]
+    solve.solve_q = solve_q  # type: ignore[attr-defined]
     return solve
 
 
@@ -1487,7 +1493,7 @@ def _track_segments(
 
     def one(q0, frame, barrier, push):
         st = dict(settings, barrier=barrier, push=push)
-        return solve(state.with_q(q0), _with_observations(params, frame), st)
+        return solve.solve_q(state.with_q(q0), _with_observations(params, frame), st)
 
     run = jax.vmap(one)
 
@@ -1541,9 +1547,9 @@ def _track_segments(
         buf = jax.tree.map(
             lambda B, v: B.at[:, jj].set(jnp.where(write.reshape((S,) + (1,) * (v.ndim - 1)), v, B[:, jj])),
             buf,
-            (out.q, info),
+            (out, info),
         )
-        qn = jnp.where((write & good(info))[:, None], out.q, q)
+        qn = jnp.where((write & good(info))[:, None], out, q)
         need_n = jnp.where(phase == 1, (idx > 0) & better, need)
         # Next round.
         main_done = (phase == 0) & (j == Ls - 1)
