@@ -953,11 +953,16 @@ def _n_pinv(model: Any, state: State) -> jax.Array:
         return jnp.linalg.solve(Nq.T @ Nq, Nq.T).astype(dt)
 
     inputs = lambda g: joint_inputs(state, g, "q", "params")
+    rows, cols, vals = [], [], []
     for g, blocks in map_kinds(topo, one, inputs, skip=lambda m: m.nu == 0):  # (k, nu, nq) blocks
-        rows = np.asarray(g.u_idx)[:, :, None]
-        cols = np.asarray(g.q_idx)[:, None, :]
-        out = out.at[rows, cols].set(blocks)
-    return out
+        u_idx, q_idx = np.asarray(g.u_idx), np.asarray(g.q_idx)
+        rows.append(np.broadcast_to(u_idx[:, :, None], blocks.shape).reshape(-1))
+        cols.append(np.broadcast_to(q_idx[:, None, :], blocks.shape).reshape(-1))
+        vals.append(blocks.reshape(-1))
+    if not vals:
+        return out
+    # One scatter for every kind's blocks (a scatter per kind compiles to a kernel each).
+    return out.at[np.concatenate(rows), np.concatenate(cols)].set(jnp.concatenate(vals))
 
 
 @eqx.filter_custom_jvp
@@ -1458,7 +1463,7 @@ def _info_zeros(solve: Any, state: State) -> AssemblyInfo:
         result=RESULTS.successful,  # type: ignore[arg-type]
         on_bounds=jnp.zeros(n, jnp.int8),
     )
-    return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), info)
+    return info
 
 
 def _track_segments(
