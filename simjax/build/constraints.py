@@ -564,12 +564,11 @@ class Ball(Constraint):
 
     @staticmethod
     def _pverr(ctx: ConstraintContext) -> jax.Array:
-        return ctx.station_velocity(1, ctx.param("point2")) - ctx.station_velocity(0, ctx.param("point1"))
+        return _station_difference(ctx, "point1", "point2", 1)[1]
 
     @staticmethod
     def _paerr(ctx: ConstraintContext) -> jax.Array:
-        s1, s2 = ctx.param("point1"), ctx.param("point2")
-        return ctx.station_acceleration(1, s2) - ctx.station_acceleration(0, s1)
+        return _station_difference(ctx, "point1", "point2", 2)[2]
 
     def set_point_on_body1(self, state: State, point: Any) -> State:
         """Station on body 1 (body frame) in this State (Instance stage)."""
@@ -669,6 +668,19 @@ class Rod(Constraint):
     def _perr(ctx: ConstraintContext) -> jax.Array:
         r = ctx.station_location(1, ctx.param("point2")) - ctx.station_location(0, ctx.param("point1"))
         return sp.safe_norm(r) - ctx.param("length")
+
+    @staticmethod
+    def _pverr(ctx: ConstraintContext) -> jax.Array:
+        r, rd, _ = _station_difference(ctx, "point1", "point2", 1)
+        return sp.safe_normalize(r) @ rd
+
+    @staticmethod
+    def _paerr(ctx: ConstraintContext) -> jax.Array:
+        # d2/dt2 |r| = e . r'' + (|r'|^2 - (e . r')^2) / |r|, e = r / |r| (0 where r = 0)
+        r, rd, rdd = _station_difference(ctx, "point1", "point2", 2)
+        n = sp.safe_norm(r)
+        e = sp.safe_normalize(r)
+        return e @ rdd + jnp.where(n > 0, (rd @ rd - (e @ rd) ** 2) / jnp.where(n > 0, n, 1.0), 0.0)
 
     def set_length(self, state: State, length: Any) -> State:
         """Rod length in this State (Instance stage)."""
@@ -1049,6 +1061,30 @@ def _rot_rows(RB: jax.Array, RF: jax.Array) -> jax.Array:
     return jnp.stack([RF[:, 0] @ RB[:, 1], RF[:, 1] @ RB[:, 2], RF[:, 2] @ RB[:, 0]])
 
 
+def _rot_rows_derivatives(ctx: ConstraintContext, RB: jax.Array, RF: jax.Array, order: int) -> jax.Array:
+    """The ``order``-th (1 or 2) time derivative of ``_rot_rows(RB, RF)``, frame B fixed on
+    constrained body 0 and F on body 1: each row is ``f . b`` with ``f' = w_F x f``,
+    ``b' = w_B x b``, so its rate is ``(w_F - w_B) . (f x b)``, and that rate's rate
+    ``(alpha_F - alpha_B) . (f x b) + (w_F - w_B) . ((w_F x f) x b + f x (w_B x b))``."""
+    f, b = RF.T, RB[:, [1, 2, 0]].T  # rows: the paired axes
+    wB, wF = ctx.body_angular_velocity(0), ctx.body_angular_velocity(1)
+    fb = jnp.cross(f, b)
+    if order == 1:
+        return fb @ (wF - wB)
+    alB, alF = ctx.body_acceleration(0)[:3], ctx.body_acceleration(1)[:3]
+    return fb @ (alF - alB) + (jnp.cross(jnp.cross(wF, f), b) + jnp.cross(f, jnp.cross(wB, b))) @ (wF - wB)
+
+
+def _station_difference(ctx: ConstraintContext, s1: str, s2: str, order: int):
+    """``r = p_S2 - p_S1`` in A (stations named by parameters, on constrained bodies 0 and
+    1) and, up to ``order``, its first and second time derivatives (None above it)."""
+    p1, p2 = ctx.param(s1), ctx.param(s2)
+    r = ctx.station_location(1, p2) - ctx.station_location(0, p1)
+    rd = ctx.station_velocity(1, p2) - ctx.station_velocity(0, p1) if order >= 1 else None
+    rdd = ctx.station_acceleration(1, p2) - ctx.station_acceleration(0, p1) if order >= 2 else None
+    return r, rd, rdd
+
+
 def _rotation(x: Any, what: str) -> np.ndarray:
     if isinstance(x, sp.Transform):
         x = x.R
@@ -1070,10 +1106,20 @@ class ConstantOrientation(Constraint):
         )
 
     @staticmethod
+    def _frames(ctx: ConstraintContext) -> tuple[jax.Array, jax.Array]:
+        return ctx.body_rotation(0) @ ctx.param("R_B"), ctx.body_rotation(1) @ ctx.param("R_F")
+
+    @staticmethod
     def _perr(ctx: ConstraintContext) -> jax.Array:
-        RB = ctx.body_rotation(0) @ ctx.param("R_B")
-        RF = ctx.body_rotation(1) @ ctx.param("R_F")
-        return _rot_rows(RB, RF)
+        return _rot_rows(*ConstantOrientation._frames(ctx))
+
+    @staticmethod
+    def _pverr(ctx: ConstraintContext) -> jax.Array:
+        return _rot_rows_derivatives(ctx, *ConstantOrientation._frames(ctx), 1)
+
+    @staticmethod
+    def _paerr(ctx: ConstraintContext) -> jax.Array:
+        return _rot_rows_derivatives(ctx, *ConstantOrientation._frames(ctx), 2)
 
 
 class Weld(Constraint):
@@ -1105,11 +1151,23 @@ class Weld(Constraint):
         )
 
     @staticmethod
+    def _frames(ctx: ConstraintContext) -> tuple[jax.Array, jax.Array]:
+        return ctx.body_rotation(0) @ ctx.param("R1"), ctx.body_rotation(1) @ ctx.param("R2")
+
+    @staticmethod
     def _perr(ctx: ConstraintContext) -> jax.Array:
-        RB = ctx.body_rotation(0) @ ctx.param("R1")
-        RF = ctx.body_rotation(1) @ ctx.param("R2")
-        dp = ctx.station_location(1, ctx.param("p2")) - ctx.station_location(0, ctx.param("p1"))
-        return jnp.concatenate([_rot_rows(RB, RF), dp])
+        dp = _station_difference(ctx, "p1", "p2", 0)[0]
+        return jnp.concatenate([_rot_rows(*Weld._frames(ctx)), dp])
+
+    @staticmethod
+    def _pverr(ctx: ConstraintContext) -> jax.Array:
+        rot = _rot_rows_derivatives(ctx, *Weld._frames(ctx), 1)
+        return jnp.concatenate([rot, _station_difference(ctx, "p1", "p2", 1)[1]])
+
+    @staticmethod
+    def _paerr(ctx: ConstraintContext) -> jax.Array:
+        rot = _rot_rows_derivatives(ctx, *Weld._frames(ctx), 2)
+        return jnp.concatenate([rot, _station_difference(ctx, "p1", "p2", 2)[2]])
 
     def get_frame_on_body1(self, state: State) -> sp.Transform:
         """Frame F1 on body 1."""
