@@ -1075,6 +1075,12 @@ def _rot_rows_derivatives(ctx: ConstraintContext, RB: jax.Array, RF: jax.Array, 
     return fb @ (alF - alB) + (jnp.cross(jnp.cross(wF, f), b) + jnp.cross(f, jnp.cross(wB, b))) @ (wF - wB)
 
 
+def _frame_pair(ctx: ConstraintContext, R0: str, R1: str) -> tuple[jax.Array, jax.Array]:
+    """The orientations (in A) of the frames fixed on constrained bodies 0 and 1 whose
+    rotations in their bodies are the parameters named ``R0`` and ``R1``."""
+    return ctx.body_rotation(0) @ ctx.param(R0), ctx.body_rotation(1) @ ctx.param(R1)
+
+
 def _station_difference(ctx: ConstraintContext, s1: str, s2: str, order: int):
     """``r = p_S2 - p_S1`` in A (stations named by parameters, on constrained bodies 0 and
     1) and, up to ``order``, its first and second time derivatives (None above it)."""
@@ -1107,7 +1113,7 @@ class ConstantOrientation(Constraint):
 
     @staticmethod
     def _frames(ctx: ConstraintContext) -> tuple[jax.Array, jax.Array]:
-        return ctx.body_rotation(0) @ ctx.param("R_B"), ctx.body_rotation(1) @ ctx.param("R_F")
+        return _frame_pair(ctx, "R_B", "R_F")
 
     @staticmethod
     def _perr(ctx: ConstraintContext) -> jax.Array:
@@ -1152,7 +1158,7 @@ class Weld(Constraint):
 
     @staticmethod
     def _frames(ctx: ConstraintContext) -> tuple[jax.Array, jax.Array]:
-        return ctx.body_rotation(0) @ ctx.param("R1"), ctx.body_rotation(1) @ ctx.param("R2")
+        return _frame_pair(ctx, "R1", "R2")
 
     @staticmethod
     def _perr(ctx: ConstraintContext) -> jax.Array:
