@@ -94,7 +94,8 @@ def test_a_second_process_solves_without_tracing_and_gets_the_same_answer(tmp_pa
     cache = tmp_path / "cache"
     first = _child(cache)
     kept = sorted(p.name for p in (cache / "simjax-traces").iterdir())
-    assert len(kept) == 2 and all(n.endswith(".jaxexport") for n in kept), kept  # track and solve
+    # track's solver, track's States (realized in a program of their own) and solve
+    assert len(kept) == 3 and all(n.endswith(".jaxexport") for n in kept), kept
     assert first["traced"] > 0
     assert set(first["status"]) <= {0, 5}
     second = _child(cache)
@@ -172,6 +173,43 @@ def test_damaged_files_traced_calls_and_bad_keys_fall_back(tmp_path, monkeypatch
     assert set(tmp_path.iterdir()) == before
     # the returned States belong to the caller's System
     assert out.system_uid == state.system_uid
+
+
+def test_compile_ahead_prepares_what_call_runs(tmp_path, monkeypatch):
+    """A program prepared with placeholders for arrays not computed yet is compiled in the
+    background and run by the next ``call`` without tracing again; a call it refuses (other
+    argument types) still gets the right answer; traced arguments prepare nothing."""
+    monkeypatch.setattr(_traces, "directory", lambda: tmp_path)
+    monkeypatch.setattr(_traces, "_LOADED", {})
+    monkeypatch.setattr(_traces, "_PENDING", {})
+    _, _, state, _ = build()
+    traced = []
+
+    def f(s, x):
+        traced.append(1)
+        return s.with_q(s.q + x.sum()), 2.0 * x
+
+    fn, key = jax.jit(f), _traces.fingerprint(("test", "f"))
+    spec = jax.ShapeDtypeStruct((4,), jnp.float64)
+    _traces.compile_ahead(fn, key, (state, spec))
+    assert len(traced) == 1 and len(_traces._PENDING) == 1
+    _traces.compile_ahead(fn, key, (state, spec))  # already under way: nothing new
+    assert len(traced) == 1 and len(_traces._PENDING) == 1
+    x = jnp.arange(4.0)
+    out, y = _traces.call(fn, key, (state, x), state)
+    assert len(traced) == 1 and not _traces._PENDING  # the prepared program ran
+    np.testing.assert_array_equal(np.asarray(out.q), np.asarray(state.q) + 6.0)
+    np.testing.assert_array_equal(np.asarray(y), 2.0 * np.arange(4.0))
+    assert out.system_uid == state.system_uid
+    assert len(list(tmp_path.glob("*.jaxexport"))) == 1  # kept for the next process
+    # an argument the compiled program refuses: the result is still right
+    entry = next(iter(_traces._LOADED.values()))
+    _traces._LOADED[next(iter(_traces._LOADED))] = (lambda *a: (_ for _ in ()).throw(TypeError()), entry[1])
+    out2, _ = _traces.call(fn, key, (state, x), state)
+    np.testing.assert_array_equal(np.asarray(out2.q), np.asarray(out.q))
+    # traced arguments: nothing is prepared
+    jax.jit(lambda xx: _traces.compile_ahead(fn, key, (state, xx)))(x)
+    assert not _traces._PENDING
 
 
 def test_the_compilation_cache_is_locked_and_limited(tmp_path):

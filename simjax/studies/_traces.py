@@ -23,6 +23,7 @@ Turned off with the compilation cache (``SIMJAX_COMPILATION_CACHE=0``) or on its
 
 from __future__ import annotations
 
+import concurrent.futures
 import copyreg
 import dataclasses
 import enum
@@ -197,25 +198,29 @@ _NOT_EXPORTABLE: set[str] = set()
 _DIGESTS: dict[tuple[Any, ...], str] = {}
 
 
-def call(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...], owner: State) -> Any:
-    """``fn(*args)``, through a program exported to disk when it can be (see the module
-    docstring). ``static_key``: the :func:`fingerprint` of everything ``fn`` closes over that
-    shapes its trace (None: not known, trace as usual); ``owner``: the State whose System
-    the returned States belong to."""
+def _aval(x: Any) -> Any:
+    """The abstract value of an argument leaf (a ShapeDtypeStruct stands for itself)."""
+    return x if isinstance(x, jax.ShapeDtypeStruct) else jax.typeof(x)
+
+
+def _where(static_key: str | None, args: tuple[Any, ...]) -> tuple[Path, str, Any, list[Any]] | None:
+    """``(directory, digest, treedef, avals)`` of a top-level call whose program can be kept
+    on disk; None when it is traced as usual (cache off, no key, traced or sharded
+    arguments, several devices, a program known not to export)."""
     where = directory()
     if where is None or static_key is None or jax.device_count() > 1:
         # With several devices an exported call's results are committed to one device (a
         # plain jit's are not) and would not mix with arrays split over the others.
-        return fn(*args)
+        return None
     leaves, treedef = jax.tree.flatten(args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves) or any(
         len(x.sharding.device_set) > 1 for x in leaves if isinstance(x, jax.Array)
     ):  # traced (under jit/vmap/grad) or sharded over several devices
-        return fn(*args)
+        return None
     try:  # the avals jit would give (no conversion of host arrays here: the call does it)
-        types_ = [jax.typeof(x) for x in leaves]
+        types_ = [_aval(x) for x in leaves]
     except TypeError:
-        return fn(*args)
+        return None
     avals = tuple((t.dtype.str, t.shape, bool(t.weak_type)) for t in types_)
     env = _environment()
     seen = (env, static_key, treedef, avals)
@@ -225,23 +230,96 @@ def call(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...], 
         parts = [env, static_key, str(key_tree), ";".join(f"{d}{sh}{int(w)}" for d, sh, w in avals)]
         digest = _DIGESTS[seen] = hashlib.sha256("\x1e".join(parts).encode()).hexdigest()
     if digest in _NOT_EXPORTABLE:
+        return None
+    return where, digest, treedef, types_
+
+
+def _specs(types_: list[Any]) -> list[jax.ShapeDtypeStruct]:
+    return [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=t.weak_type) for t in types_]
+
+
+def _program(fn: Callable[..., Any], where: Path, digest: str, treedef: Any, types_: list[Any]) -> Any:
+    """The exported program and its output tree structure: from disk, else traced and
+    written there; None when it cannot be exported (then marked so)."""
+    found = _load(where, digest) or _export(fn, treedef, types_, where, digest)
+    if found is None:
+        _NOT_EXPORTABLE.add(digest)  # do not trace it twice on every call
+    return found
+
+
+def _compiled(exp: Any, out_tree: Any, types_: list[Any]) -> tuple[Callable[..., Any], Any]:
+    """Compile an exported program now (XLA releases the GIL while it compiles, so this can
+    run beside the caller's thread); calls that the compiled program refuses (another
+    argument type) go through ``jit`` as usual."""
+    jitted = jax.jit(exp.call)
+    try:
+        compiled = jitted.lower(*_specs(types_)).compile()
+    except Exception:  # noqa: BLE001 (compiled again, in the foreground, on the first call)
+        return jitted, out_tree
+
+    def run(*leaves: Any) -> Any:
+        try:
+            return compiled(*leaves)
+        except (TypeError, ValueError):
+            return jitted(*leaves)
+
+    return run, out_tree
+
+
+# digest -> the background compilation of a program compile_ahead prepared, this process
+_PENDING: dict[str, concurrent.futures.Future[tuple[Callable[..., Any], Any]]] = {}
+_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def compile_ahead(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...]) -> None:
+    """Get ``call(fn, static_key, args)``'s program ready: trace and lower it here (or load
+    it from disk) and compile it on a background thread, so that the compilation overlaps
+    whatever this thread does next (tracing the next program, compiling another). ``args``
+    may hold ``jax.ShapeDtypeStruct`` leaves for arrays not computed yet. Does nothing where
+    ``call`` would trace as usual."""
+    found = _where(static_key, args)
+    if found is None:
+        return
+    where, digest, treedef, types_ = found
+    if digest in _LOADED or digest in _PENDING:
+        return
+    program = _program(fn, where, digest, treedef, types_)
+    if program is None:
+        return
+    if not _POOL:
+        _POOL.append(concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="simjax-compile"))
+    exp, out_tree = program
+    _PENDING[digest] = _POOL[0].submit(_compiled, exp, out_tree, types_)
+
+
+def call(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...], owner: State) -> Any:
+    """``fn(*args)``, through a program exported to disk when it can be (see the module
+    docstring). ``static_key``: the :func:`fingerprint` of everything ``fn`` closes over that
+    shapes its trace (None: not known, trace as usual); ``owner``: the State whose System
+    the returned States belong to."""
+    found = _where(static_key, args)
+    if found is None:
         return fn(*args)
-    entry = _LOADED.get(digest) or _load(where, digest)
+    where, digest, treedef, types_ = found
+    entry = _LOADED.get(digest)
+    if entry is None and digest in _PENDING:
+        entry = _PENDING.pop(digest).result()
     if entry is None:
-        entry = _export(fn, treedef, types_, where, digest)
-        if entry is None:
-            _NOT_EXPORTABLE.add(digest)  # do not trace it twice on every call
+        program = _program(fn, where, digest, treedef, types_)
+        if program is None:
             return fn(*args)
+        exp, out_tree = program
+        entry = (jax.jit(exp.call), out_tree)
     _LOADED[digest] = entry
     run, out_tree = entry
     try:
-        out = run(*leaves)
+        out = run(*jax.tree.leaves(args))
     except (TypeError, ValueError):  # e.g. arrays placed on another device than exported for
         return fn(*args)
     return _with_owner(jax.tree.unflatten(out_tree, out), owner.system_uid, owner.topology_version)
 
 
-def _load(where: Path, digest: str) -> tuple[Callable[..., Any], Any] | None:
+def _load(where: Path, digest: str) -> tuple[Any, Any] | None:
     path = where / f"{digest}.jaxexport"
     if not path.exists():
         return None
@@ -252,12 +330,12 @@ def _load(where: Path, digest: str) -> tuple[Callable[..., Any], Any] | None:
         return None
     if out_tree.num_leaves != len(exp.out_avals):
         return None
-    return jax.jit(exp.call), out_tree
+    return exp, out_tree
 
 
 def _export(
     fn: Callable[..., Any], treedef: Any, types_: list[Any], where: Path, digest: str
-) -> tuple[Callable[..., Any], Any] | None:
+) -> tuple[Any, Any] | None:
     box: list[Any] = []
 
     def flat(*lv: jax.Array) -> list[jax.Array]:
@@ -265,9 +343,8 @@ def _export(
         box.append(tree)
         return out
 
-    specs = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=t.weak_type) for t in types_]
     try:
-        exp = jax.export.export(jax.jit(flat))(*specs)
+        exp = jax.export.export(jax.jit(flat))(*_specs(types_))
         blob = pickle.dumps((box[0], bytes(exp.serialize())))
         if pickle.loads(blob)[0] != box[0]:
             raise ValueError("the output's tree structure does not survive pickling")
@@ -280,4 +357,4 @@ def _export(
         os.replace(tmp, where / f"{digest}.jaxexport")
     except OSError:  # a read-only cache: still use the program in this process
         pass
-    return jax.jit(exp.call), box[0]
+    return exp, box[0]

@@ -706,6 +706,8 @@ class Assembler:
             solve = _make_solver(plan, self._matter)
             if kind == "single":
                 self._fns[key] = jax.jit(solve)
+            elif kind == "realize":
+                self._fns[key] = jax.jit(partial(_realize_frames, model=plan.model))
             else:
                 self._fns[key] = jax.jit(
                     partial(_track, solve=solve, S=segments, Ls=length, progress=progress, retry=retry)
@@ -720,6 +722,19 @@ class Assembler:
         fn = self._get_fn(kind, segments, length, False)
         return _traces.call(fn, self._trace_fingerprint(kind, segments, length), args, owner)
 
+    def _track_call(self, args: tuple[Any, ...], owner: State, T: int, S: int, Ls: int) -> Any:
+        """The batched solve and the realization of its States: two programs, both traced
+        and lowered before either compiles, then compiled side by side (``_traces``; a
+        first call's compilation is most of what a user waits for)."""
+        state = args[0]
+        solver, realizer = self._get_fn("batched", S, Ls), self._get_fn("realize")
+        k_solve, k_real = self._trace_fingerprint("batched", S, Ls), self._trace_fingerprint("realize", 1, 1)
+        q_spec = jax.ShapeDtypeStruct((T, *state.q.shape), state.q.dtype)
+        _traces.compile_ahead(solver, k_solve, args)
+        _traces.compile_ahead(realizer, k_real, (state, q_spec))
+        qs, infos = _traces.call(solver, k_solve, args, owner)
+        return _traces.call(realizer, k_real, (state, qs), owner), infos
+
     def _trace_fingerprint(self, kind: str, segments: int, length: int) -> str | None:
         """The fingerprint of :meth:`_trace_key`, kept with the compiled functions (a
         per-frame ``track(frame_time)`` loop does not hash the model on every call)."""
@@ -732,6 +747,8 @@ class Assembler:
     def _trace_key(self, kind: str, segments: int, length: int) -> Any:
         """What shapes the traced solver besides its arguments (None: not known)."""
         plan = self._require_plan()
+        if kind == "realize":
+            return ("Assembler", kind, plan.model.structure_key)
         conds = tuple((i, c._trace_key()) for i, c in (*plan.goals, *plan.errors))
         if any(k is None for _, k in conds):
             return None
@@ -823,7 +840,7 @@ class Assembler:
             show = _want_progress(progress, state, p, per)
             args = (self._canonical(state), p, per, self._settings())
             if not show:
-                states, infos = self._call("batched", args, state, S, Ls)
+                states, infos = self._track_call(args, state, T, S, Ls)
                 if not isinstance(infos.status, jax.core.Tracer):
                     self._count(infos)
                 return states, infos
@@ -832,9 +849,10 @@ class Assembler:
             kept = _traces.directory() is not None and self._trace_fingerprint("batched", S, Ls) is not None
             with _ProgressBar(T, "IK track") as bar:
                 if kept:
-                    states, infos = self._call("batched", args, state, S, Ls)
+                    states, infos = self._track_call(args, state, T, S, Ls)
                 else:
-                    states, infos = self._get_fn("batched", S, Ls, True)(*args)
+                    qs, infos = self._get_fn("batched", S, Ls, True)(*args)
+                    states = self._get_fn("realize")(args[0], qs)
                 self._count(infos)  # waits for the result
                 bar.finish(int(np.sum(np.isin(np.asarray(infos.status), list(CONVERGED)))))
             return states, infos
@@ -1581,9 +1599,13 @@ def _track_segments(
         passes=jnp.asarray(0),
     )
     cf = jax.lax.while_loop(lambda c: c["phase"] != 3, body, c0)
-    qs, infos = jax.tree.map(lambda a: a.reshape((S * Ls,) + a.shape[2:])[:T], cf["buf"])
-    states = jax.vmap(lambda q: realize(solve.plan.model, state.with_q(q), Stage.POSITION))(qs)
-    return states, infos
+    return jax.tree.map(lambda a: a.reshape((S * Ls,) + a.shape[2:])[:T], cf["buf"])
+
+
+def _realize_frames(state: State, qs: jax.Array, *, model: Any) -> State:
+    """``state`` with each of the q's ``qs`` (T, nq), realized to Position: the States a
+    ``track`` returns (a program of its own, compiled beside the solver's)."""
+    return jax.vmap(lambda q: realize(model, state.with_q(q), Stage.POSITION))(qs)
 
 
 @eqx.filter_custom_jvp
@@ -1599,9 +1621,10 @@ def _track(
     progress: bool = False,
     retry: bool = False,
 ):
-    """``_track_segments``; its derivative is that of every frame's solve started at its
-    solution (implicit differentiation frame by frame; the rounds of warm starts and
-    seam repairs are not differentiated, and a while loop cannot be reverse-differentiated)."""
+    """``_track_segments``: every frame's q and info. Its derivative is that of every
+    frame's solve started at its solution (implicit differentiation frame by frame; the
+    rounds of warm starts and seam repairs are not differentiated, and a while loop cannot
+    be reverse-differentiated)."""
     return _track_segments(solve, S, Ls, state, params, frames, settings, progress, retry)
 
 
@@ -1628,12 +1651,12 @@ def _progress_report(phase: Any, j: Any, *, S: int, T: int) -> None:
 def _track_jvp(primals, tangents, *, solve, S: int, Ls: int, progress: bool = False, retry: bool = False):
     state, params, frames, settings = primals
     out = _track_segments(solve, S, Ls, state, params, frames, settings, False, retry)
-    q_star = jax.lax.stop_gradient(out[0].q)
+    q_star = jax.lax.stop_gradient(out[0])
     warm = dict(settings, barrier=settings["warm_barrier"], push=1e-6)
 
     def again(st, p, fr):
         def one(q, f):
-            return solve(st.with_q(q), _with_observations(p, f), warm)
+            return solve.solve_q(st.with_q(q), _with_observations(p, f), warm)
 
         return jax.vmap(one)(q_star, fr)
 
