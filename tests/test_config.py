@@ -115,3 +115,44 @@ def test_classic_emitters_only_on_a_tested_jaxlib(monkeypatch):
         sched = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
         assert flags[:2] == ["--xla_dump_to=/nowhere", sched]
         assert ("--xla_cpu_use_fusion_emitters=false" in flags) == added, version
+
+
+def test_solver_compiler_options_keep_the_users_disabled_passes(monkeypatch):
+    """The Assembler's programs run without loop-invariant code motion; passes the user's
+    ``XLA_FLAGS`` disables stay disabled in them (a program's option overrides the flag);
+    ``SIMJAX_XLA_FLAGS=0`` gives XLA's defaults."""
+    from simjax import _config
+
+    monkeypatch.delenv("SIMJAX_XLA_FLAGS", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
+    assert _config.solver_compiler_options() == {"xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
+    monkeypatch.setenv("XLA_FLAGS", "--xla_disable_hlo_passes=algsimp,cse --xla_dump_to=/x")
+    assert _config.solver_compiler_options() == {
+        "xla_disable_hlo_passes": "algsimp,cse,while-loop-invariant-code-motion"
+    }
+    monkeypatch.setenv("XLA_FLAGS", "--xla_disable_hlo_passes=while-loop-invariant-code-motion")
+    assert _config.solver_compiler_options() == {"xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
+    monkeypatch.setenv("SIMJAX_XLA_FLAGS", "0")
+    assert _config.solver_compiler_options() == {}
+
+
+def test_the_assemblers_top_level_programs_get_the_options_nested_calls_do_not():
+    """A top-level solve compiles with the solver options; the same solve inside a user's
+    ``jit`` (where a ``jit`` with compiler options may not be nested) still works and agrees."""
+    import jax
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_traces
+
+    jax.config.update("jax_enable_x64", True)
+    _, asm, state, frames = test_traces.build()
+    top = asm._get_fn("single", top=True)
+    plain = asm._get_fn("single")
+    assert top is not plain and asm._get_fn("single", top=True) is top
+    out, _ = asm.solve(state)
+    q_nested = jax.jit(lambda s: asm.solve(s)[0].q)(state)
+    np.testing.assert_allclose(np.asarray(q_nested), np.asarray(out.q), atol=1e-12)
+    states, infos = jax.jit(lambda s: asm.track(s, frames))(state)
+    states2, _ = asm.track(state, frames)
+    np.testing.assert_allclose(np.asarray(states.q), np.asarray(states2.q), atol=1e-10)

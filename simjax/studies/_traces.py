@@ -247,11 +247,13 @@ def _program(fn: Callable[..., Any], where: Path, digest: str, treedef: Any, typ
     return found
 
 
-def _compiled(exp: Any, out_tree: Any, types_: list[Any]) -> tuple[Callable[..., Any], Any]:
+def _compiled(
+    exp: Any, out_tree: Any, types_: list[Any], options: dict[str, Any] | None
+) -> tuple[Callable[..., Any], Any]:
     """Compile an exported program now (XLA releases the GIL while it compiles, so this can
     run beside the caller's thread); calls that the compiled program refuses (another
     argument type) go through ``jit`` as usual."""
-    jitted = jax.jit(exp.call)
+    jitted = jax.jit(exp.call, compiler_options=options)
     try:
         compiled = jitted.lower(*_specs(types_)).compile()
     except Exception:  # noqa: BLE001 (compiled again, in the foreground, on the first call)
@@ -271,12 +273,18 @@ _PENDING: dict[str, concurrent.futures.Future[tuple[Callable[..., Any], Any]]] =
 _POOL: list[concurrent.futures.ThreadPoolExecutor] = []
 
 
-def compile_ahead(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...]) -> None:
+def compile_ahead(
+    fn: Callable[..., Any],
+    static_key: str | None,
+    args: tuple[Any, ...],
+    compiler_options: dict[str, Any] | None = None,
+    fallback: Callable[..., Any] | None = None,
+) -> None:
     """Get ``call(fn, static_key, args)``'s program ready: trace and lower it here (or load
     it from disk) and compile it on a background thread, so that the compilation overlaps
     whatever this thread does next (tracing the next program, compiling another). ``args``
-    may hold ``jax.ShapeDtypeStruct`` leaves for arrays not computed yet. Does nothing where
-    ``call`` would trace as usual."""
+    may hold ``jax.ShapeDtypeStruct`` leaves for arrays not computed yet; the other
+    arguments as ``call``'s. Does nothing where ``call`` would trace as usual."""
     found = _where(static_key, args)
     if found is None:
         return
@@ -289,17 +297,28 @@ def compile_ahead(fn: Callable[..., Any], static_key: str | None, args: tuple[An
     if not _POOL:
         _POOL.append(concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="simjax-compile"))
     exp, out_tree = program
-    _PENDING[digest] = _POOL[0].submit(_compiled, exp, out_tree, types_)
+    _PENDING[digest] = _POOL[0].submit(_compiled, exp, out_tree, types_, compiler_options)
 
 
-def call(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...], owner: State) -> Any:
+def call(
+    fn: Callable[..., Any],
+    static_key: str | None,
+    args: tuple[Any, ...],
+    owner: State,
+    compiler_options: dict[str, Any] | None = None,
+    fallback: Callable[..., Any] | None = None,
+) -> Any:
     """``fn(*args)``, through a program exported to disk when it can be (see the module
     docstring). ``static_key``: the :func:`fingerprint` of everything ``fn`` closes over that
     shapes its trace (None: not known, trace as usual); ``owner``: the State whose System
-    the returned States belong to."""
+    the returned States belong to; ``compiler_options``: XLA options to compile the exported
+    program with (``fn`` itself, traced inside the export, must be a plain ``jit``);
+    ``fallback``: what is called instead of ``fn`` where the program is not kept (e.g. ``fn``
+    jitted with those options, at the top level)."""
+    run_as_usual = fn if fallback is None else fallback
     found = _where(static_key, args)
     if found is None:
-        return fn(*args)
+        return run_as_usual(*args)
     where, digest, treedef, types_ = found
     entry = _LOADED.get(digest)
     if entry is None and digest in _PENDING:
@@ -307,15 +326,15 @@ def call(fn: Callable[..., Any], static_key: str | None, args: tuple[Any, ...], 
     if entry is None:
         program = _program(fn, where, digest, treedef, types_)
         if program is None:
-            return fn(*args)
+            return run_as_usual(*args)
         exp, out_tree = program
-        entry = (jax.jit(exp.call), out_tree)
+        entry = (jax.jit(exp.call, compiler_options=compiler_options), out_tree)
     _LOADED[digest] = entry
     run, out_tree = entry
     try:
         out = run(*jax.tree.leaves(args))
     except (TypeError, ValueError):  # e.g. arrays placed on another device than exported for
-        return fn(*args)
+        return run_as_usual(*args)
     return _with_owner(jax.tree.unflatten(out_tree, out), owner.system_uid, owner.topology_version)
 
 

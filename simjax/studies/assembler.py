@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from .. import _config
 from .._results import RESULTS
 from .._stage import Stage
 from ..forward.realize import realize
@@ -698,42 +699,64 @@ class Assembler:
         return params, out
 
     # ------------------------------------------------------------------ solving
-    def _get_fn(self, kind: str, segments: int = 1, length: int = 1, progress: bool = False):
+    def _get_fn(
+        self, kind: str, segments: int = 1, length: int = 1, progress: bool = False, top: bool = False
+    ):
+        """The jitted program of ``kind``; ``top``: its variant for top-level calls, compiled
+        with the solvers' XLA options (``_compiler_options``; a ``jit`` given compiler
+        options cannot be nested in another, so nested and exported calls use the plain one)."""
         plan = self._require_plan()
         retry = self._retry_push is not None
-        key = (kind, segments, length, progress, retry)
+        key = (kind, segments, length, progress, retry, top)
         if key not in self._fns:
-            solve = _make_solver(plan, self._matter)
-            if kind == "single":
-                self._fns[key] = jax.jit(solve)
+            opts = _compiler_options(kind)
+            if top:
+                inner = self._get_fn(kind, segments, length, progress)
+                self._fns[key] = inner if opts is None else jax.jit(inner, compiler_options=opts)
+            elif kind == "single":
+                self._fns[key] = jax.jit(_make_solver(plan, self._matter))
             elif kind == "realize":
                 self._fns[key] = jax.jit(partial(_realize_frames, model=plan.model))
             else:
+                solve = _make_solver(plan, self._matter)
                 self._fns[key] = jax.jit(
                     partial(_track, solve=solve, S=segments, Ls=length, progress=progress, retry=retry)
                 )
         return self._fns[key]
+
+    def _program(
+        self, kind: str, args: tuple[Any, ...], segments: int = 1, length: int = 1
+    ) -> dict[str, Any]:
+        """``_traces.call``'s arguments for ``kind`` on ``args``: the plain program, its key,
+        its XLA options and what runs where the program is not kept (the top-level variant
+        unless the arguments are traced)."""
+        fn = self._get_fn(kind, segments, length)
+        traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
+        return dict(
+            fn=fn,
+            static_key=self._trace_fingerprint(kind, segments, length),
+            compiler_options=_compiler_options(kind),
+            fallback=fn if traced else self._get_fn(kind, segments, length, top=True),
+        )
 
     def _call(
         self, kind: str, args: tuple[Any, ...], owner: State, segments: int = 1, length: int = 1
     ) -> Any:
         """The compiled solve (``kind`` "single" or "batched", no progress bar) on ``args``;
         at the top level its trace is kept on disk for the next process (``_traces``)."""
-        fn = self._get_fn(kind, segments, length, False)
-        return _traces.call(fn, self._trace_fingerprint(kind, segments, length), args, owner)
+        return _traces.call(args=args, owner=owner, **self._program(kind, args, segments, length))
 
     def _track_call(self, args: tuple[Any, ...], owner: State, T: int, S: int, Ls: int) -> Any:
         """The batched solve and the realization of its States: two programs, both traced
         and lowered before either compiles, then compiled side by side (``_traces``; a
         first call's compilation is most of what a user waits for)."""
         state = args[0]
-        solver, realizer = self._get_fn("batched", S, Ls), self._get_fn("realize")
-        k_solve, k_real = self._trace_fingerprint("batched", S, Ls), self._trace_fingerprint("realize", 1, 1)
         q_spec = jax.ShapeDtypeStruct((T, *state.q.shape), state.q.dtype)
-        _traces.compile_ahead(solver, k_solve, args)
-        _traces.compile_ahead(realizer, k_real, (state, q_spec))
-        qs, infos = _traces.call(solver, k_solve, args, owner)
-        return _traces.call(realizer, k_real, (state, qs), owner), infos
+        solver = self._program("batched", args, S, Ls)
+        _traces.compile_ahead(args=args, **solver)
+        _traces.compile_ahead(args=(state, q_spec), **self._program("realize", (state, q_spec)))
+        qs, infos = _traces.call(args=args, owner=owner, **solver)
+        return _traces.call(args=(state, qs), owner=owner, **self._program("realize", (state, qs))), infos
 
     def _trace_fingerprint(self, kind: str, segments: int, length: int) -> str | None:
         """The fingerprint of :meth:`_trace_key`, kept with the compiled functions (a
@@ -851,7 +874,7 @@ class Assembler:
                 if kept:
                     states, infos = self._track_call(args, state, T, S, Ls)
                 else:
-                    qs, infos = self._get_fn("batched", S, Ls, True)(*args)
+                    qs, infos = self._get_fn("batched", S, Ls, True, top=True)(*args)
                     states = self._get_fn("realize")(args[0], qs)
                 self._count(infos)  # waits for the result
                 bar.finish(int(np.sum(np.isin(np.asarray(infos.status), list(CONVERGED)))))
@@ -1129,6 +1152,13 @@ def _lu_solver(K: jax.Array) -> Callable[[jax.Array], jax.Array]:
     lu, _, perm = jax.lax.linalg.lu(K)
     tri = jax.scipy.linalg.solve_triangular
     return lambda b: tri(lu, tri(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
+
+
+def _compiler_options(kind: str) -> dict[str, str] | None:
+    """XLA options of the Assembler's programs: the solvers' (``single``, ``batched``) run
+    without loop-invariant code motion (``simjax._config``); the realization with XLA's
+    defaults."""
+    return (_config.solver_compiler_options() or None) if kind != "realize" else None
 
 
 def _make_solver(plan: _Plan, matter: Any):
