@@ -66,6 +66,7 @@ from tqdm.auto import tqdm
 from .. import _config
 from .._results import RESULTS
 from .._stage import Stage
+from ..constraints import kernels as cn
 from ..forward.realize import realize
 from ..model.state import State
 from ..tree.kinds import joint_inputs, map_kinds
@@ -1041,12 +1042,21 @@ def _evaluate(plan: _Plan, x: jax.Array, base: State, params: dict[str, Any], fa
     Jacobians); otherwise plain autodiff (implicit differentiation, parameter gradients).
     """
     q = base.q.at[plan.free].set(x.astype(base.q.dtype))
-    s = realize(plan.model, base.with_q(q), Stage.POSITION)
-    if fast:
-        pc = s.position_cache
+    if not fast:
+        s = realize(plan.model, base.with_q(q), Stage.POSITION)
+    else:
+        # The tree pass without tangents (its forward derivative, differentiated again for
+        # every column of the Jacobian, is what tracing spent most on); the poses' derivatives
+        # come from velocity kinematics, the constraint errors' from those poses.
         sg = jax.lax.stop_gradient
-        R, p = _fast_poses(q, sg(pc.R_GB), sg(pc.p_GB), sg(pc.cdof), model=plan.model, state=sg(base))
-        s = eqx.tree_at(lambda st: (st.cache.position.R_GB, st.cache.position.p_GB), s, (R, p))
+        s = realize(plan.model, base.with_q(sg(q)), Stage.POSITION)
+        pc = s.position_cache
+        R, p = _fast_poses(q, pc.R_GB, pc.p_GB, pc.cdof, model=plan.model, state=sg(base))
+        s = eqx.tree_at(lambda st: (st.q, st.cache.position.R_GB, st.cache.position.p_GB), s, (q, R, p))
+        mp, _, _ = plan.model.constraint_counts(s.use_euler_angles)
+        if mp:  # (the rest of qerr, quaternion norms, is empty: the solver uses Euler angles)
+            qerr = pc.qerr.at[:mp].set(cn.position_errors(plan.model, s))
+            s = eqx.tree_at(lambda st: st.cache.position.qerr, s, qerr)
     dt = s.position_cache.p_GB.dtype
     rs, es = [jnp.zeros(0, dt)], [jnp.zeros(0, dt)]
     g = jnp.zeros((), dt)
