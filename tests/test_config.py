@@ -132,8 +132,9 @@ def test_solver_compiler_options_keep_the_users_disabled_passes(monkeypatch):
     }
     monkeypatch.setenv("XLA_FLAGS", "--xla_disable_hlo_passes=while-loop-invariant-code-motion")
     assert _config.solver_compiler_options() == {"xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
+    assert _config.light_compiler_options() == {"xla_backend_optimization_level": 0}
     monkeypatch.setenv("SIMJAX_XLA_FLAGS", "0")
-    assert _config.solver_compiler_options() == {}
+    assert _config.solver_compiler_options() == {} and _config.light_compiler_options() == {}
 
 
 def test_the_assemblers_top_level_programs_get_the_options_nested_calls_do_not():

@@ -748,14 +748,15 @@ class Assembler:
         return _traces.call(args=args, owner=owner, **self._program(kind, args, segments, length))
 
     def _track_call(self, args: tuple[Any, ...], owner: State, T: int, S: int, Ls: int) -> Any:
-        """The batched solve and the realization of its States: two programs, both traced
-        and lowered before either compiles, then compiled side by side (``_traces``; a
-        first call's compilation is most of what a user waits for)."""
+        """The batched solve and the realization of its States: two programs (``_traces``;
+        a first call's compilation is most of what a user waits for). The small one is
+        traced first and compiles on a second core while this thread traces the solver,
+        which then compiles alone (XLA:CPU's code generation uses every core)."""
         state = args[0]
         q_spec = jax.ShapeDtypeStruct((T, *state.q.shape), state.q.dtype)
         solver = self._program("batched", args, S, Ls)
-        _traces.compile_ahead(args=args, **solver)
         _traces.compile_ahead(args=(state, q_spec), **self._program("realize", (state, q_spec)))
+        _traces.compile_ahead(args=args, **solver)
         qs, infos = _traces.call(args=args, owner=owner, **solver)
         return _traces.call(args=(state, qs), owner=owner, **self._program("realize", (state, qs))), infos
 
@@ -1164,11 +1165,12 @@ def _lu_solver(K: jax.Array) -> Callable[[jax.Array], jax.Array]:
     return lambda b: tri(lu, tri(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
 
 
-def _compiler_options(kind: str) -> dict[str, str] | None:
-    """XLA options of the Assembler's programs: the solvers' (``single``, ``batched``) run
-    without loop-invariant code motion (``simjax._config``); the realization with XLA's
-    defaults."""
-    return (_config.solver_compiler_options() or None) if kind != "realize" else None
+def _compiler_options(kind: str) -> dict[str, Any] | None:
+    """XLA options of the Assembler's programs (``simjax._config``): the solvers'
+    (``single``, ``batched``) run without loop-invariant code motion; the realization of
+    ``track``'s States, brief, without LLVM's optimisations."""
+    opts = _config.light_compiler_options() if kind == "realize" else _config.solver_compiler_options()
+    return opts or None
 
 
 def _make_solver(plan: _Plan, matter: Any):
