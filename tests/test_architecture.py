@@ -4,7 +4,8 @@ circle, never inside a function and never under ``TYPE_CHECKING``.
 Layers, lowest first (README "Architecture")::
 
     _spatial, _functions, _stage,    pure math, the Stage enum, the RESULTS enum,
-    _results, _config, _sharding     process settings (XLA flags, compilation cache), meshes
+    _results, _config, _sharding,    process settings (XLA flags, compilation cache), meshes,
+    _lazy                            modules imported on first use
     model/        State, Topology, mobilizer kinds, Model (frozen data), Context
     tree/         traversal of the tree by levels
     dynamics/     kinematics, mass matrix, bias forces, applied forces
@@ -33,6 +34,7 @@ LAYERS = [
         "simjax._stage",
         "simjax._results",
         "simjax._sharding",
+        "simjax._lazy",
     },
     {"simjax.model"},
     {"simjax.tree"},

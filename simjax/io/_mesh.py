@@ -27,9 +27,11 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial import ConvexHull, QhullError  # scipy: a dependency of JAX
 
+from simjax._lazy import LazyModule
 from simjax.io._loaded import ModelFileError
+
+spatial = LazyModule("scipy.spatial")  # scipy: a dependency of JAX; imported by the first hull
 
 _MINVAL = 1e-15  # MuJoCo's mjMINVAL
 #: ``<mesh inertia=...>``: how the mass is spread
@@ -197,8 +199,8 @@ def _triangles(v: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
 def _convex_faces(v: np.ndarray, name: str) -> np.ndarray:
     """Outward triangles of the vertices' convex hull (qhull, as MuJoCo)."""
     try:
-        hull = ConvexHull(v)
-    except QhullError as e:
+        hull = spatial.ConvexHull(v)
+    except spatial.QhullError as e:
         msg = f"mesh {name!r}: its convex hull cannot be computed (flat or degenerate): {e}"
         raise ModelFileError(msg) from None
     f = hull.simplices.copy()

@@ -37,7 +37,6 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, cast
 
-import diffrax as dfx
 import equinox as eqx
 import equinox.internal as eqxi
 import jax
@@ -45,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._lazy import LazyModule
 from .._results import RESULTS, all_finite, simulation_ok
 from .._stage import Stage
 from ..build import diagnose as dg
@@ -56,12 +56,10 @@ from ..forward.realize import realize
 from ..model.model import Model, _replace
 from ..model.state import Cache, State
 
-_ADAPTIVE = {
-    "tsit5": dfx.Tsit5,
-    "dopri5": dfx.Dopri5,
-    "kvaerno3": dfx.Kvaerno3,
-    "kvaerno5": dfx.Kvaerno5,
-}
+dfx = LazyModule("diffrax")  # imported by the first simulation that needs it
+
+# integrator name -> diffrax solver class name
+_ADAPTIVE = {"tsit5": "Tsit5", "dopri5": "Dopri5", "kvaerno3": "Kvaerno3", "kvaerno5": "Kvaerno5"}
 _FIXED = ("rk4", "euler")
 
 
@@ -531,7 +529,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
 
 
 def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events, ctl=None):
-    cls = _ADAPTIVE[cfg.integrator]
+    cls = getattr(dfx, _ADAPTIVE[cfg.integrator])
     # diffrax loops over the stages with a checkpointed (reverse-only) loop unless told
     kw: dict[str, Any] = {} if cfg.adjoint == "reverse" else {"scan_kind": "lax"}
     if cfg.integrator.startswith("kvaerno"):
