@@ -436,12 +436,17 @@ def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: An
     u = tuple(jnp.zeros(i.shape, dt) for i in g.u_idx)
     ud = tuple(jnp.zeros(i.shape, dt) for i in g.u_idx)
     if level >= 1:
-        V = model.body_velocities(state)[b]
-        w, v = V[..., :3], V[..., 3:]
         u = tuple(state.u[i] for i in g.u_idx)
-    if level >= 2:
-        alpha, a = A[b, :3], A[b, 3:]
-    R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a)
+    if b.shape[1] == 1:  # no body besides the ancestor (e.g. coordinate couplers): no motion
+        R, p = jnp.zeros((n, 0, 3, 3), dt), jnp.zeros((n, 0, 3), dt)
+        w = v = alpha = a = p
+    else:
+        if level >= 1:
+            V = model.body_velocities(state)[b]
+            w, v = V[..., :3], V[..., 3:]
+        if level >= 2:
+            alpha, a = A[b, :3], A[b, 3:]
+        R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a)
     params = {name: jnp.stack([inst[f"constraint{i}.{name}"] for i in g.index]) for name in g.params}
     mparams = tuple(
         inst["mobilizer_params"][g.mob_bodies[:, j]][:, : max(m.n_params, 1)] for j, m in enumerate(g.mobs)
