@@ -17,6 +17,11 @@ and the call is traced as usual. Calls under ``jit``, ``vmap`` or ``grad`` (trac
 arguments), calls with host callbacks (progress bars) and processes with several devices
 (whose batches may be split over them) are traced as usual too.
 
+``compile_ahead`` prepares a call's program before the call: traced and lowered in the
+calling thread, compiled on a background thread (XLA releases the GIL while it compiles),
+so that the Assembler's ``track`` compiles the program realizing its States while it
+traces the solver's.
+
 Turned off with the compilation cache (``SIMJAX_COMPILATION_CACHE=0``) or on its own with
 ``SIMJAX_TRACE_CACHE=0``. Needs ``flatbuffers`` (a dependency of simjax) for serialisation.
 """
