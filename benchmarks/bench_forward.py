@@ -21,11 +21,19 @@ against Pinocchio's. ``--chunk N`` also times ``jit(lax.map(f, batch, batch_size
 ``--compile-scan`` instead measures compile time of the batched call for pin chains of
 ``--depths`` links (default 5 10 20 50 100) at batch ``--scan-batch`` (default 1024).
 
+``--rollout STEPS`` instead times one state (B = 1) stepped ``STEPS`` times with
+semi-explicit Euler (``u += dt udot; q += dt N(q) u``, dt = 1e-4): simjax as one
+``jit(lax.scan)`` of the steps, against Pinocchio's ``aba`` plus ``integrate`` in a Python
+loop (how a Python user steps it), per step; and one jitted forward-dynamics call at B = 1
+(``jit(lambda q, u: udot)``), synced after every call and pipelined. The per-step dynamics is
+the one the throughput mode checks against Pinocchio.
+
 Examples::
 
     python benchmarks/bench_forward.py
     python benchmarks/bench_forward.py --models chain7 humanoid --batches 1 1024 --json out.json
     python benchmarks/bench_forward.py --compile-scan
+    python benchmarks/bench_forward.py --rollout 1000 --models chain7 chain50
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile-scan", action="store_true", help="compile time vs chain depth only")
     p.add_argument("--depths", type=int, nargs="+", default=[5, 10, 20, 50, 100])
     p.add_argument("--scan-batch", type=int, default=1024)
+    p.add_argument("--rollout", type=int, default=None, metavar="STEPS", help="B = 1 rollout per step only")
     p.add_argument("--compile-repeats", type=int, default=1, help="compiles per case (median reported)")
     p.add_argument(
         "--chunk",
@@ -316,6 +325,83 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
     return rows_out
 
 
+def bench_rollout(key: str, args, rng) -> dict:
+    """B = 1: simjax's ``jit(lax.scan)`` of ``args.rollout`` steps against Pinocchio's
+    ``aba`` + ``integrate`` loop, per step; one jitted call synced and pipelined."""
+    import jax
+    import oracle_models as om
+    import pinocchio as pin
+
+    import simjax as sj
+
+    spec = om.ALL_MODELS[MODELS[key]]()
+    system, _, _ = om.to_simjax(spec)
+    matter = system.get_matter_subsystem()
+    s0 = system.realize_topology()
+    _, q0, u0 = om.random_state(spec, rng)
+    dt, steps = 1e-4, args.rollout
+
+    def step(carry, _):
+        q, u = carry
+        s = system.realize(s0.with_q(q).with_u(u), sj.Stage.ACCELERATION)
+        u = u + dt * s.udot
+        return (q + dt * matter.calc_qdot(s, u), u), None
+
+    roll = jax.jit(lambda q, u: jax.lax.scan(step, (q, u), None, length=steps)[0])
+    one = jax.jit(lambda q, u: system.realize(s0.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot)
+    q, u = jax.device_put(np.asarray(q0, float)), jax.device_put(np.asarray(u0, float))
+    jax.block_until_ready((roll(q, u), one(q, u)))
+    fns = {"simjax": lambda: jax.block_until_ready(roll(q, u))}
+    row = {"model": key, "nu": spec.nu, "steps": steps}
+    if not args.no_peers:
+        pm = om.to_pinocchio(spec)
+        qp, vp, _, _ = pm.map.qv(spec, np.asarray(q0), np.asarray(u0))
+        model, data = pm.model, pm.data
+        tau = np.zeros(model.nv)
+
+        def pin_roll():
+            qq, vv = qp, vp
+            for _ in range(steps):
+                vv = vv + dt * pin.aba(model, data, qq, vv, tau)
+                qq = pin.integrate(model, qq, dt * vv)
+
+        fns["pinocchio"] = pin_roll
+    t = time_interleaved(fns, args.repeats, args.min_time)
+    for name, sec in t.items():
+        row[f"{name}_us_per_step"] = 1e6 * sec / steps
+    if "pinocchio" in t:
+        row["simjax_over_pinocchio"] = t["simjax"] / t["pinocchio"]
+    synced = lambda: jax.block_until_ready(one(q, u))
+    row["call_synced_us"] = 1e6 * time_call(synced, args.repeats, args.min_time)
+    n = 100
+
+    def pipelined():
+        for _ in range(n):
+            r = one(q, u)
+        jax.block_until_ready(r)
+
+    row["call_pipelined_us"] = 1e6 * time_call(pipelined, args.repeats, args.min_time) / n
+    print(f"  done {key} rollout", file=sys.stderr, flush=True)
+    return row
+
+
+def rollout_table(rows: list[dict]) -> str:
+    lines = [
+        "| model | nu | simjax µs/step | Pinocchio µs/step | simjax/Pinocchio time "
+        "| one call synced µs | one call pipelined µs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        pin_t = r.get("pinocchio_us_per_step")
+        ratio = r.get("simjax_over_pinocchio")
+        lines.append(
+            f"| {r['model']} | {r['nu']} | {r['simjax_us_per_step']:.2f} | "
+            f"{'–' if pin_t is None else f'{pin_t:.2f}'} | {'–' if ratio is None else f'{ratio:.2f}x'} | "
+            f"{r['call_synced_us']:.1f} | {r['call_pipelined_us']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def compile_scan(args) -> list[dict]:
     import jax
     import oracle_models as om
@@ -439,7 +525,13 @@ def main(argv=None) -> None:
     print(info_block(info), flush=True)
     warm_up()
     result: dict = {"info": info}
-    if args.compile_scan:
+    if args.rollout is not None:
+        rng = np.random.default_rng(args.seed)
+        rows = [bench_rollout(key, args, rng) for key in args.models]
+        result["rollout"] = rows
+        print(f"\nOne state stepped {args.rollout} times (B = 1, semi-explicit Euler, per step):\n")
+        print(rollout_table(rows))
+    elif args.compile_scan:
         rows = compile_scan(args)
         result["compile_scan"] = rows
         print(f"\nsimjax compile time vs chain depth (batch {args.scan_batch}, cold caches):\n")

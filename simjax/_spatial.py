@@ -34,6 +34,28 @@ def safe_normalize(x: Float[Array, " ..."], axis: int = -1) -> Float[Array, " ..
     return x / jnp.where(n == 0, 1.0, n)
 
 
+def small_matmul(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Float[Array, "... n m"]:
+    """``a @ b`` for a small inner dimension ``k``, written as ``k`` broadcast products summed.
+
+    XLA fuses it with its neighbours (no separate ``dot`` kernel, no reduction), which is
+    what small 3x3 products under ``vmap`` need: a ``dot`` of a few flops costs a kernel
+    launch of its own."""
+    k = a.shape[-1]
+    out = a[..., :, 0:1] * b[..., 0:1, :]
+    for i in range(1, k):
+        out = out + a[..., :, i : i + 1] * b[..., i : i + 1, :]
+    return out
+
+
+def small_matvec(a: Float[Array, "... n k"], x: Float[Array, "... k"]) -> Float[Array, "... n"]:
+    """``a @ x`` for a small ``k`` (see ``small_matmul``)."""
+    k = a.shape[-1]
+    out = a[..., :, 0] * x[..., 0:1]
+    for i in range(1, k):
+        out = out + a[..., :, i] * x[..., i : i + 1]
+    return out
+
+
 def skew(v: Float[Array, " 3"]) -> Float[Array, "3 3"]:
     """Cross-product matrix: ``skew(a) @ b == cross(a, b)``."""
     z = jnp.zeros_like(v[0])

@@ -9,6 +9,7 @@ import pytest
 from helpers import random_state, random_tree
 
 import simjax as sj
+from simjax._spatial import quat_to_rot
 from simjax.model import mobilizers as mz
 from simjax.model.topology import Topology
 from simjax.tree import traversal
@@ -34,6 +35,55 @@ def test_dense_and_scan_sums_agree(nb):
             want[b] += np.asarray(x[a])
             a = parent[a]
     np.testing.assert_allclose(traversal.outward_sum(topo, x, dense=False), want, atol=1e-13)
+
+
+def _random_rotations(n: int, seed: int) -> np.ndarray:
+    q = np.random.default_rng(seed).normal(size=(n, 4))
+    return np.stack([np.asarray(quat_to_rot(jnp.asarray(x / np.linalg.norm(x)))) for x in q])
+
+
+@pytest.mark.parametrize(
+    "parent",
+    [
+        (-1, 0),  # one body
+        (-1, 0, 0, 0),  # every body on Ground: no doubling round
+        (-1,) + tuple(range(9)),  # a chain of 9: four rounds
+        _random_parent(40, 1),
+        _random_parent(17, 5),
+    ],
+)
+def test_pose_composition_by_doubling_and_by_levels_agree(parent):
+    """Ground poses by pointer doubling and by a scan over levels equal the sequential
+    products ``X_GB = X_GP X_PB`` (Ground's own input row ignored), to round-off."""
+    nb = len(parent)
+    topo = Topology(parent, (None,) + (mz.Pin(),) * (nb - 1), tuple(f"b{i}" for i in range(nb)))
+    R_PB = jnp.asarray(_random_rotations(nb, nb))
+    p_PB = jax.random.normal(jax.random.PRNGKey(nb), (nb, 3), R_PB.dtype)
+    R_want, p_want = [np.eye(3)], [np.zeros(3)]
+    for b in range(1, nb):
+        a = parent[b]
+        R_want.append(R_want[a] @ np.asarray(R_PB[b]))
+        p_want.append(p_want[a] + R_want[a] @ np.asarray(p_PB[b]))
+    for fn in (traversal._compose_doubling, traversal._compose_levels, traversal.compose_outward):
+        R, p = fn(topo, R_PB, p_PB)
+        np.testing.assert_allclose(R, np.stack(R_want), atol=1e-13)
+        np.testing.assert_allclose(p, np.stack(p_want), atol=1e-13)
+    # Rounds of doubling: the 2**k-th ancestors, until every body has reached Ground.
+    depth = int(topo.depth.max())
+    assert len(topo.jumps) == (int(np.ceil(np.log2(depth))) if depth > 1 else 0)
+
+
+def test_deep_chains_compose_by_levels_and_small_trees_by_doubling(monkeypatch):
+    """The choice follows the work: doubling for a chain of 7 (14 products against 7
+    levels' 7) and a wide tree, the level scan for a chain of 50 (237 against 50)."""
+    calls = []
+    monkeypatch.setattr(traversal, "_compose_doubling", lambda *a: calls.append("doubling"))
+    monkeypatch.setattr(traversal, "_compose_levels", lambda *a: calls.append("levels"))
+    for parent in [(-1,) + tuple(range(7)), (-1,) + tuple(range(50)), (-1, 0, 1, 1, 0, 4, 4, 2, 3)]:
+        nb = len(parent)
+        topo = Topology(parent, (None,) + (mz.Pin(),) * (nb - 1), tuple(f"b{i}" for i in range(nb)))
+        traversal.compose_outward(topo, jnp.zeros((nb, 3, 3)), jnp.zeros((nb, 3)))
+    assert calls == ["doubling", "levels", "doubling"]
 
 
 def test_model_above_the_dense_threshold_matches_dense(monkeypatch):

@@ -112,6 +112,20 @@ class Topology:
         return body, par
 
     @cached_property
+    def jumps(self) -> np.ndarray:
+        """Ancestor indices for composing poses by pointer doubling, (R, nb): row k holds
+        each body's ``2**k``-th ancestor (Ground, 0, once past the root), for the
+        ``R = ceil(log2(max depth))`` rounds after which every body has reached Ground."""
+        rows = []
+        jump = np.array([max(p, 0) for p in self.parent], dtype=int)
+        span = 1
+        while self.nb > 1 and span < int(self.depth.max()):
+            rows.append(jump)
+            jump = jump[jump]
+            span *= 2
+        return np.array(rows, dtype=int).reshape(len(rows), self.nb)
+
+    @cached_property
     def ancestor(self) -> np.ndarray:
         """``A[b, a] = 1`` if a is b or an ancestor of b (Ground excluded), (nb, nb)."""
         A = np.zeros((self.nb, self.nb))

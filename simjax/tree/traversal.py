@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _spatial as sp
 from ..model.topology import Topology
 
 # Above this many bodies the O(nb^2) dense ancestor sums give way to level scans. The
@@ -32,8 +33,41 @@ def _pad(x: jax.Array, row: jax.Array) -> jax.Array:
 def compose_outward(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Ground poses ``X_GB = X_GP X_PB`` root to leaves. Inputs/outputs (nb, 3, 3), (nb, 3).
 
-    Row 0 of the inputs (Ground) is ignored; Ground's pose is the identity.
+    Row 0 of the inputs (Ground) is ignored; Ground's pose is the identity. Two ways, chosen
+    from the (static) topology: by pointer doubling (``_compose_doubling``: a few rounds,
+    no loop) when that at most doubles the number of pose products a pass over the depth
+    levels makes (padded), else by a ``lax.scan`` over the levels (``_compose_levels``;
+    deep chains, where doubling would multiply the work).
     """
+    body, _ = topo.levels
+    work = sum(int(np.count_nonzero(j)) for j in np.asarray(topo.jumps))
+    if topo.nb > 1 and work <= 2 * body.size:
+        return _compose_doubling(topo, R_PB, p_PB)
+    return _compose_levels(topo, R_PB, p_PB)
+
+
+def _compose_doubling(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``compose_outward`` by pointer doubling (``topo.jumps``): in round k every body
+    deeper than ``2**k`` composes its pose relative to its ``2**k``-th ancestor with that
+    ancestor's, so ``ceil(log2(depth))`` rounds of one gather and one product replace a
+    sequential pass over the levels, whose iterations cost far more than their arithmetic
+    at small batches (a single-state time step). The products associate differently from
+    the sequential pass (round-off only)."""
+    dt = p_PB.dtype
+    R = jnp.concatenate([jnp.eye(3, dtype=dt)[None], R_PB[1:]], axis=0)
+    p = jnp.concatenate([jnp.zeros((1, 3), dt), p_PB[1:]], axis=0)
+    for jump in np.asarray(topo.jumps):
+        idx = np.nonzero(jump)[0]
+        a = jump[idx]
+        Ra = R[a]
+        R = R.at[idx].set(sp.small_matmul(Ra, R[idx]))
+        p = p.at[idx].set(p[a] + sp.small_matvec(Ra, p[idx]))
+    return R, p
+
+
+def _compose_levels(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``compose_outward`` by a ``lax.scan`` over the depth levels (padded to a common
+    width; padding writes to the sink row)."""
     nb = topo.nb
     dt = p_PB.dtype
     eye = jnp.eye(3, dtype=dt)
