@@ -47,15 +47,6 @@ def small_matmul(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Floa
     return out
 
 
-def small_matvec(a: Float[Array, "... n k"], x: Float[Array, "... k"]) -> Float[Array, "... n"]:
-    """``a @ x`` for a small ``k`` (see ``small_matmul``)."""
-    k = a.shape[-1]
-    out = a[..., :, 0] * x[..., 0:1]
-    for i in range(1, k):
-        out = out + a[..., :, i] * x[..., i : i + 1]
-    return out
-
-
 def skew(v: Float[Array, " 3"]) -> Float[Array, "3 3"]:
     """Cross-product matrix: ``skew(a) @ b == cross(a, b)``."""
     z = jnp.zeros_like(v[0])

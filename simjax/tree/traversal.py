@@ -54,15 +54,20 @@ def _compose_doubling(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple
     at small batches (a single-state time step). The products associate differently from
     the sequential pass (round-off only)."""
     dt = p_PB.dtype
-    R = jnp.concatenate([jnp.eye(3, dtype=dt)[None], R_PB[1:]], axis=0)
-    p = jnp.concatenate([jnp.zeros((1, 3), dt), p_PB[1:]], axis=0)
+    # X = [R | p] (nb, 3, 4): X_GB = X_GA X_AB is [R_GA R_AB | p_GA + R_GA p_AB].
+    X = jnp.concatenate([R_PB, p_PB[:, :, None]], axis=-1)
+    X = jnp.concatenate([jnp.eye(3, 4, dtype=dt)[None], X[1:]], axis=0)
+    last = (np.arange(4) == 3)[None, None]
     for jump in np.asarray(topo.jumps):
         idx = np.nonzero(jump)[0]
-        a = jump[idx]
-        Ra = R[a]
-        R = R.at[idx].set(sp.small_matmul(Ra, R[idx]))
-        p = p.at[idx].set(p[a] + sp.small_matvec(Ra, p[idx]))
-    return R, p
+        Xa = X[jump[idx]]
+        # The bodies that move on this round take their new row from the products' rows
+        # (a concatenation and a static gather, which XLA fuses; no scatter).
+        rows = np.arange(len(jump))
+        rows[idx] = len(jump) + np.arange(len(idx))
+        Xn = sp.small_matmul(Xa[..., :3], X[idx]) + jnp.where(last, Xa, 0.0)
+        X = jnp.concatenate([X, Xn])[rows]
+    return X[..., :3], X[..., 3]
 
 
 def _compose_levels(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
