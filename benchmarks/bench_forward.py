@@ -26,7 +26,9 @@ semi-explicit Euler (``u += dt udot; q += dt N(q) u``, dt = 1e-4): simjax as one
 ``jit(lax.scan)`` of the steps, against Pinocchio's ``aba`` plus ``integrate`` in a Python
 loop (how a Python user steps it), per step; and one jitted forward-dynamics call at B = 1
 (``jit(lambda q, u: udot)``), synced after every call and pipelined. The per-step dynamics is
-the one the throughput mode checks against Pinocchio.
+the one the throughput mode checks against Pinocchio. ``--sync-dispatch`` runs JAX's CPU
+programs on the calling thread (``jax_cpu_enable_async_dispatch=False``; by default JAX hands
+each one to a worker thread, which costs a cross-core wake-up per synced call).
 
 Examples::
 
@@ -80,6 +82,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--depths", type=int, nargs="+", default=[5, 10, 20, 50, 100])
     p.add_argument("--scan-batch", type=int, default=1024)
     p.add_argument("--rollout", type=int, default=None, metavar="STEPS", help="B = 1 rollout per step only")
+    p.add_argument(
+        "--sync-dispatch",
+        action="store_true",
+        help="run JAX's CPU programs on the calling thread (jax_cpu_enable_async_dispatch=False)",
+    )
     p.add_argument("--compile-repeats", type=int, default=1, help="compiles per case (median reported)")
     p.add_argument(
         "--chunk",
@@ -519,8 +526,11 @@ def main(argv=None) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", not args.float32)
+    if args.sync_dispatch:  # before the CPU client exists: it reads the setting once
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     dtype = "float32" if args.float32 else "float64"
     info = machine_info(dtype)
+    info["cpu_async_dispatch"] = not args.sync_dispatch
     info["argv"] = sys.argv[1:] if argv is None else list(argv)
     print(info_block(info), flush=True)
     warm_up()
