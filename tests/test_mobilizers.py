@@ -282,3 +282,33 @@ def test_rotation_product_equals_chained_axis_rotations_and_their_derivatives():
     new = lambda t: _rotation_product([t[0], t[1], t[2]], table, t.dtype)  # noqa: E731
     np.testing.assert_allclose(new(angles), chained(angles), atol=1e-14)
     np.testing.assert_allclose(jax.jacfwd(new)(angles), jax.jacfwd(chained)(angles), atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "Weld"])
+def test_kinds_marked_with_no_velocity_product_have_none(kind):
+    """``no_velocity_product`` kinds (their Dynamics-stage bias term is skipped) really have
+    ``Sdot_B u = 0`` (the term by autodiff, at random q, u, frames), and every other kind
+    has one."""
+    from simjax.dynamics.stages import _joint_bias
+    from simjax.tree.kinds import joint_inputs
+
+    rng = np.random.default_rng(abs(hash(kind)) % 2**32)
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    make_mobod(kind, matter.Ground(), rng)
+    marked = kind in ("Pin", "Slider", "Screw", "Cylinder", "Translation", "Ball", "LineOrientation")
+    for euler in (False, True):  # quaternion kinds in both modes
+        s0 = system.realize_topology()
+        if euler:
+            s0 = system.realize_model(matter.set_use_euler_angles(s0, True))
+        q = s0.q + jnp.asarray(rng.normal(size=s0.nq)) * 0.4
+        s = s0.with_q(q).with_u(jnp.asarray(rng.normal(size=s0.nu)))
+        (g,) = system.model_for(s).topology(euler).groups
+        mob = g.mobilizer
+        inputs = joint_inputs(s, g, "q", "u", "params", "frames")
+        term = jax.vmap(lambda *a, m=mob: _joint_bias(m, *a))(*inputs)
+        assert mob.no_velocity_product == marked
+        if marked:
+            np.testing.assert_allclose(term, 0.0, atol=1e-14)
+        else:
+            assert float(jnp.max(jnp.abs(term))) > 1e-6  # the others do have the term

@@ -49,6 +49,12 @@ class AbstractMobilizer(abc.ABC):
     n_angles: ClassVar[int] = 0
     n_params: ClassVar[int] = 0
     uses_quaternion: ClassVar[bool] = False
+    # True where the joint's velocity-product term ``Sdot_B u`` (the time derivative of the
+    # motion subspace in B's frame, times u) is zero for every q and u: the subspace is
+    # fixed in B (Pin, Slider, Screw, Cylinder, Translation, LineOrientation), or u is the
+    # angular velocity that turns it (Ball: ``w x w = 0``). The Dynamics stage then skips
+    # it; ``tests/test_mobilizers.py`` checks every kind's flag against autodiff.
+    no_velocity_product: ClassVar[bool] = False
 
     # --- definition ---------------------------------------------------------------
     @abc.abstractmethod
@@ -138,6 +144,7 @@ class Pin(AbstractMobilizer):
     nq: ClassVar[int] = 1
     nu: ClassVar[int] = 1
     n_angles: ClassVar[int] = 1
+    no_velocity_product: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return sp.rot_z(q[0]), _zero3(q)
@@ -157,6 +164,7 @@ class Slider(AbstractMobilizer):
 
     nq: ClassVar[int] = 1
     nu: ClassVar[int] = 1
+    no_velocity_product: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return jnp.eye(3, dtype=q.dtype), _e(0, q[0])
@@ -178,6 +186,7 @@ class Screw(AbstractMobilizer):
     nu: ClassVar[int] = 1
     n_angles: ClassVar[int] = 1
     n_params: ClassVar[int] = 1
+    no_velocity_product: ClassVar[bool] = True
     pitch: float = 0.0
 
     def default_params(self):
@@ -217,6 +226,7 @@ class Cylinder(AbstractMobilizer):
     nq: ClassVar[int] = 2
     nu: ClassVar[int] = 2
     n_angles: ClassVar[int] = 1
+    no_velocity_product: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return sp.rot_z(q[0]), _e(2, q[1])
@@ -285,6 +295,7 @@ class Translation(AbstractMobilizer):
 
     nq: ClassVar[int] = 3
     nu: ClassVar[int] = 3
+    no_velocity_product: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return jnp.eye(3, dtype=q.dtype), q
@@ -303,6 +314,7 @@ class Ball(AbstractMobilizer):
 
     nu: ClassVar[int] = 3
     n_angles: ClassVar[int] = 3
+    no_velocity_product: ClassVar[bool] = True
     euler: bool = False
 
     @property
@@ -484,6 +496,7 @@ class LineOrientation(AbstractMobilizer):
 
     nu: ClassVar[int] = 2
     n_angles: ClassVar[int] = 3
+    no_velocity_product: ClassVar[bool] = True
     euler: bool = False
 
     @property
