@@ -141,7 +141,8 @@ def configure_cpu_threads() -> None:
     if "PJRT_NPROC" in os.environ or "NPROC" in os.environ:
         return
     n = host_device_count()
-    want = os.environ.get("SIMJAX_CPU_THREADS", "1" if n == 1 else str(n + 1)).strip()
+    # set but empty (``SIMJAX_CPU_THREADS= python ...``) means unset, as for the other variables
+    want = os.environ.get("SIMJAX_CPU_THREADS", "").strip() or ("1" if n == 1 else str(n + 1))
     if not want.isdigit():
         raise ValueError(
             f"SIMJAX_CPU_THREADS={want!r} is not a whole number; give the number of XLA:CPU "

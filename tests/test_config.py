@@ -70,6 +70,7 @@ def test_one_xla_cpu_thread_by_default_and_the_users_choice_wins():
     assert probe_all()[2] == "1"
     assert probe_all(SIMJAX_CPU_THREADS="4")[2] == "4"
     assert probe_all(SIMJAX_CPU_THREADS="0")[2] is None  # JAX's own choice
+    assert probe_all(SIMJAX_CPU_THREADS="")[2] == "1"  # set but empty: the default
     assert probe_all(PJRT_NPROC="3")[2] == "3"
     assert probe_all(NPROC="2")[2] is None  # JAX reads NPROC itself
     # several host devices: one thread more than devices (N or fewer hang a split batch)
