@@ -127,9 +127,11 @@ def velocity_bias(model: Model, state: State, pos: PositionCache, vel: VelocityC
     inputs = lambda g: joint_inputs(state, g, "q", "u", "params", "frames")
     skip = lambda mob: no_q(mob) or mob.no_velocity_product  # their Sdot_B u is zero
     parts = [(g.bodies, c) for g, c in map_kinds(topo, _joint_bias, inputs, skip=skip)]
-    cB = place(topo.nb, parts, jnp.zeros(6, dt))
-    # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u.
-    aJ = jax.vmap(_phi)(pos.R_GB, pos.p_GB, cB) + jax.vmap(sp.cross_motion)(vel.V_O, vel.vJ)
+    # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u (the last term only where
+    # some joint has it: XLA cannot drop products with zeros).
+    aJ = jax.vmap(sp.cross_motion)(vel.V_O, vel.vJ)
+    if parts:
+        aJ = aJ + jax.vmap(_phi)(pos.R_GB, pos.p_GB, place(topo.nb, parts, jnp.zeros(6, dt)))
     return _tree.outward_sum(topo, aJ)
 
 
