@@ -37,9 +37,11 @@ def safe_normalize(x: Float[Array, " ..."], axis: int = -1) -> Float[Array, " ..
 def small_matmul(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Float[Array, "... n m"]:
     """``a @ b`` for a small inner dimension ``k``, written as ``k`` broadcast products summed.
 
-    XLA fuses it with its neighbours (no separate ``dot`` kernel, no reduction), which is
-    what small 3x3 products under ``vmap`` need: a ``dot`` of a few flops costs a kernel
-    launch of its own."""
+    XLA fuses it with its neighbours (no separate ``dot`` kernel, no reduction). Used where
+    that measured faster: the pose products of ``compose_outward``'s doubling rounds, whose
+    cost at one state is the number of kernels. It is not a general replacement for ``@``:
+    applied to every 3x3 and 6x6 product of the tree passes it made batched forward
+    dynamics slower (``benchmarks/RESULTS.md``)."""
     k = a.shape[-1]
     out = a[..., :, 0:1] * b[..., 0:1, :]
     for i in range(1, k):

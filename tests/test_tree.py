@@ -76,14 +76,16 @@ def test_pose_composition_by_doubling_and_by_levels_agree(parent):
 def test_deep_chains_compose_by_levels_and_small_trees_by_doubling(monkeypatch):
     """The choice follows the work: doubling for a chain of 7 (14 products against 7
     levels' 7) and a wide tree, the level scan for a chain of 50 (237 against 50)."""
-    calls = []
+    calls, chosen = [], []
     monkeypatch.setattr(traversal, "_compose_doubling", lambda *a: calls.append("doubling"))
     monkeypatch.setattr(traversal, "_compose_levels", lambda *a: calls.append("levels"))
-    for parent in [(-1,) + tuple(range(7)), (-1,) + tuple(range(50)), (-1, 0, 1, 1, 0, 4, 4, 2, 3)]:
+    for parent in [(-1,) + tuple(range(7)), (-1,) + tuple(range(50)), (-1, 0, 1, 1, 0, 4, 4, 2, 3), (-1,)]:
         nb = len(parent)
         topo = Topology(parent, (None,) + (mz.Pin(),) * (nb - 1), tuple(f"b{i}" for i in range(nb)))
         traversal.compose_outward(topo, jnp.zeros((nb, 3, 3)), jnp.zeros((nb, 3)))
-    assert calls == ["doubling", "levels", "doubling"]
+        chosen.append(topo.compose_by_doubling)
+    assert calls == ["doubling", "levels", "doubling", "levels"]
+    assert chosen == [True, False, True, False]  # Ground alone: nothing to compose
 
 
 def test_model_above_the_dense_threshold_matches_dense(monkeypatch):

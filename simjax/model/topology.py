@@ -118,12 +118,22 @@ class Topology:
         ``R = ceil(log2(max depth))`` rounds after which every body has reached Ground."""
         rows = []
         jump = np.array([max(p, 0) for p in self.parent], dtype=int)
-        span = 1
-        while self.nb > 1 and span < int(self.depth.max()):
+        span, deepest = 1, (int(self.depth.max()) if self.nb > 1 else 0)
+        while span < deepest:
             rows.append(jump)
             jump = jump[jump]
             span *= 2
         return np.array(rows, dtype=int).reshape(len(rows), self.nb)
+
+    @cached_property
+    def compose_by_doubling(self) -> bool:
+        """Whether ground poses are composed by pointer doubling (``jumps``) rather than a
+        pass over the depth levels: when doubling's pose products (the moved bodies of
+        every round) are at most twice the level pass's padded ones. Deep chains fail it
+        (doubling would multiply their work)."""
+        body, _ = self.levels
+        work = sum(int(np.count_nonzero(j)) for j in self.jumps)
+        return self.nb > 1 and work <= 2 * body.size
 
     @cached_property
     def ancestor(self) -> np.ndarray:

@@ -252,13 +252,18 @@ def _program(fn: Callable[..., Any], where: Path, digest: str, treedef: Any, typ
     return found
 
 
+def _jitted(exp: Any, options: dict[str, Any] | None) -> Any:
+    """An exported program as a ``jit`` function, compiled with ``options``."""
+    return jax.jit(exp.call, compiler_options=options)
+
+
 def _compiled(
     exp: Any, out_tree: Any, types_: list[Any], options: dict[str, Any] | None
 ) -> tuple[Callable[..., Any], Any]:
     """Compile an exported program now (XLA releases the GIL while it compiles, so this can
     run beside the caller's thread); calls that the compiled program refuses (another
     argument type) go through ``jit`` as usual."""
-    jitted = jax.jit(exp.call, compiler_options=options)
+    jitted = _jitted(exp, options)
     try:
         compiled = jitted.lower(*_specs(types_)).compile()
     except Exception:  # noqa: BLE001 (compiled again, in the foreground, on the first call)
@@ -289,7 +294,9 @@ def compile_ahead(
     it from disk) and compile it on a background thread, so that the compilation overlaps
     whatever this thread does next (tracing the next program, compiling another). ``args``
     may hold ``jax.ShapeDtypeStruct`` leaves for arrays not computed yet; the other
-    arguments as ``call``'s. Does nothing where ``call`` would trace as usual."""
+    arguments as ``call``'s (``fallback`` is accepted so that one set of keywords serves
+    both; nothing runs here, so it is not used). Does nothing where ``call`` would trace
+    as usual."""
     found = _where(static_key, args)
     if found is None:
         return
@@ -333,7 +340,7 @@ def call(
         if program is None:
             return run_as_usual(*args)
         exp, out_tree = program
-        entry = (jax.jit(exp.call, compiler_options=compiler_options), out_tree)
+        entry = (_jitted(exp, compiler_options), out_tree)
     _LOADED[digest] = entry
     run, out_tree = entry
     try:

@@ -34,14 +34,12 @@ def compose_outward(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[j
     """Ground poses ``X_GB = X_GP X_PB`` root to leaves. Inputs/outputs (nb, 3, 3), (nb, 3).
 
     Row 0 of the inputs (Ground) is ignored; Ground's pose is the identity. Two ways, chosen
-    from the (static) topology: by pointer doubling (``_compose_doubling``: a few rounds,
-    no loop) when that at most doubles the number of pose products a pass over the depth
-    levels makes (padded), else by a ``lax.scan`` over the levels (``_compose_levels``;
-    deep chains, where doubling would multiply the work).
+    from the (static) topology (``Topology.compose_by_doubling``): by pointer doubling
+    (``_compose_doubling``: a few rounds, no loop) when that at most doubles the number of
+    pose products a pass over the depth levels makes (padded), else by a ``lax.scan`` over
+    the levels (``_compose_levels``; deep chains, where doubling would multiply the work).
     """
-    body, _ = topo.levels
-    work = sum(int(np.count_nonzero(j)) for j in np.asarray(topo.jumps))
-    if topo.nb > 1 and work <= 2 * body.size:
+    if topo.compose_by_doubling:
         return _compose_doubling(topo, R_PB, p_PB)
     return _compose_levels(topo, R_PB, p_PB)
 
