@@ -49,9 +49,9 @@ def main(argv=None) -> None:
     Qp, Vp = np.stack([r[0] for r in peer]), np.stack([r[1] for r in peer])
 
     stages = {
-        "Position (outputs cdof, I_O)": (
+        "Position (outputs cdof, inertia_O)": (
             sj.Stage.POSITION,
-            lambda s: (s.position_cache.cdof, s.position_cache.I_O),
+            lambda s: (s.position_cache.cdof, s.position_cache.inertia_O),
         ),
         "Velocity (outputs V_O)": (sj.Stage.VELOCITY, lambda s: s.velocity_cache.V_O),
         "Dynamics (outputs bias forces)": (sj.Stage.DYNAMICS, lambda s: s.dynamics_cache.bias),

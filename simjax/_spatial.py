@@ -362,17 +362,52 @@ def shift_force_to_origin(F: Float[Array, " 6"], p: Float[Array, " 3"]) -> Float
     return jnp.concatenate([F[:3] + jnp.cross(p, F[3:]), F[3:]])
 
 
-def spatial_inertia_at_origin(
+def inertia_parameters(
     mass: Float[Array, ""], com: Float[Array, " 3"], I_com: Float[Array, "3 3"]
-) -> Float[Array, "6 6"]:
-    """6x6 spatial inertia about the origin of the frame the arguments are expressed in.
+) -> Float[Array, " 10"]:
+    """A spatial inertia about the origin of the frame the arguments are expressed in, as
+    its ten dynamic parameters ``[m, m c, Jxx, Jxy, Jyy, Jxz, Jyz, Jzz]`` (``c`` the mass
+    center, ``J = I_com + m (|c|^2 1 - c c^T)`` the rotational inertia about the origin;
+    Pinocchio's order). The 6x6 matrix (``inertia_matrix``) in 10 numbers
+    instead of 36, and linear in them: sums of inertias are sums of parameters."""
+    J = I_com + mass * (jnp.dot(com, com) * jnp.eye(3, dtype=com.dtype) - jnp.outer(com, com))
+    return jnp.concatenate(
+        [mass[None], mass * com, jnp.stack([J[0, 0], J[0, 1], J[1, 1], J[0, 2], J[1, 2], J[2, 2]])]
+    )
 
-    ``h = I v`` with ``v = [w; v_O]`` gives ``[angular momentum about O; linear momentum]``.
-    """
-    C = skew(com)
-    top = jnp.concatenate([I_com - mass * (C @ C), mass * C], axis=1)
-    bot = jnp.concatenate([-mass * C, mass * jnp.eye(3, dtype=C.dtype)], axis=1)
-    return jnp.concatenate([top, bot], axis=0)
+
+def _rotational(P: Float[Array, "... 10"]) -> Float[Array, "... 3 3"]:
+    Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = (P[..., i] for i in range(4, 10))
+    rows = [[Jxx, Jxy, Jxz], [Jxy, Jyy, Jyz], [Jxz, Jyz, Jzz]]
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+
+
+def inertia_times(P: Float[Array, "... 10"], V: Float[Array, "... 6"]) -> Float[Array, "... 6"]:
+    """``I V`` for spatial inertias given by their dynamic parameters (``inertia_parameters``):
+    ``[J w + h x v; m v - h x w]`` with ``h = m c``. Elementwise (no matrix product), so
+    XLA fuses it with its neighbours; at B = 1024 it made forward dynamics ~10% faster than
+    products with the 6x6 matrices."""
+    m, h = P[..., 0:1], P[..., 1:4]
+    Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = (P[..., i] for i in range(4, 10))
+    w, v = V[..., :3], V[..., 3:]
+    wx, wy, wz = w[..., 0], w[..., 1], w[..., 2]
+    Jw = jnp.stack(
+        [Jxx * wx + Jxy * wy + Jxz * wz, Jxy * wx + Jyy * wy + Jyz * wz, Jxz * wx + Jyz * wy + Jzz * wz],
+        axis=-1,
+    )
+    return jnp.concatenate([Jw + jnp.cross(h, v), m * v - jnp.cross(h, w)], axis=-1)
+
+
+def inertia_matrix(P: Float[Array, "... 10"]) -> Float[Array, "... 6 6"]:
+    """The 6x6 spatial inertia of dynamic parameters (``inertia_parameters``):
+    ``[[J, skew(h)], [-skew(h), m 1]]``."""
+    m, h = P[..., 0], P[..., 1:4]
+    z = jnp.zeros_like(m)
+    hx, hy, hz = h[..., 0], h[..., 1], h[..., 2]
+    H = jnp.stack([jnp.stack(r, axis=-1) for r in ([z, -hz, hy], [hz, z, -hx], [-hy, hx, z])], axis=-2)
+    mI = m[..., None, None] * jnp.broadcast_to(jnp.eye(3, dtype=P.dtype), m.shape + (3, 3))
+    top = jnp.concatenate([_rotational(P), H], axis=-1)
+    return jnp.concatenate([top, jnp.concatenate([-H, mI], axis=-1)], axis=-2)
 
 
 # ----------------------------------------------------------------------------- inertia

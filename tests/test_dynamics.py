@@ -244,3 +244,23 @@ def test_float32_runs_and_is_close():
     out = system.realize(s32, sj.Stage.ACCELERATION).udot
     assert out.dtype == jnp.float32
     np.testing.assert_allclose(out, ref, rtol=2e-3, atol=2e-3 * float(jnp.abs(ref).max()))
+
+
+def test_spatial_inertias_about_ground_origin(tree, realized):
+    """``inertia_O`` (ten parameters per body) and the 6x6 ``I_O`` built from it equal the
+    spatial inertia assembled by hand from each body's mass properties and Ground pose:
+    ``[[J_O, m skew(c)], [-m skew(c), m 1]]`` with ``J_O = R I_B R^T + m (|c|^2 1 - c c^T)``
+    (``I_B`` about the body origin, ``c`` the Ground mass center)."""
+    _, _, _, mobods = tree
+    pc = realized.position_cache
+    skew = lambda v: np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]])
+    for b in mobods[1:]:
+        mp = b.get_default_mass_properties()
+        R, p = np.asarray(pc.R_GB[b.index]), np.asarray(pc.p_GB[b.index])
+        m, c = mp.mass, p + R @ np.asarray(mp.com)
+        Ic_G = R @ np.asarray(mp.inertia_about_com()) @ R.T
+        J = Ic_G + m * (c @ c * np.eye(3) - np.outer(c, c))
+        want = np.block([[J, m * skew(c)], [-m * skew(c), m * np.eye(3)]])
+        np.testing.assert_allclose(pc.I_O[b.index], want, atol=1e-12 * max(1.0, np.abs(want).max()))
+        params = np.r_[m, m * c, J[0, 0], J[0, 1], J[1, 1], J[0, 2], J[1, 2], J[2, 2]]
+        np.testing.assert_allclose(pc.inertia_O[b.index], params, atol=1e-12 * max(1.0, np.abs(params).max()))

@@ -84,7 +84,21 @@ def test_mass_properties_shift_and_reexpress():
     np.testing.assert_allclose(re.inertia, R.T @ mp.inertia @ R, atol=1e-15)
     # the 6x6 spatial inertia about Ground's origin reproduces kinetic energy of a rigid body
     w, v = np.array([0.3, -0.1, 0.2]), np.array([1.0, 0.5, -0.2])  # v: velocity of the origin
-    I6 = sp.spatial_inertia_at_origin(2.0, jnp.asarray(c), jnp.asarray(Ic))
+    P = sp.inertia_parameters(jnp.asarray(2.0), jnp.asarray(c), jnp.asarray(Ic))
+    I6 = np.asarray(sp.inertia_matrix(P))
     V = np.r_[w, v]
     vc = v + np.cross(w, c)
     np.testing.assert_allclose(0.5 * V @ I6 @ V, 0.5 * 2.0 * vc @ vc + 0.5 * w @ Ic @ w, rtol=1e-14)
+    # ... and its momentum: [angular about the origin; linear] = [c x m vc + Ic w; m vc]
+    np.testing.assert_allclose(I6 @ V, np.r_[np.cross(c, 2.0 * vc) + Ic @ w, 2.0 * vc], rtol=1e-14)
+    np.testing.assert_allclose(sp.inertia_times(P, jnp.asarray(V)), I6 @ V, rtol=1e-14)
+    np.testing.assert_allclose(I6, I6.T, atol=0)
+    # Pinocchio's order of the ten dynamic parameters: m, m c, Ixx, Ixy, Iyy, Ixz, Iyz, Izz
+    J = Ic + 2.0 * (c @ c * np.eye(3) - np.outer(c, c))
+    want = np.r_[2.0, 2.0 * c, J[0, 0], J[0, 1], J[1, 1], J[0, 2], J[1, 2], J[2, 2]]
+    np.testing.assert_allclose(P, want, rtol=1e-14)
+    # batched over leading axes
+    Pb = jnp.stack([P, 2.0 * P])
+    want = np.stack([I6 @ V, 2 * I6 @ V])
+    np.testing.assert_allclose(sp.inertia_times(Pb, jnp.asarray(np.stack([V, V]))), want, rtol=1e-14)
+    np.testing.assert_allclose(sp.inertia_matrix(Pb)[1], 2 * I6, rtol=1e-14)

@@ -142,7 +142,7 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
             f"{_fmt(b.get_q(state))}); check its mobilizer's q and its fixed frames, or a "
             "Custom mobilizer's function"
         )
-    b = _first_bad_body(bodies, pc.I_O, pc.com_G)
+    b = _first_bad_body(bodies, pc.inertia_O, pc.com_G)
     if b is not None:
         return f"Position stage: the spatial inertia of {b!r} is not finite; check its mass properties"
     why = _bad_constraint_rows(model, lambda c: c.get_position_errors(s), "Position", "position errors")

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .. import _spatial as sp
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
@@ -381,7 +382,7 @@ class SimbodyMatterSubsystem(Subsystem):
     def calc_system_momentum_about_ground_origin(self, state: State) -> Float[Array, " 6"]:
         """``[angular momentum about Ground's origin; linear momentum]`` (Velocity)."""
         pc, vc = state.position_cache, state.velocity_cache
-        return jnp.einsum("bij,bj->i", pc.I_O[1:], vc.V_O[1:])
+        return jnp.sum(sp.inertia_times(pc.inertia_O[1:], vc.V_O[1:]), axis=0)
 
     def calc_system_central_momentum(self, state: State) -> Float[Array, " 6"]:
         """Momentum with the angular part about the system center of mass (Velocity)."""
@@ -395,7 +396,7 @@ class SimbodyMatterSubsystem(Subsystem):
         state.require(Stage.VELOCITY, "calc_kinetic_energy")
         pc, vc = state.position_cache, state.velocity_cache
         rotors = 0.5 * jnp.sum(state.instance["matter"]["armature"] * state.u**2)
-        return 0.5 * jnp.einsum("bi,bij,bj->", vc.V_O, pc.I_O, vc.V_O) + rotors
+        return 0.5 * jnp.sum(vc.V_O * sp.inertia_times(pc.inertia_O, vc.V_O)) + rotors
 
     # ------------------------------------------------------------------ batched conveniences
     def get_body_transforms(self, state: State) -> tuple[Float[Array, "nb 3 3"], Float[Array, "nb 3"]]:

@@ -76,9 +76,9 @@ def realize_position(model: Model, state: State) -> PositionCache:
     def body_inertia(R, p, m, c, G):
         Ic_B = m * (G + sp.skew(c) @ sp.skew(c))  # inertia about com, in B
         c_G = p + R @ c
-        return sp.spatial_inertia_at_origin(m, c_G, R @ Ic_B @ R.T), c_G
+        return sp.inertia_parameters(m, c_G, R @ Ic_B @ R.T), c_G
 
-    I_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)
+    inertia_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)
     qs = np.asarray(topo.quaternion_slots)
     qerr = (sp.safe_norm(q[qs]) - 1.0) if len(qs) else jnp.zeros(0, dt)
     return PositionCache(
@@ -88,7 +88,7 @@ def realize_position(model: Model, state: State) -> PositionCache:
         p_PB=p_PB,
         S_B=S_B,
         cdof=cdof,
-        I_O=I_O,
+        inertia_O=inertia_O,
         com_G=com_G,
         qerr=qerr,
     )
@@ -167,8 +167,8 @@ def generalized_bias(
     """
     topo = model.topology(state.use_euler_angles)
     a = a_bias if a_extra is None else a_bias + a_extra
-    h = jnp.einsum("bij,bj->bi", pos.I_O, vel.V_O)
-    f = jnp.einsum("bij,bj->bi", pos.I_O, a) + jax.vmap(sp.cross_force)(vel.V_O, h)
+    h = sp.inertia_times(pos.inertia_O, vel.V_O)
+    f = sp.inertia_times(pos.inertia_O, a) + jax.vmap(sp.cross_force)(vel.V_O, h)
     f = f - body_forces_to_origin(body_forces, pos.p_GB)
     fc = _tree.inward_sum(topo, f)
     C = jnp.einsum("di,di->d", pos.cdof, _tree.gather_dofs(topo, fc))
@@ -188,8 +188,8 @@ def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:
     topo = model.topology(state.use_euler_angles)
     if topo.nu == 0:
         return jnp.zeros((0, 0), pos.p_GB.dtype)
-    crb = _tree.inward_sum(topo, pos.I_O)
-    F = jnp.einsum("dij,dj->di", _tree.gather_dofs(topo, crb), pos.cdof)
+    crb = _tree.inward_sum(topo, pos.inertia_O)  # composite inertias: sums of parameters
+    F = sp.inertia_times(_tree.gather_dofs(topo, crb), pos.cdof)
     G = F @ pos.cdof.T  # G[i, j] = cdof_j . Ic_{b(i)} cdof_i
     L = jnp.where(np.asarray(topo.mass_matrix_mask), G, 0.0)
     armature = jnp.asarray(state.instance["matter"]["armature"], L.dtype)

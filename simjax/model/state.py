@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _spatial as sp
 from .._stage import Stage
 
 
@@ -34,7 +35,9 @@ class PositionCache(eqx.Module):
         p_PB: Origin of each body in its parent (nb, 3).
         S_B: Motion subspace of each dof in its own body frame, at the body origin (nu, 6).
         cdof: Motion subspace of each dof in Ground, about Ground's origin (nu, 6).
-        I_O: Spatial inertia of each body in Ground, about Ground's origin (nb, 6, 6).
+        inertia_O: Spatial inertia of each body in Ground, about Ground's origin, as its
+            ten dynamic parameters ``[m, m c, Jxx, Jxy, Jyy, Jxz, Jyz, Jzz]`` (nb, 10);
+            ``I_O`` gives the 6x6 matrices.
         com_G: Mass-center locations in Ground (nb, 3).
         qerr: Position errors: the holonomic constraint errors (mp,) then one per
             quaternion (its norm minus one, Simbody's), (mp + n_quat,).
@@ -46,9 +49,14 @@ class PositionCache(eqx.Module):
     p_PB: Float[Array, "nb 3"]
     S_B: Float[Array, "nu 6"]
     cdof: Float[Array, "nu 6"]
-    I_O: Float[Array, "nb 6 6"]
+    inertia_O: Float[Array, "nb 10"]
     com_G: Float[Array, "nb 3"]
     qerr: Float[Array, " nqerr"]
+
+    @property
+    def I_O(self) -> Float[Array, "nb 6 6"]:
+        """Spatial inertia of each body in Ground about Ground's origin, 6x6 (nb, 6, 6)."""
+        return sp.inertia_matrix(self.inertia_O)
 
 
 class VelocityCache(eqx.Module):
