@@ -95,6 +95,12 @@ def _compose_levels(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[j
     return R[:nb], p[:nb]
 
 
+def _body_matmul(A: np.ndarray, x: jax.Array) -> jax.Array:
+    """``A @ x`` over the body axis (the first) of ``x``, computed with that axis last."""
+    xt = jnp.moveaxis(x, 0, -1)
+    return jnp.moveaxis(xt @ jnp.asarray(A.T, dtype=x.dtype), -1, 0)
+
+
 def outward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.Array:
     """``out[b] = sum of x[a]`` over a = b and its ancestors (Ground excluded). x: (nb, ...).
 
@@ -102,8 +108,7 @@ def outward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.
     (False); by default dense up to ``DENSE_MAX_BODIES`` bodies."""
     nb = topo.nb
     if _use_dense(topo, dense):
-        A = jnp.asarray(topo.ancestor, dtype=x.dtype)
-        return jnp.tensordot(A, x, axes=1)
+        return _body_matmul(np.asarray(topo.ancestor), x)
     body, par = topo.levels
     xp = _pad(x, jnp.zeros_like(x[0]))
     out = jnp.zeros_like(xp)
@@ -125,7 +130,7 @@ def inward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.A
     if _use_dense(topo, dense):
         A = np.asarray(topo.ancestor).copy()
         A[:, 0] = 1.0  # Ground is every body's ancestor for inward sums.
-        return jnp.tensordot(jnp.asarray(A.T, dtype=x.dtype), x, axes=1)
+        return _body_matmul(A.T, x)
     body, par = topo.levels
     out = _pad(x, jnp.zeros_like(x[0]))
 
