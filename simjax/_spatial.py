@@ -49,16 +49,12 @@ def small_matmul(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Floa
     return out
 
 
-def skew(v: Float[Array, " 3"]) -> Float[Array, "3 3"]:
-    """Cross-product matrix: ``skew(a) @ b == cross(a, b)``."""
-    z = jnp.zeros_like(v[0])
-    return jnp.stack(
-        [
-            jnp.stack([z, -v[2], v[1]]),
-            jnp.stack([v[2], z, -v[0]]),
-            jnp.stack([-v[1], v[0], z]),
-        ]
-    )
+def skew(v: Float[Array, "... 3"]) -> Float[Array, "... 3 3"]:
+    """Cross-product matrix: ``skew(a) @ b == cross(a, b)`` (leading axes broadcast)."""
+    x, y, z = v[..., 0], v[..., 1], v[..., 2]
+    o = jnp.zeros_like(x)
+    rows = ([o, -z, y], [z, o, -x], [-y, x, o])
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
 
 
 def vee(m: Float[Array, "3 3"]) -> Float[Array, " 3"]:
@@ -376,10 +372,9 @@ def inertia_parameters(
     )
 
 
-def _rotational(P: Float[Array, "... 10"]) -> Float[Array, "... 3 3"]:
-    Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = (P[..., i] for i in range(4, 10))
-    rows = [[Jxx, Jxy, Jxz], [Jxy, Jyy, Jyz], [Jxz, Jyz, Jzz]]
-    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+def _rotational_entries(P: Float[Array, "... 10"]) -> tuple[Any, ...]:
+    """``Jxx, Jxy, Jyy, Jxz, Jyz, Jzz`` of dynamic parameters (``inertia_parameters``)."""
+    return tuple(P[..., i] for i in range(4, 10))
 
 
 def inertia_times(P: Float[Array, "... 10"], V: Float[Array, "... 6"]) -> Float[Array, "... 6"]:
@@ -388,7 +383,7 @@ def inertia_times(P: Float[Array, "... 10"], V: Float[Array, "... 6"]) -> Float[
     XLA fuses it with its neighbours; at B = 1024 it made forward dynamics ~10% faster than
     products with the 6x6 matrices."""
     m, h = P[..., 0:1], P[..., 1:4]
-    Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = (P[..., i] for i in range(4, 10))
+    Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = _rotational_entries(P)
     w, v = V[..., :3], V[..., 3:]
     wx, wy, wz = w[..., 0], w[..., 1], w[..., 2]
     Jw = jnp.stack(
@@ -402,11 +397,13 @@ def inertia_matrix(P: Float[Array, "... 10"]) -> Float[Array, "... 6 6"]:
     """The 6x6 spatial inertia of dynamic parameters (``inertia_parameters``):
     ``[[J, skew(h)], [-skew(h), m 1]]``."""
     m, h = P[..., 0], P[..., 1:4]
-    z = jnp.zeros_like(m)
-    hx, hy, hz = h[..., 0], h[..., 1], h[..., 2]
-    H = jnp.stack([jnp.stack(r, axis=-1) for r in ([z, -hz, hy], [hz, z, -hx], [-hy, hx, z])], axis=-2)
+    Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = _rotational_entries(P)
+    J = jnp.stack(
+        [jnp.stack(r, axis=-1) for r in ([Jxx, Jxy, Jxz], [Jxy, Jyy, Jyz], [Jxz, Jyz, Jzz])], axis=-2
+    )
+    H = skew(h)
     mI = m[..., None, None] * jnp.broadcast_to(jnp.eye(3, dtype=P.dtype), m.shape + (3, 3))
-    top = jnp.concatenate([_rotational(P), H], axis=-1)
+    top = jnp.concatenate([J, H], axis=-1)
     return jnp.concatenate([top, jnp.concatenate([-H, mI], axis=-1)], axis=-2)
 
 

@@ -102,3 +102,14 @@ def test_mass_properties_shift_and_reexpress():
     want = np.stack([I6 @ V, 2 * I6 @ V])
     np.testing.assert_allclose(sp.inertia_times(Pb, jnp.asarray(np.stack([V, V]))), want, rtol=1e-14)
     np.testing.assert_allclose(sp.inertia_matrix(Pb)[1], 2 * I6, rtol=1e-14)
+
+
+def test_skew_is_the_cross_product_and_batches():
+    """``skew(a) @ b == a x b``, for one vector and over leading axes."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (4, 2, 3))
+    b = jax.random.normal(jax.random.PRNGKey(1), (4, 2, 3))
+    S = sp.skew(a)
+    assert S.shape == (4, 2, 3, 3)
+    np.testing.assert_allclose(jnp.einsum("...ij,...j->...i", S, b), jnp.cross(a, b), atol=1e-14)
+    np.testing.assert_allclose(S[1, 0], sp.skew(a[1, 0]), atol=0)
+    np.testing.assert_allclose(S, -jnp.swapaxes(S, -1, -2), atol=0)
