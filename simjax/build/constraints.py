@@ -564,11 +564,11 @@ class Ball(Constraint):
 
     @staticmethod
     def _pverr(ctx: ConstraintContext) -> jax.Array:
-        return _station_difference(ctx, "point1", "point2", 1)[1]
+        return _station_rate(ctx, "point1", "point2", 1)
 
     @staticmethod
     def _paerr(ctx: ConstraintContext) -> jax.Array:
-        return _station_difference(ctx, "point1", "point2", 2)[2]
+        return _station_rate(ctx, "point1", "point2", 2)
 
     def set_point_on_body1(self, state: State, point: Any) -> State:
         """Station on body 1 (body frame) in this State (Instance stage)."""
@@ -1086,9 +1086,17 @@ def _station_difference(ctx: ConstraintContext, s1: str, s2: str, order: int):
     1) and, up to ``order``, its first and second time derivatives (None above it)."""
     p1, p2 = ctx.param(s1), ctx.param(s2)
     r = ctx.station_location(1, p2) - ctx.station_location(0, p1)
-    rd = ctx.station_velocity(1, p2) - ctx.station_velocity(0, p1) if order >= 1 else None
-    rdd = ctx.station_acceleration(1, p2) - ctx.station_acceleration(0, p1) if order >= 2 else None
+    rd = _station_rate(ctx, s1, s2, 1) if order >= 1 else None
+    rdd = _station_rate(ctx, s1, s2, 2) if order >= 2 else None
     return r, rd, rdd
+
+
+def _station_rate(ctx: ConstraintContext, s1: str, s2: str, order: int) -> jax.Array:
+    """The first (``order`` 1) or second (2) time derivative of ``p_S2 - p_S1`` in A alone
+    (what a ``_pverr``/``_paerr`` needs, without tracing the lower orders)."""
+    p1, p2 = ctx.param(s1), ctx.param(s2)
+    f = ctx.station_velocity if order == 1 else ctx.station_acceleration
+    return f(1, p2) - f(0, p1)
 
 
 def _rotation(x: Any, what: str) -> np.ndarray:
@@ -1168,12 +1176,12 @@ class Weld(Constraint):
     @staticmethod
     def _pverr(ctx: ConstraintContext) -> jax.Array:
         rot = _rot_rows_derivatives(ctx, *Weld._frames(ctx), 1)
-        return jnp.concatenate([rot, _station_difference(ctx, "p1", "p2", 1)[1]])
+        return jnp.concatenate([rot, _station_rate(ctx, "p1", "p2", 1)])
 
     @staticmethod
     def _paerr(ctx: ConstraintContext) -> jax.Array:
         rot = _rot_rows_derivatives(ctx, *Weld._frames(ctx), 2)
-        return jnp.concatenate([rot, _station_difference(ctx, "p1", "p2", 2)[2]])
+        return jnp.concatenate([rot, _station_rate(ctx, "p1", "p2", 2)])
 
     def get_frame_on_body1(self, state: State) -> sp.Transform:
         """Frame F1 on body 1."""

@@ -183,11 +183,11 @@ class ConstraintContext:
 
     def body_rotation(self, body: int) -> jax.Array:
         """``R_AB``."""
-        return self._rel(body)[0]
+        return self._kin.R[self._bi(body)]
 
     def body_origin_location(self, body: int) -> jax.Array:
         """Location of the body's origin in A."""
-        return self._rel(body)[1]
+        return self._kin.p[self._bi(body)]
 
     def station_location(self, body: int, station: Any) -> jax.Array:
         """Location in A of a station fixed on the body (given in the body frame)."""
@@ -199,26 +199,25 @@ class ConstraintContext:
         return self.body_rotation(body) @ jnp.asarray(vec, self._kin.p.dtype)
 
     # --------------------------------------------------------------- velocities (in A)
-    def _rel_vel(self, i: int) -> jax.Array:
-        j = self._bi(i)
-        return jnp.concatenate([self._kin.w[j], self._kin.v[j]])
-
+    # (each reads only the fields it needs: an error function is traced several times,
+    # under nested derivatives, so every slice it does not take is a smaller program)
     def body_velocity(self, body: int) -> jax.Array:
         """``V_AB = [w; v of the origin]`` in A."""
-        return self._rel_vel(body)
+        j = self._bi(body)
+        return jnp.concatenate([self._kin.w[j], self._kin.v[j]])
 
     def body_angular_velocity(self, body: int) -> jax.Array:
         """Angular velocity of the body in A."""
-        return self._rel_vel(body)[:3]
+        return self._kin.w[self._bi(body)]
 
     def body_origin_velocity(self, body: int) -> jax.Array:
         """Velocity of the body origin in A."""
-        return self._rel_vel(body)[3:]
+        return self._kin.v[self._bi(body)]
 
     def station_velocity(self, body: int, station: Any) -> jax.Array:
         """Velocity in A of a station fixed on the body."""
-        V = self._rel_vel(body)
-        return V[3:] + jnp.cross(V[:3], self.express_in_ancestor(body, station))
+        j = self._bi(body)
+        return self._kin.v[j] + jnp.cross(self._kin.w[j], self.express_in_ancestor(body, station))
 
     # --------------------------------------------------------------- accelerations (in A)
     def body_acceleration(self, body: int) -> jax.Array:
@@ -232,7 +231,8 @@ class ConstraintContext:
         j = self._bi(body)
         k = self._kin
         r = self.express_in_ancestor(body, station)
-        return k.a[j] + jnp.cross(k.alpha[j], r) + jnp.cross(k.w[j], jnp.cross(k.w[j], r))
+        w = k.w[j]
+        return k.a[j] + jnp.cross(k.alpha[j], r) + jnp.cross(w, jnp.cross(w, r))
 
 
 # ============================================================================ base class
@@ -398,27 +398,28 @@ def single_group(model: Model, euler: bool, index: int) -> ConstraintGroup:
     return _group(model, [model.constraints(euler)[index]])
 
 
-def _relative(R, p, w, v, alpha, a):
+def _relative(R, p, w, v, alpha, a, level: int = 2):
     """Kinematics of bodies relative to an ancestor, in its frame: every argument is
     (..., 1 + k, ...) with the ancestor first (Ground-frame rotation, origin, angular
     velocity, origin velocity and their classical accelerations); returns the k bodies'
-    ``R_AB, p_AB, w_AB, v_AB`` and the A-frame derivatives of the last two."""
+    ``R_AB, p_AB, w_AB, v_AB`` and the A-frame derivatives of the last two. Below
+    ``level`` 2 the accelerations, below 1 also the velocities, are zeros (not traced)."""
     RAt = jnp.swapaxes(R[..., :1, :, :], -1, -2)  # (..., 1, 3, 3) R_GA^T
     toA = lambda x: jnp.einsum("...ij,...j->...i", RAt, x)
     d = p[..., 1:, :] - p[..., :1, :]
-    wA, vA, alA, aA = w[..., :1, :], v[..., :1, :], alpha[..., :1, :], a[..., :1, :]
-    dw = w[..., 1:, :] - wA
-    y = v[..., 1:, :] - vA - jnp.cross(wA, d)  # origin velocity relative to A, in Ground
-    # d/dt (R_GA^T x) = R_GA^T (xdot - w_A x x): the A-frame derivative of a vector
-    ydot = a[..., 1:, :] - aA - jnp.cross(alA, d) - jnp.cross(wA, v[..., 1:, :] - vA)
-    return (
-        RAt @ R[..., 1:, :, :],
-        toA(d),
-        toA(dw),
-        toA(y),
-        toA(alpha[..., 1:, :] - alA - jnp.cross(wA, dw)),
-        toA(ydot - jnp.cross(wA, y)),
-    )
+    z = jnp.zeros_like(d)
+    out = [RAt @ R[..., 1:, :, :], toA(d), z, z, z, z]
+    if level >= 1:
+        wA, vA = w[..., :1, :], v[..., :1, :]
+        dw = w[..., 1:, :] - wA
+        y = v[..., 1:, :] - vA - jnp.cross(wA, d)  # origin velocity relative to A, in Ground
+        out[2:4] = toA(dw), toA(y)
+    if level >= 2:
+        alA, aA = alpha[..., :1, :], a[..., :1, :]
+        # d/dt (R_GA^T x) = R_GA^T (xdot - w_A x x): the A-frame derivative of a vector
+        ydot = a[..., 1:, :] - aA - jnp.cross(alA, d) - jnp.cross(wA, v[..., 1:, :] - vA)
+        out[4:] = toA(alpha[..., 1:, :] - alA - jnp.cross(wA, dw)), toA(ydot - jnp.cross(wA, y))
+    return tuple(out)
 
 
 def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: Any = None) -> Kin:
@@ -446,7 +447,7 @@ def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: An
             w, v = V[..., :3], V[..., 3:]
         if level >= 2:
             alpha, a = A[b, :3], A[b, 3:]
-        R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a)
+        R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a, level)
     params = {name: jnp.stack([inst[f"constraint{i}.{name}"] for i in g.index]) for name in g.params}
     mparams = tuple(
         inst["mobilizer_params"][g.mob_bodies[:, j]][:, : max(m.n_params, 1)] for j, m in enumerate(g.mobs)
