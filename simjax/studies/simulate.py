@@ -7,7 +7,8 @@ normalisation, then ``project_u``), as Simbody's integrators do.
 
 Integrators:
 
-* ``"rk4"``: classical fixed-step Runge-Kutta 4.
+* ``"rk4"``: classical fixed-step Runge-Kutta 4 (its four stages are one loop over one
+  forward-dynamics evaluation, so a rollout's program holds forward dynamics once).
 * ``"euler"``: semi-explicit (symplectic) Euler, ``u1 = u0 + h udot(q0, u0)``,
   ``q1 = q0 + h N(q0) u1`` (Simbody's ``SemiExplicitEulerIntegrator``).
   With coordinate limits (``Constraint.CoordinateLimit``, unilateral constraints) it is
@@ -158,13 +159,23 @@ def _project(model: Model, base: State, t, y, cfg: _Config):
 
 
 def _rk4(model, base, t, y, h):
-    f = lambda tt, yy: _ydot(model, base, tt, yy)
-    add = lambda yy, k, c: jax.tree.map(lambda a, b: a + c * b, yy, k)
-    k1 = f(t, y)
-    k2 = f(t + h / 2, add(y, k1, h / 2))
-    k3 = f(t + h / 2, add(y, k2, h / 2))
-    k4 = f(t + h, add(y, k3, h))
-    return jax.tree.map(lambda a, b1, b2, b3, b4: a + h / 6 * (b1 + 2 * b2 + 2 * b3 + b4), y, k1, k2, k3, k4)
+    """One classical Runge-Kutta 4 step. The four stages are one loop over a single
+    evaluation of the dynamics (stage ``i`` at ``t + c_i h`` from ``y + c_i h k_{i-1}``, with
+    ``c = 0, 1/2, 1/2, 1`` and ``k_0`` unused), so the compiled step holds one copy of
+    forward dynamics instead of four: a rollout compiles in a fraction of the time."""
+    dt = y[0].dtype
+    c = jnp.asarray([0.0, 0.5, 0.5, 1.0], dt) * h
+    w = jnp.asarray([1.0, 2.0, 2.0, 1.0], dt) / 6
+
+    def stage(i, carry):
+        acc, k = carry
+        yi = jax.tree.map(lambda a, b: a + c[i] * b, y, k)
+        ki = _ydot(model, base, t + c[i], yi)
+        return jax.tree.map(lambda a, b: a + w[i] * b, acc, ki), ki
+
+    zero = jax.tree.map(jnp.zeros_like, y)
+    acc, _ = jax.lax.fori_loop(0, 4, stage, (zero, zero))
+    return jax.tree.map(lambda a, b: a + h * b, y, acc)
 
 
 def _semi_explicit_euler(model, base, t, y, h):
