@@ -38,6 +38,35 @@ def test_closed_loop_stays_closed_for_10_s_and_conserves_energy(loop):
     np.testing.assert_allclose(ta.q[-1], tr.q[-1], atol=1e-6)
 
 
+def _count_primitive(jaxpr, name: str) -> int:
+    """How many times primitive ``name`` occurs in ``jaxpr``, nested jaxprs included."""
+    n = 0
+    for e in jaxpr.eqns:
+        n += e.primitive.name == name
+        for v in e.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else [v]:
+                if hasattr(sub, "jaxpr") and hasattr(sub, "consts"):
+                    n += _count_primitive(sub.jaxpr, name)
+                elif hasattr(sub, "eqns"):
+                    n += _count_primitive(sub, name)
+    return n
+
+
+def test_rk4_traces_forward_dynamics_once_per_step(loop):
+    """RK4's four stages are one loop over a single forward-dynamics evaluation, so its
+    program holds the mass matrix's Cholesky factorisation as often as semi-explicit
+    Euler's (one evaluation per step); written out, it held it four times and XLA compiled
+    forward dynamics four times (``benchmarks/RESULTS.md``: rollouts compile in half the
+    time)."""
+    system, _, _, s = loop
+
+    def chol(integrator):
+        f = lambda st: sj.simulate(system, st, 0.01, integrator=integrator, dt=1e-3, t0=0.0).q
+        return _count_primitive(jax.make_jaxpr(f)(s).jaxpr, "cholesky")
+
+    assert chol("rk4") == chol("euler") >= 1
+
+
 def test_integrators_agree_and_semi_explicit_euler_is_first_order(loop):
     system, matter, ball, s = loop
     ref = sj.simulate(system, s, 0.5, integrator="rk4", dt=1e-3).q[-1]
