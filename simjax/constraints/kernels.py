@@ -76,7 +76,7 @@ def _time_tangent(kin: Kin, mobs: tuple[Any, ...]) -> Kin:
     )
     z = jnp.zeros_like
     return Kin(
-        R=jnp.einsum("kij,kjl->kil", jax.vmap(sp.skew)(kin.w), kin.R) if kin.R.shape[0] else z(kin.R),
+        R=jnp.einsum("kij,kjl->kil", sp.skew(kin.w), kin.R) if kin.R.shape[0] else z(kin.R),
         p=kin.v,
         w=kin.alpha,
         v=kin.a,

@@ -147,6 +147,14 @@ class Topology:
         return A
 
     @cached_property
+    def inward_ancestor(self) -> np.ndarray:
+        """``M[a, b] = 1`` if a is b or an ancestor of b, Ground (a = 0) included: the
+        matrix of inward sums, ``out = M @ x`` (nb, nb)."""
+        A = self.ancestor.copy()
+        A[:, 0] = 1.0  # Ground is every body's ancestor for inward sums.
+        return A.T
+
+    @cached_property
     def mass_matrix_mask(self) -> np.ndarray:
         """Lower mask for the composite-rigid-body formula: dof j's body is a strict
         ancestor of dof i's body, or the same body with ``j <= i``. (nu, nu) bool."""

@@ -128,9 +128,7 @@ def inward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.A
     """
     nb = topo.nb
     if _use_dense(topo, dense):
-        A = np.asarray(topo.ancestor).copy()
-        A[:, 0] = 1.0  # Ground is every body's ancestor for inward sums.
-        return _body_matmul(A.T, x)
+        return _body_matmul(topo.inward_ancestor, x)
     body, par = topo.levels
     out = _pad(x, jnp.zeros_like(x[0]))
 
