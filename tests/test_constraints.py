@@ -423,3 +423,34 @@ def test_projection_closes_the_loop_and_is_differentiable():
     far = ball.set_point_on_body1(s, [10.0, 0, 0])
     with pytest.raises(ValueError, match="projection failed.*Ball"):
         system.project_q(far, tol=1e-6)
+
+
+def test_constrained_forward_dynamics_derivatives_check_grads(model):
+    """``udot`` and the multipliers of the System with every constraint kind, to second
+    order in both modes against central differences (``solve_constrained``'s custom JVP
+    solves the tangent with the primal's factors), and the redundant pair of
+    ``test_redundant_and_inconsistent_constraints``: its ``udot`` and the pair's summed
+    multiplier differentiate like the single constraint's."""
+    from jax.test_util import check_grads
+
+    system, matter, cons, state, _ = model
+    s0 = random_state(state, 5)
+
+    @jax.jit
+    def f(q, u):
+        s = system.realize(s0.with_q(q).with_u(u), sj.Stage.ACCELERATION)
+        return jnp.concatenate([s.udot, s.multipliers])
+
+    check_grads(f, (s0.q, s0.u), order=2, modes=["fwd", "rev"], eps=1e-5, atol=1e-5, rtol=1e-5)
+
+    system, matter, cons, state, b = build(("ConstantSpeed",))
+    c2 = sj.Constraint.ConstantSpeed(b["A"], 0, 0.5)
+    s = random_state(system.realize_topology(), 1)
+
+    def pair(q, st):
+        r = system.realize(st.with_q(q), sj.Stage.ACCELERATION)
+        return jnp.concatenate([r.udot, jnp.sum(r.multipliers)[None]])
+
+    J2 = jax.jacrev(pair)(s.q, s)
+    J1 = jax.jacfwd(pair)(s.q, c2.disable(s))
+    np.testing.assert_allclose(J2, J1, atol=1e-9)

@@ -617,6 +617,26 @@ def constraint_forces(model: Model, state: State, lam: jax.Array) -> tuple[jax.A
     return F, tau
 
 
+def tikhonov_inverse(S: jax.Array) -> jax.Array:
+    """``(S + eps I)^-1`` for a symmetric positive semi-definite ``S`` (by Cholesky; ``eps =
+    1e-8 max diag S`` in float64, 1e-4 in float32): the operator ``min_norm_solve`` refines
+    with."""
+    scale = jnp.max(jnp.abs(jnp.diag(S)))
+    scale = jnp.where(scale > 0, scale, 1.0)
+    eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
+    eye = jnp.eye(S.shape[0], dtype=S.dtype)
+    L = jnp.linalg.cholesky(S + eps * eye)
+    return jax.scipy.linalg.cho_solve((L, True), eye)
+
+
+def refine(S: jax.Array, inv: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Array:
+    """``min_norm_solve`` with the regularised inverse given (``tikhonov_inverse(S)``)."""
+    y = inv @ r
+    for _ in range(refinements):
+        y = y + inv @ (r - S @ y)
+    return y
+
+
 def min_norm_solve(S: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Array:
     """The minimum-norm ``y`` of ``S y = r`` for a symmetric positive semi-definite ``S``
     that may be singular (redundant rows), by iterated Tikhonov regularisation: the inverse
@@ -625,16 +645,43 @@ def min_norm_solve(S: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Arra
     ``eps / sigma``. The steps are products with the inverse, not triangular solves: a
     small program, quick to compile. Differentiable, no eigen-decomposition, exact to
     round-off for consistent systems."""
-    scale = jnp.max(jnp.abs(jnp.diag(S)))
-    scale = jnp.where(scale > 0, scale, 1.0)
-    eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
-    eye = jnp.eye(S.shape[0], dtype=S.dtype)
-    L = jnp.linalg.cholesky(S + eps * eye)
-    inv = jax.scipy.linalg.cho_solve((L, True), eye)
-    y = inv @ r
-    for _ in range(refinements):
-        y = y + inv @ (r - S @ y)
-    return y
+    return refine(S, tikhonov_inverse(S), r, refinements)
+
+
+def _kkt_primal(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
+    """``udot, lambda`` and the factors (``L`` with ``M = L L^T``, ``Y = L^-1 G^T``,
+    ``S = Y^T Y``, ``S``'s regularised inverse) that solve any other right-hand side."""
+    L = jnp.linalg.cholesky(M)
+    ZY = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([f[:, None], G.T], axis=1), lower=True)
+    z, Y = ZY[:, 0], ZY[:, 1:]
+    S = Y.T @ Y
+    factors = (L, Y, S, tikhonov_inverse(S))
+    return _kkt_finish(factors, z, b), factors
+
+
+def _kkt_finish(factors, z: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``udot, lambda`` from ``z = L^-1 f``."""
+    L, Y, S, inv = factors
+    lam = refine(S, inv, Y.T @ z - b)
+    return jax.scipy.linalg.solve_triangular(L, z - Y @ lam, lower=True, trans=1), lam
+
+
+@jax.custom_jvp
+def _kkt_solve(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return _kkt_primal(M, f, G, b)[0]
+
+
+@_kkt_solve.defjvp
+def _kkt_solve_jvp(primals, tangents):
+    # The tangent solves the same system, K [dudot; dlam] = [df; db] - dK [udot; lam], with
+    # the primal's factors: neither pass differentiates a factorisation (the reverse pass
+    # is transposed triangular solves and products).
+    M, f, G, b = primals
+    dM, df, dG, db = tangents
+    (udot, lam), factors = _kkt_primal(M, f, G, b)
+    dz = jax.scipy.linalg.solve_triangular(factors[0], df - dM @ udot - dG.T @ lam, lower=True)
+    tangent = _kkt_finish(factors, dz, db - dG @ udot)
+    return (udot, lam), tangent
 
 
 def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
@@ -652,9 +699,15 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     ``1e-8`` relative (Simbody's rank-revealing factorisation gets it to round-off).
     Returns also the acceleration residual ``G udot - b`` (nonzero only for inconsistent
     constraints).
+
+    Derivatives (a custom JVP): the tangent solves the same system with the primal's
+    factors, ``K [udot'; lambda'] = [f'; b'] - K' [udot; lambda]``, so neither pass
+    differentiates a factorisation. ``udot'`` is exact; with redundant rows ``lambda'`` is
+    the minimum-norm tangent (the split of a redundant multiplier's change, like the split
+    of the multiplier itself, is a choice).
     """
-    L = jnp.linalg.cholesky(M)
     if G.shape[0] == 0:
+        L = jnp.linalg.cholesky(M)
         udot = jax.scipy.linalg.cho_solve((L, True), f)
         return udot, jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
     # Rows that vanish to round-off (e.g. the out-of-plane row of a planar loop closed by
@@ -664,10 +717,7 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     keep = rn > (1e-12 if G.dtype == jnp.float64 else 1e-6) * jnp.max(rn)
     G = jnp.where(keep[:, None], G, 0.0)
     b = jnp.where(keep, b, 0.0)
-    ZY = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([f[:, None], G.T], axis=1), lower=True)
-    z, Y = ZY[:, 0], ZY[:, 1:]
-    lam = min_norm_solve(Y.T @ Y, Y.T @ z - b)
-    udot = jax.scipy.linalg.solve_triangular(L, z - Y @ lam, lower=True, trans=1)
+    udot, lam = _kkt_solve(M, f, G, b)
     return udot, lam, G0 @ udot - b0
 
 
