@@ -22,8 +22,10 @@ Integrators:
   springs and dampers.
 
 Fixed-step loops are a ``lax.scan``; adaptive loops a checkpointed bounded while loop.
-Every step is ``jax.checkpoint``-ed, so reverse-mode memory is one carry per step, not
-the solver internals. Everything jits, vmaps over initial States and parameters, and
+Reverse mode stores no solver internals: each evaluation of forward dynamics, the
+projection and the controls of a fixed step are ``jax.checkpoint``-ed (a few vectors per
+step), a fixed step with limits or triggered events and every adaptive step whole (one
+carry per step). Everything jits, vmaps over initial States and parameters, and
 differentiates.
 
 Failures (a non-finite state; an adaptive integrator out of ``max_steps`` or of step
@@ -183,10 +185,11 @@ def _rk4(model, base, t, y, h):
 
 
 def _semi_explicit_euler(model, base, t, y, h):
-    s = realize(model, _state_of(base, t, y), Stage.ACCELERATION)
-    u1 = y[1] + h * s.udot
-    qdot = rz.calc_qdot(model, s.with_u(u1))
-    return (y[0] + h * qdot, u1, y[2] + h * s.zdot)
+    # checkpointed as RK4's stage: reverse mode keeps (t, y), not forward dynamics' insides
+    udot, zdot = jax.checkpoint(lambda tt, yy: _ydot(model, base, tt, yy)[1:])(t, y)
+    u1 = y[1] + h * udot
+    qdot = rz.calc_qdot(model, _state_of(base, t, y).with_u(u1))
+    return (y[0] + h * qdot, u1, y[2] + h * zdot)
 
 
 def _select(pred, a, b):
@@ -508,13 +511,14 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         return stepper(model, base if b is None else b, t, yy, hh)
 
     limits = bool(model.limit_objects)
+    project = jax.checkpoint(lambda b, t, y: _project(model, b, t, y, cfg))
+    controls = jax.checkpoint(lambda b, t, y, n: ctl.at(model, b, t, y, n))
 
-    @jax.checkpoint
     def step(L: _Loop, i):
         t = t0 + i * h
         L0 = L
         if ctl is not None:  # zero-order hold: the step's controls, from its start
-            L = eqx.tree_at(lambda x: x.disc, L, ctl.at(model, _with_disc(base, L.disc), t, L.y, L.n_steps))
+            L = eqx.tree_at(lambda x: x.disc, L, controls(_with_disc(base, L.disc), t, L.y, L.n_steps))
         bd = _with_disc(base, L.disc)
         ok = jnp.asarray(True)
         if limits:  # velocity-level step with complementarity (simjax.forward.stepper)
@@ -526,7 +530,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
 
         else:
             y1 = advance(t, L.y, h, bd)
-            y1, e = _project(model, bd, t + h, y1, cfg)
+            y1, e = project(bd, t + h, y1)
             disc0 = L.disc
             adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
         y1, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1, h, disc0)
@@ -539,6 +543,12 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
         return _select(live, new, L0), None
 
+    # Reverse mode keeps a few vectors per step: forward dynamics (each RK4 stage, each
+    # Euler step), the projection and the controls are checkpointed, so their insides are
+    # evaluated again instead of stored. A step with unilateral limits or triggered events
+    # is checkpointed whole (one carry per step).
+    if limits or any(isinstance(e, TriggeredEvent) for e in events):
+        step = jax.checkpoint(step)
     L, _ = jax.lax.scan(step, L, jnp.arange(nmax))
     return L
 
