@@ -79,16 +79,22 @@ def realize_acceleration(
 ) -> AccelerationCache:
     """Forward dynamics: ``M udot + G^T lambda = -bias``, ``G udot = b``; body
     accelerations and qdotdot."""
-    M = rz.mass_matrix(model, state, pos)
+    # (named scopes inside the stage, so a profile splits it)
+    with jax.named_scope("mass_matrix"):
+        M = rz.mass_matrix(model, state, pos)
     mp, mv, ma = model.constraint_counts(state.use_euler_angles)
     if mp + mv + ma == 0:
-        udot = rz.solve_mass_matrix(M, -dyn.bias)
+        with jax.named_scope("solve"):
+            udot = rz.solve_mass_matrix(M, -dyn.bias)
         lam = err = jnp.zeros(0, udot.dtype)
     else:
         A0 = classical_acceleration(dyn.a_bias, vel.V_O, pos.p_GB)
-        G, b = cn.g_and_b(model, state, A0)
-        udot, lam, err = cn.solve_constrained(M, -dyn.bias, G, b)
-    A, qdd = rz.accelerations_from_udot(model, state, pos, dyn.a_bias, udot)
+        with jax.named_scope("constraint_rows"):
+            G, b = cn.g_and_b(model, state, A0)
+        with jax.named_scope("solve"):
+            udot, lam, err = cn.solve_constrained(M, -dyn.bias, G, b)
+    with jax.named_scope("accelerations"):
+        A, qdd = rz.accelerations_from_udot(model, state, pos, dyn.a_bias, udot)
     return AccelerationCache(
         udot=udot, qdotdot=qdd, A_O=A, zdot=jnp.zeros_like(state.z), udoterr=err, multipliers=lam
     )
