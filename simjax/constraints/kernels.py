@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
-from ..dynamics.stages import frame_jacobians
+from ..dynamics.stages import frame_jacobians, solve_mass_matrix
 from ..model.model import Model
 from ..model.state import State
 from ..tree.kinds import place
@@ -707,9 +707,7 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     of the multiplier itself, is a choice).
     """
     if G.shape[0] == 0:
-        L = jnp.linalg.cholesky(M)
-        udot = jax.scipy.linalg.cho_solve((L, True), f)
-        return udot, jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
+        return solve_mass_matrix(M, f), jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
     # Rows that vanish to round-off (e.g. the out-of-plane row of a planar loop closed by
     # a Ball) are structurally redundant: drop them exactly so their multipliers are 0.
     G0, b0 = G, b

@@ -147,6 +147,12 @@ def _ydot(model: Model, base: State, t, y):
     return s.qdot, s.udot, s.zdot
 
 
+def _ydot_remat(model: Model, base: State, t, y):
+    """``_ydot``, checkpointed: reverse mode keeps ``(t, y)`` and evaluates forward dynamics
+    again, instead of storing its intermediates (in a loop, stacked per iteration)."""
+    return jax.checkpoint(lambda tt, yy: _ydot(model, base, tt, yy))(t, y)
+
+
 def _project(model: Model, base: State, t, y, cfg: _Config):
     """Project (q, u) onto the constraints; returns y and the RMS position error."""
     mp, mv, _ = model.constraint_counts(base.use_euler_angles)
@@ -164,19 +170,18 @@ def _rk4(model, base, t, y, h):
     """One classical Runge-Kutta 4 step. The four stages are one loop over a single
     evaluation of the dynamics (stage ``i`` at ``t + c_i h`` from ``y + c_i h k_{i-1}``, with
     ``c = 0, 1/2, 1/2, 1`` and ``k_0`` unused), so the compiled step holds one copy of
-    forward dynamics instead of four: a rollout compiles in a fraction of the time. The
-    stage is checkpointed: reverse mode keeps each stage's input (a few vectors) and
-    evaluates the stage again, where the loop would otherwise stack every intermediate of
-    forward dynamics four deep (about 1300 buffer writes per step on the four-bar)."""
+    forward dynamics instead of four: a rollout compiles in a fraction of the time. Each
+    evaluation is checkpointed (``_ydot_remat``): reverse mode keeps the stage's input (a
+    few vectors), where the loop would otherwise stack every intermediate of forward
+    dynamics four deep (about 1300 buffer writes per step on the four-bar)."""
     dt = y[0].dtype
     c = jnp.asarray([0.0, 0.5, 0.5, 1.0], dt) * h
     w = jnp.asarray([1.0, 2.0, 2.0, 1.0], dt) / 6
 
-    @jax.checkpoint
     def stage(i, carry):
         acc, k = carry
         yi = jax.tree.map(lambda a, b: a + c[i] * b, y, k)
-        ki = _ydot(model, base, t + c[i], yi)
+        ki = _ydot_remat(model, base, t + c[i], yi)
         return jax.tree.map(lambda a, b: a + w[i] * b, acc, ki), ki
 
     zero = jax.tree.map(jnp.zeros_like, y)
@@ -185,8 +190,7 @@ def _rk4(model, base, t, y, h):
 
 
 def _semi_explicit_euler(model, base, t, y, h):
-    # checkpointed as RK4's stage: reverse mode keeps (t, y), not forward dynamics' insides
-    udot, zdot = jax.checkpoint(lambda tt, yy: _ydot(model, base, tt, yy)[1:])(t, y)
+    _, udot, zdot = _ydot_remat(model, base, t, y)
     u1 = y[1] + h * udot
     qdot = rz.calc_qdot(model, _state_of(base, t, y).with_u(u1))
     return (y[0] + h * qdot, u1, y[2] + h * zdot)
