@@ -3,6 +3,9 @@
 evaluation equals each constraint's own, and the compiled program does not grow with the
 number of constraints (what keeps 40 Ball constraints compiling like one)."""
 
+import dataclasses
+
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
@@ -163,3 +166,67 @@ def test_written_out_derivatives_equal_autodiff_ones(kind):
     np.testing.assert_allclose(v, v_ad, rtol=0, atol=1e-13)
     np.testing.assert_allclose(a, a_ad, rtol=0, atol=1e-12)
     assert np.abs(np.asarray(v)).min() > 1e-3 and np.abs(np.asarray(a)).min() > 1e-3  # real checks
+    # the written-out coefficients of the velocity errors (G's rows, before the body
+    # Jacobians) equal the forward Jacobian of the autodiff velocity errors
+    coef = cn.velocity_coefficient_function(con, g.mobs)
+    assert coef is not None
+    C = jax.vmap(coef)(kin)
+    fv = lambda k, w, vv: verr_ad(eqx.tree_at(lambda x: (x.w, x.v), k, (w, vv)))
+    Cw, Cv = jax.vmap(jax.jacfwd(fv, argnums=(1, 2)))(kin, kin.w, kin.v)
+    np.testing.assert_allclose(C, np.concatenate([Cw, Cv], axis=-1), rtol=0, atol=1e-14)
+    assert np.abs(np.asarray(C)).max() > 0.1
+    # and G built from them is G from autodiff
+    grp_ad = dataclasses.replace(g, vcoef=None)
+    for grp in (g, grp_ad):
+        assert (grp.vcoef is None) == (grp is grp_ad)
+    G = cn.group_G(model, state, g, cn.group_coefficients(model, state, g))
+    G_ad = cn.group_G(model, state, grp_ad, cn.group_coefficients(model, state, grp_ad))
+    np.testing.assert_allclose(G, G_ad, rtol=0, atol=1e-14)
+
+
+def test_parameters_are_stacked_per_kind():
+    """A kind's parameters are one State array per parameter name (rows in constraint
+    order), not one leaf per constraint; setting one constraint's value changes its row
+    only and acts as the same default would; a wrong shape names the constraint."""
+    system, matter, cons = _chain(6, 6)
+    s = _state(system)
+    inst = s.instance["matter"]
+    assert sorted(k for k in inst if k.startswith("constraint.")) == [
+        "constraint.Ball.point1",
+        "constraint.Ball.point2",
+    ]
+    assert inst["constraint.Ball.point1"].shape == (6, 3)
+    s2 = cons[3].set_point_on_body2(s, [0.2, 0.1, -0.3])
+    p2 = np.asarray(s2.instance["matter"]["constraint.Ball.point2"])
+    np.testing.assert_array_equal(p2[3], [0.2, 0.1, -0.3])
+    np.testing.assert_array_equal(
+        np.delete(p2, 3, axis=0), np.delete(np.asarray(inst["constraint.Ball.point2"]), 3, axis=0)
+    )
+    np.testing.assert_array_equal(cons[3].get_point_on_body2(s2), [0.2, 0.1, -0.3])
+    udot = system.realize(s2, sj.Stage.ACCELERATION).udot
+    cons[3].set_default_point_on_body2([0.2, 0.1, -0.3])
+    s3 = system.realize_topology()
+    s3 = s3.with_q(s2.q).with_u(s2.u)
+    np.testing.assert_allclose(system.realize(s3, sj.Stage.ACCELERATION).udot, udot, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"Ball\(index=3\).*shape \(3,\)"):
+        cons[3].set_point_on_body2(s3, [0.2, 0.1])
+    # two parameter layouts of one kind get two stable prefixes
+    pin = sj.MobilizedBody.Pin(
+        matter.Ground(),
+        sj.Transform(),
+        sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.1))),
+        sj.Transform(),
+    )
+    c1 = sj.Constraint.Custom(
+        matter, mobilizers=[pin], position_errors=lambda c: c.one_q(0, 0) - c.param("a"), params={"a": 0.1}
+    )
+    c2 = sj.Constraint.Custom(
+        matter,
+        mobilizers=[pin],
+        velocity_errors=lambda c: c.one_u(0, 0) - c.param("b")[0],
+        params={"b": [0.2, 0.0]},
+    )
+    s = system.realize_topology()
+    assert {"constraint.Custom.a", "constraint.Custom_1.b"} <= set(s.instance["matter"])
+    np.testing.assert_array_equal(c2.get_param(c1.set_param(s, "a", 0.4), "b"), [0.2, 0.0])
+    assert float(c1.get_param(c1.set_param(s, "a", 0.4), "a")) == 0.4

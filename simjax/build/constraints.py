@@ -106,6 +106,11 @@ class Constraint:
     # position-dot and position-dot-dot errors). Without them autodiff derives both.
     _pverr: Callable[[ConstraintContext], Any] | None = None
     _paerr: Callable[[ConstraintContext], Any] | None = None
+    # Optional, for a kind with only ``_perr`` and no constrained mobilizers: the
+    # coefficients (mp, bodies, 6) of ``_pverr`` with respect to each constrained body's
+    # ``[w; v]`` in A (the rows of Simbody's ``G``, written out: a first-derivative
+    # program where autodiff would differentiate ``_pverr``).
+    _pvcoef: Callable[[ConstraintContext], Any] | None = None
 
     def __repr__(self) -> str:
         return f"Constraint.{type(self).__name__}(index={self.index})"
@@ -220,20 +225,30 @@ class Constraint:
         return state.instance["matter"]["constraint_enabled"][self.index] == 0
 
     # --------------------------------------------------------------- parameters
-    def _pkey(self, name: str) -> str:
-        return f"constraint{self.index}.{name}"
-
-    def get_param(self, state: State, name: str) -> jax.Array:
-        """An Instance-stage parameter of this constraint in ``state``."""
-        self._check(state)
-        return state.instance["matter"][self._pkey(name)]
-
-    def set_param(self, state: State, name: str, value: Any) -> State:
-        """New State with one of this constraint's parameters changed (Instance stage)."""
+    def _param_slot(self, state: State, name: str) -> tuple[str, int]:
+        """The State key of parameter ``name`` (stacked over this kind's constraints) and
+        this constraint's row in it."""
         self._check(state)
         if name not in self._defaults:
             raise KeyError(f"{self!r} has no parameter {name!r}; it has {sorted(self._defaults)}")
-        return state.with_instance("matter", self._pkey(name), value)
+        prefix, row = self._matter._system.model_for(state).constraint_slots[self.index]
+        return f"{prefix}.{name}", row
+
+    def get_param(self, state: State, name: str) -> jax.Array:
+        """An Instance-stage parameter of this constraint in ``state``."""
+        key, row = self._param_slot(state, name)
+        return state.instance["matter"][key][row]
+
+    def set_param(self, state: State, name: str, value: Any) -> State:
+        """New State with one of this constraint's parameters changed (Instance stage)."""
+        key, row = self._param_slot(state, name)
+        arr = state.instance["matter"][key]
+        value = jnp.asarray(value, arr.dtype)
+        if value.shape != arr.shape[1:]:
+            raise ValueError(
+                f"{self!r}.set_param({name!r}): expected a value of shape {arr.shape[1:]}, got {value.shape}"
+            )
+        return state.with_instance("matter", key, arr.at[row].set(value))
 
     # --------------------------------------------------------------- structure queries
     def _check(self, state: State) -> _Compiled:
@@ -570,6 +585,10 @@ class Ball(Constraint):
     def _paerr(ctx: ConstraintContext) -> jax.Array:
         return _station_rate(ctx, "point1", "point2", 2)
 
+    @staticmethod
+    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
+        return _station_rate_coefficients(ctx, "point1", "point2")
+
     def set_point_on_body1(self, state: State, point: Any) -> State:
         """Station on body 1 (body frame) in this State (Instance stage)."""
         return self.set_param(state, "point1", point)
@@ -681,6 +700,12 @@ class Rod(Constraint):
         n = sp.safe_norm(r)
         e = sp.safe_normalize(r)
         return e @ rdd + jnp.where(n > 0, (rd @ rd - (e @ rd) ** 2) / jnp.where(n > 0, n, 1.0), 0.0)
+
+    @staticmethod
+    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
+        r = _station_difference(ctx, "point1", "point2", 0)[0]
+        C = _station_rate_coefficients(ctx, "point1", "point2")
+        return jnp.einsum("i,ikc->kc", sp.safe_normalize(r), C)[None]
 
     def set_length(self, state: State, length: Any) -> State:
         """Rod length in this State (Instance stage)."""
@@ -1075,6 +1100,26 @@ def _rot_rows_derivatives(ctx: ConstraintContext, RB: jax.Array, RF: jax.Array, 
     return fb @ (alF - alB) + (jnp.cross(jnp.cross(wF, f), b) + jnp.cross(f, jnp.cross(wB, b))) @ (wF - wB)
 
 
+def _rot_rate_coefficients(RB: jax.Array, RF: jax.Array) -> jax.Array:
+    """(3, 2, 6) coefficients of ``_rot_rows``' rates, ``(w_F - w_B) . (f x b)``, with respect
+    to ``[w; v]`` of constrained bodies 0 (frame B) and 1 (frame F)."""
+    fb = jnp.cross(RF.T, RB[:, [1, 2, 0]].T)
+    z = jnp.zeros_like(fb)
+    return jnp.stack([jnp.concatenate([-fb, z], axis=1), jnp.concatenate([fb, z], axis=1)], axis=1)
+
+
+def _station_rate_coefficients(ctx: ConstraintContext, s1: str, s2: str) -> jax.Array:
+    """(3, 2, 6) coefficients of ``d/dt (p_S2 - p_S1) = v_2 + w_2 x r_2 - v_1 - w_1 x r_1``
+    (``r_i`` the station re-expressed in A) with respect to ``[w; v]`` of constrained bodies 0
+    and 1: ``[[r_1]x, -I]`` and ``[-[r_2]x, I]``."""
+    r1 = ctx.express_in_ancestor(0, ctx.param(s1))
+    r2 = ctx.express_in_ancestor(1, ctx.param(s2))
+    eye = jnp.eye(3, dtype=r1.dtype)
+    C1 = jnp.concatenate([sp.skew(r1), -eye], axis=1)
+    C2 = jnp.concatenate([-sp.skew(r2), eye], axis=1)
+    return jnp.stack([C1, C2], axis=1)
+
+
 def _frame_pair(ctx: ConstraintContext, R0: str, R1: str) -> tuple[jax.Array, jax.Array]:
     """The orientations (in A) of the frames fixed on constrained bodies 0 and 1 whose
     rotations in their bodies are the parameters named ``R0`` and ``R1``."""
@@ -1135,6 +1180,10 @@ class ConstantOrientation(Constraint):
     def _paerr(ctx: ConstraintContext) -> jax.Array:
         return _rot_rows_derivatives(ctx, *ConstantOrientation._frames(ctx), 2)
 
+    @staticmethod
+    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
+        return _rot_rate_coefficients(*ConstantOrientation._frames(ctx))
+
 
 class Weld(Constraint):
     """Frame F2 on body 2 coincides with frame F1 on body 1 (6 equations): three
@@ -1182,6 +1231,11 @@ class Weld(Constraint):
     def _paerr(ctx: ConstraintContext) -> jax.Array:
         rot = _rot_rows_derivatives(ctx, *Weld._frames(ctx), 2)
         return jnp.concatenate([rot, _station_rate(ctx, "p1", "p2", 2)])
+
+    @staticmethod
+    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
+        rot = _rot_rate_coefficients(*Weld._frames(ctx))
+        return jnp.concatenate([rot, _station_rate_coefficients(ctx, "p1", "p2")])
 
     def get_frame_on_body1(self, state: State) -> sp.Transform:
         """Frame F1 on body 1."""
@@ -1760,9 +1814,7 @@ class CouplingJoint(Constraint):
         c = jnp.asarray(coords, state.q.dtype).reshape(cp.num_coordinates())
         model = self._matter._system.model_for(state)
         s = realize(model, state, Stage.POSITION)
-        inst = s.instance["matter"]
-        ci = self._check(s).index
-        X_AC, X_BD = self._frames(lambda name: inst[f"constraint{ci}.{name}"])
+        X_AC, X_BD = self._frames(lambda name: self.get_param(s, name))
         a, b = self._bodies
         Rb, pb = s.position_cache.R_GB[b.index], s.position_cache.p_GB[b.index]
         X_GC = sp.Transform(Rb, pb).compose(X_BD).compose(cp.coordinates_to_tcd(c))

@@ -24,7 +24,7 @@ from ..dynamics.forces import calc_potential_energy
 from ..forward import projection as pj
 from ..forward.realize import consistent_or_error, realize
 from ..model.context import Context
-from ..model.model import ForceGroup, Identity, Model, stack_transforms
+from ..model.model import ForceGroup, Identity, Model, constraint_param_slots, stack_transforms
 from ..model.state import StageError, State
 from . import diagnose as dg
 
@@ -127,10 +127,13 @@ class MultibodySystem:
         instance["matter"]["armature"] = np.concatenate(
             [np.zeros(0)] + [m.get_default_armature() for m in mob[1:]]
         )
-        for c in matter._constraints:
+        stacked: dict[str, list[np.ndarray]] = {}
+        slots = constraint_param_slots(matter._constraints)
+        for c, (prefix, _) in zip(matter._constraints, slots, strict=True):
             c._compiled = None
             for k, v in c._defaults.items():
-                instance["matter"][c._pkey(k)] = v
+                stacked.setdefault(f"{prefix}.{k}", []).append(v)
+        instance["matter"].update({k: np.stack(v) for k, v in stacked.items()})
         instance["matter"]["constraint_enabled"] = np.array(
             [0.0 if c._disabled_by_default else 1.0 for c in matter._constraints]
         )

@@ -329,6 +329,17 @@ def level_functions(cons: Any, mobs: tuple[Any, ...]):
     return perr, verr, aerr, aa
 
 
+def velocity_coefficient_function(cons: Any, mobs: tuple[Any, ...]) -> Callable[[Kin], jax.Array] | None:
+    """A kind's written-out coefficients of its velocity errors ``uerr`` with respect to its
+    bodies' ``[w; v]`` (in A), as a function of one ``Kin`` ((m, k, 6)), where it gives them
+    (``_pvcoef``; only holonomic rows, no constrained mobilizers); None: autodiff derives
+    them (a forward Jacobian of ``uerr``)."""
+    fn = getattr(cons, "_pvcoef", None)
+    if fn is None or cons._verr is not None or mobs:
+        return None
+    return lambda k: jnp.asarray(fn(ConstraintContext(k, mobs)), k.p.dtype)
+
+
 @dataclass(frozen=True, eq=False)
 class ConstraintGroup:
     """Constraints with the same equations and structure, evaluated with one ``vmap``.
@@ -338,6 +349,7 @@ class ConstraintGroup:
     acceleration-only among the ma)."""
 
     funcs: tuple[Callable[[Kin], jax.Array], ...]  # perr, verr, aerr, aerr alone (one Kin)
+    vcoef: Callable[[Kin], jax.Array] | None  # verr's body coefficients, written out (or None)
     mobs: tuple[Any, ...]
     index: np.ndarray  # (n,) constraint indices
     bodies: np.ndarray  # (n, k+1) ancestor first
@@ -349,6 +361,8 @@ class ConstraintGroup:
     ma: int
     rows: tuple[np.ndarray, np.ndarray, np.ndarray]
     params: tuple[str, ...]
+    param_prefix: str  # the members' parameters are rows ``param_rows`` of ``f"{prefix}.{name}"``
+    param_rows: np.ndarray | None  # (n,); None: all rows, in order
 
     @property
     def n(self) -> int:
@@ -364,8 +378,15 @@ def _group(model: Model, members: list[_Compiled]) -> ConstraintGroup:
     c0 = members[0]
     cons = model.constraint_objects[c0.index]
     stack = lambda xs, w: np.stack(xs).reshape(len(members), w).astype(int)
+    all_slots = model.constraint_slots
+    slots = [all_slots[c.index] for c in members]
+    rows = [r for _, r in slots]
+    sizes: dict[str, int] = {}
+    for prefix, _ in all_slots:
+        sizes[prefix] = sizes.get(prefix, 0) + 1
     return ConstraintGroup(
         funcs=level_functions(cons, c0.mobs),
+        vcoef=velocity_coefficient_function(cons, c0.mobs),
         mobs=c0.mobs,
         index=np.array([c.index for c in members], dtype=int),
         bodies=stack([c.bodies for c in members], len(c0.bodies)),
@@ -377,6 +398,8 @@ def _group(model: Model, members: list[_Compiled]) -> ConstraintGroup:
         ma=c0.ma,
         rows=tuple(stack([c.rows[lv] for c in members], len(c0.rows[lv])) for lv in range(3)),  # type: ignore[arg-type]
         params=tuple(sorted(cons._defaults)),
+        param_prefix=slots[0][0],
+        param_rows=None if rows == list(range(sizes[slots[0][0]])) else np.asarray(rows, int),
     )
 
 
@@ -448,7 +471,8 @@ def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: An
         if level >= 2:
             alpha, a = A[b, :3], A[b, 3:]
         R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a, level)
-    params = {name: jnp.stack([inst[f"constraint{i}.{name}"] for i in g.index]) for name in g.params}
+    take = (lambda x: x) if g.param_rows is None else (lambda x: x[g.param_rows])
+    params = {name: take(inst[f"{g.param_prefix}.{name}"]) for name in g.params}
     mparams = tuple(
         inst["mobilizer_params"][g.mob_bodies[:, j]][:, : max(m.n_params, 1)] for j, m in enumerate(g.mobs)
     )
@@ -489,8 +513,9 @@ def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = 
 
     For rows that are time derivatives (``d/dt uerr``) the coefficient of an acceleration
     is the coefficient of the matching velocity in ``uerr`` (``d/dt`` maps ``w -> alpha``,
-    ``v -> a``, ``u -> udot``), so one forward Jacobian of the velocity errors gives them;
-    acceleration-only rows are differentiated directly."""
+    ``v -> a``, ``u -> udot``), so one forward Jacobian of the velocity errors gives them
+    (or the kind writes them out, ``velocity_coefficient_function``: Ball, Rod, Weld,
+    ConstantOrientation); acceleration-only rows are differentiated directly."""
     _, verr, aerr, aonly = g.funcs
     level = 2 if A is not None else (1 if state.stage >= Stage.VELOCITY else 0)
 
@@ -499,7 +524,9 @@ def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = 
             return verr(eqx.tree_at(lambda k: (k.w, k.v, k.u), kin, (w, v, u)))
 
         parts = []
-        if g.mp + g.mv:
+        if g.vcoef is not None:
+            parts.append((g.vcoef(kin), ()))
+        elif g.mp + g.mv:
             Cw, Cv, Cu = jax.jacfwd(fv, argnums=(0, 1, 2))(kin.w, kin.v, kin.u)
             parts.append((jnp.concatenate([Cw, Cv], axis=-1), Cu))
         if g.ma:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -157,6 +158,11 @@ class Model:
             self._cons[euler] = tuple(out)
         return self._cons[euler]
 
+    @cached_property
+    def constraint_slots(self) -> tuple[tuple[str, int], ...]:
+        """Per constraint, where its parameters are stacked (``constraint_param_slots``)."""
+        return constraint_param_slots(self.constraint_objects)
+
     def constraint_counts(self, euler: bool) -> tuple[int, int, int]:
         """``(mp, mv, ma)``: numbers of holonomic, nonholonomic, acceleration-only rows."""
         cs = self.constraints(euler)
@@ -269,6 +275,29 @@ class Model:
         """Simbody-convention ``A_GB = [alpha; a of B's origin]`` in Ground, (nb, 6)."""
         pc, vc, ac = state.position_cache, state.velocity_cache, state.acceleration_cache
         return classical_acceleration(ac.A_O, vc.V_O, pc.p_GB)
+
+
+def constraint_param_slots(constraints: Sequence[Any]) -> tuple[tuple[str, int], ...]:
+    """Where each constraint's Instance parameters live in the State: ``(prefix, row)``, the
+    parameter ``name`` being row ``row`` of ``instance["matter"][f"{prefix}.{name}"]``.
+    Constraints of one kind with the same parameter names and shapes share stacked arrays
+    (one per parameter), so a kind's parameters are a few State leaves, not one per
+    constraint, and a vmapped group reads them with one gather. Prefixes are stable names
+    (``constraint.Ball``; ``constraint.Custom_1`` for a second parameter layout of a kind),
+    never object ids."""
+    prefixes: dict[tuple[str, tuple], str] = {}
+    sizes: dict[str, int] = {}
+    out = []
+    for c in constraints:
+        kind = type(c).__name__
+        fam = (kind, tuple(sorted((k, np.shape(v)) for k, v in c._defaults.items())))
+        if fam not in prefixes:
+            j = sum(f[0] == kind for f in prefixes)
+            prefixes[fam] = f"constraint.{kind}" + (f"_{j}" if j else "")
+        prefix = prefixes[fam]
+        out.append((prefix, sizes.get(prefix, 0)))
+        sizes[prefix] = sizes.get(prefix, 0) + 1
+    return tuple(out)
 
 
 def _key_of(obj: Any) -> Any:
