@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
-from ..dynamics.stages import frame_jacobians, solve_mass_matrix
+from ..dynamics.stages import cholesky_lower, frame_jacobians, solve_mass_matrix
 from ..model.model import Model
 from ..model.state import State
 from ..tree.kinds import place
@@ -648,20 +648,19 @@ def tikhonov_inverse(S: jax.Array) -> jax.Array:
     """``(S + eps I)^-1`` for a symmetric positive semi-definite ``S`` (by Cholesky; ``eps =
     1e-8 max diag S`` in float64, 1e-4 in float32): the operator ``min_norm_solve`` refines
     with."""
-    scale = jnp.max(jnp.abs(jnp.diag(S)))
+    # max |S_ij| is max diag S for a positive semi-definite S (|S_ij|^2 <= S_ii S_jj), and a
+    # plain reduction compiles to less than reading the diagonal (a gather)
+    scale = jnp.max(jnp.abs(S))
     scale = jnp.where(scale > 0, scale, 1.0)
     eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
     eye = jnp.eye(S.shape[0], dtype=S.dtype)
-    L = jnp.linalg.cholesky(S + eps * eye)
-    return jax.scipy.linalg.cho_solve((L, True), eye)
+    return jax.scipy.linalg.cho_solve((cholesky_lower(S + eps * eye), True), eye)
 
 
 def refine(S: jax.Array, inv: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Array:
-    """``min_norm_solve`` with the regularised inverse given (``tikhonov_inverse(S)``)."""
-    y = inv @ r
-    for _ in range(refinements):
-        y = y + inv @ (r - S @ y)
-    return y
+    """``min_norm_solve`` with the regularised inverse given (``tikhonov_inverse(S)``); the
+    steps are one rolled loop (a scan under reverse mode), compiled once."""
+    return jax.lax.fori_loop(0, refinements, lambda _, y: y + inv @ (r - S @ y), inv @ r)
 
 
 def min_norm_solve(S: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Array:
@@ -678,7 +677,7 @@ def min_norm_solve(S: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Arra
 def _kkt_primal(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     """``udot, lambda`` and the factors (``L`` with ``M = L L^T``, ``Y = L^-1 G^T``,
     ``S = Y^T Y``, ``S``'s regularised inverse) that solve any other right-hand side."""
-    L = jnp.linalg.cholesky(M)
+    L = cholesky_lower(M)
     ZY = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([f[:, None], G.T], axis=1), lower=True)
     z, Y = ZY[:, 0], ZY[:, 1:]
     S = Y.T @ Y

@@ -206,16 +206,24 @@ def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:
     return _cholesky_solve(M, rhs)
 
 
+def cholesky_lower(M: jax.Array) -> jax.Array:
+    """The Cholesky factor ``L`` (``M = L L^T``) of a symmetric positive definite ``M`` from
+    its lower triangle (NaN where ``M`` is not positive definite). Unlike
+    ``jnp.linalg.cholesky`` it does not average ``M`` with its transpose first: every
+    matrix simjax factors is symmetric by construction, and that is one kernel less."""
+    return jax.lax.linalg.cholesky(M, symmetrize_input=False)
+
+
 @jax.custom_jvp
 def _cholesky_solve(M: jax.Array, rhs: jax.Array) -> jax.Array:
-    return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(M), True), rhs)
+    return jax.scipy.linalg.cho_solve((cholesky_lower(M), True), rhs)
 
 
 @_cholesky_solve.defjvp
 def _cholesky_solve_jvp(primals, tangents):
     M, rhs = primals
     dM, drhs = tangents
-    factor = (jnp.linalg.cholesky(M), True)
+    factor = (cholesky_lower(M), True)
     x = jax.scipy.linalg.cho_solve(factor, rhs)
     return x, jax.scipy.linalg.cho_solve(factor, drhs - dM @ x)
 
