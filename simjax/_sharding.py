@@ -124,4 +124,3 @@ def shard(batch: Any, mesh: Mesh | None = None, *, axis_name: str | None = None)
         return jax.make_array_from_process_local_data(target, np.asarray(x))
 
     return jax.tree.map(place, batch)
-

@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
-from ..dynamics.stages import cholesky_lower, frame_jacobians, solve_mass_matrix
+from ..dynamics.stages import cho_solve_lower, cholesky_lower, frame_jacobians, solve_lower, solve_mass_matrix
 from ..model.model import Model
 from ..model.state import State
 from ..tree.kinds import place
@@ -654,7 +654,7 @@ def tikhonov_inverse(S: jax.Array) -> jax.Array:
     scale = jnp.where(scale > 0, scale, 1.0)
     eps = (1e-8 if S.dtype == jnp.float64 else 1e-4) * scale
     eye = jnp.eye(S.shape[0], dtype=S.dtype)
-    return jax.scipy.linalg.cho_solve((cholesky_lower(S + eps * eye), True), eye)
+    return cho_solve_lower(cholesky_lower(S + eps * eye), eye)
 
 
 def refine(S: jax.Array, inv: jax.Array, r: jax.Array, refinements: int = 5) -> jax.Array:
@@ -678,7 +678,7 @@ def _kkt_primal(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     """``udot, lambda`` and the factors (``L`` with ``M = L L^T``, ``Y = L^-1 G^T``,
     ``S = Y^T Y``, ``S``'s regularised inverse) that solve any other right-hand side."""
     L = cholesky_lower(M)
-    ZY = jax.scipy.linalg.solve_triangular(L, jnp.concatenate([f[:, None], G.T], axis=1), lower=True)
+    ZY = solve_lower(L, jnp.concatenate([f[:, None], G.T], axis=1))
     z, Y = ZY[:, 0], ZY[:, 1:]
     S = Y.T @ Y
     factors = (L, Y, S, tikhonov_inverse(S))
@@ -689,7 +689,7 @@ def _kkt_finish(factors, z: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Arr
     """``udot, lambda`` from ``z = L^-1 f``."""
     L, Y, S, inv = factors
     lam = refine(S, inv, Y.T @ z - b)
-    return jax.scipy.linalg.solve_triangular(L, z - Y @ lam, lower=True, trans=1), lam
+    return solve_lower(L, z - Y @ lam, transpose=True), lam
 
 
 @jax.custom_jvp
@@ -705,7 +705,7 @@ def _kkt_solve_jvp(primals, tangents):
     M, f, G, b = primals
     dM, df, dG, db = tangents
     (udot, lam), factors = _kkt_primal(M, f, G, b)
-    dz = jax.scipy.linalg.solve_triangular(factors[0], df - dM @ udot - dG.T @ lam, lower=True)
+    dz = solve_lower(factors[0], df - dM @ udot - dG.T @ lam)
     tangent = _kkt_finish(factors, dz, db - dG @ udot)
     return (udot, lam), tangent
 

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..dynamics.stages import cho_solve_lower, cholesky_lower
 from ..model.model import Model
 from ..model.state import State
 from . import kernels as cn
@@ -218,7 +219,7 @@ def _masked_solve(W: jax.Array, r: jax.Array, act: jax.Array, pd: bool = False) 
     D = act.astype(W.dtype)
     Wm = W * D[:, None] * D[None, :] + jnp.diag(1.0 - D)
     if pd:
-        return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(Wm), True), r * D) * D
+        return cho_solve_lower(jnp.linalg.cholesky(Wm), r * D) * D
     return min_norm_solve(Wm, r * D, refinements=1) * D
 
 
@@ -333,10 +334,10 @@ def solve_qp(
     factor of ``M``; ``YB``, ``M^-1 B^T``; ``x0``, ``M^-1 c``; ``W``, ``B M^-1 B^T``.
     ``independent``: the rows of ``B`` are linearly independent (then, with no ``A``, the
     LCP needs no regularisation)."""
-    L = jnp.linalg.cholesky(M) if chol is None else chol
+    L = cholesky_lower(M) if chol is None else chol
 
     def cho(r):
-        return jax.scipy.linalg.cho_solve((L, True), r)
+        return cho_solve_lower(L, r)
 
     x0 = cho(c) if x0 is None else x0
     YB = cho(B.T) if YB is None else YB  # (n, nb)

@@ -79,10 +79,10 @@ def velocity_step(model: Model, base: State, t: Any, y: Any, h: Any):
     G, a = _bilateral_rows(model, s, u0, h)
     E = s.discrete["matter"]["limit_engaged"]
     _, N = uni.limit_rows(model, s)
-    chol = jnp.linalg.cholesky(M)
+    chol = rz.cholesky_lower(M)
     # One solve for the free speeds and M^-1 N^T (N is constant for coordinate limits, so
     # the correction reuses YN and W = N M^-1 N^T).
-    Y = jax.scipy.linalg.cho_solve((chol, True), jnp.concatenate([f[:, None], N.T], axis=1))
+    Y = rz.cho_solve_lower(chol, jnp.concatenate([f[:, None], N.T], axis=1))
     YN = Y[:, 1:]
     W = N @ YN
     u1, _, theta, ok = uni.solve_qp(
@@ -126,7 +126,7 @@ def correct_positions(model: Model, base: State, q: jax.Array, E: jax.Array, Mc:
         else:
             P, rhs = jnp.zeros((0, M.shape[0]), M.dtype), jnp.zeros(0, M.dtype)
         phi, N = uni.limit_rows(model, s, q)
-        Y = YN if constant else jax.scipy.linalg.cho_solve((chol, True), N.T)
+        Y = YN if constant else rz.cho_solve_lower(chol, N.T)
         sign, bn, mask = uni.correction_rows(phi, lo, hi, tol, E)
         du, _, _, _ = uni.solve_qp(
             M,
@@ -171,7 +171,7 @@ def limit_step(model: Model, base: State, t: Any, y: Any, h: Any, iterations: in
         _, N = uni.limit_rows(model, s, q1)
         Bv = E1[:, None] * N
         PV = cn.constraint_matrix(model, s, 2)
-        Y = Mc[2] if constant else jax.scipy.linalg.cho_solve((Mc[1], True), N.T)
+        Y = Mc[2] if constant else rz.cho_solve_lower(Mc[1], N.T)
         du, _, _, ok2 = uni.solve_qp(
             Mc[0],
             jnp.zeros_like(u1),
