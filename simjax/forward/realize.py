@@ -169,7 +169,8 @@ def _check_consistent(state: State) -> None:
 def consistent_or_error(state: State) -> State:
     """``state`` (realized to Acceleration), through ``equinox.error_if`` when its results
     are traced: under ``jit``/``vmap``/``grad`` inconsistent constraints raise at run time
-    (a ``RuntimeError``; under ``vmap`` if any member's are) instead of returning the
+    (a ``RuntimeError``, or JAX's ``ValueError`` on some calls; under ``vmap`` if any
+    member's are) instead of returning the
     least-squares accelerations. A no-op where the eager check already ran."""
     ac = state.acceleration_cache
     if not isinstance(ac.udoterr, jax.core.Tracer) or ac.udoterr.shape[-1] == 0:
