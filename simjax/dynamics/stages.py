@@ -209,8 +209,8 @@ def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:
 def cholesky_lower(M: jax.Array) -> jax.Array:
     """The Cholesky factor ``L`` (``M = L L^T``) of a symmetric positive definite ``M`` from
     its lower triangle (NaN where ``M`` is not positive definite). Unlike
-    ``jnp.linalg.cholesky`` it does not average ``M`` with its transpose first: every
-    matrix simjax factors is symmetric by construction, and that is one kernel less."""
+    ``jnp.linalg.cholesky`` it does not average ``M`` with its transpose first (one kernel
+    less): for matrices symmetric by construction (the mass matrix, ``Y^T Y``)."""
     return jax.lax.linalg.cholesky(M, symmetrize_input=False)
 
 
