@@ -228,10 +228,10 @@ class Constraint:
     def _param_slot(self, state: State, name: str) -> tuple[str, int]:
         """The State key of parameter ``name`` (stacked over this kind's constraints) and
         this constraint's row in it."""
-        self._check(state)
+        compiled = self._check(state)
         if name not in self._defaults:
             raise KeyError(f"{self!r} has no parameter {name!r}; it has {sorted(self._defaults)}")
-        prefix, row = self._matter._system.model_for(state).constraint_slots[self.index]
+        prefix, row = self._matter._system.model_for(state).constraint_slots[compiled.index]
         return f"{prefix}.{name}", row
 
     def get_param(self, state: State, name: str) -> jax.Array:

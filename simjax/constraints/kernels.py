@@ -379,11 +379,9 @@ def _group(model: Model, members: list[_Compiled]) -> ConstraintGroup:
     cons = model.constraint_objects[c0.index]
     stack = lambda xs, w: np.stack(xs).reshape(len(members), w).astype(int)
     all_slots = model.constraint_slots
-    slots = [all_slots[c.index] for c in members]
-    rows = [r for _, r in slots]
-    sizes: dict[str, int] = {}
-    for prefix, _ in all_slots:
-        sizes[prefix] = sizes.get(prefix, 0) + 1
+    prefix = all_slots[c0.index][0]
+    rows = [all_slots[c.index][1] for c in members]
+    layout_size = sum(p == prefix for p, _ in all_slots)
     return ConstraintGroup(
         funcs=level_functions(cons, c0.mobs),
         vcoef=velocity_coefficient_function(cons, c0.mobs),
@@ -398,8 +396,8 @@ def _group(model: Model, members: list[_Compiled]) -> ConstraintGroup:
         ma=c0.ma,
         rows=tuple(stack([c.rows[lv] for c in members], len(c0.rows[lv])) for lv in range(3)),  # type: ignore[arg-type]
         params=tuple(sorted(cons._defaults)),
-        param_prefix=slots[0][0],
-        param_rows=None if rows == list(range(sizes[slots[0][0]])) else np.asarray(rows, int),
+        param_prefix=prefix,
+        param_rows=None if rows == list(range(layout_size)) else np.asarray(rows, int),
     )
 
 
