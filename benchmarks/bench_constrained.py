@@ -74,6 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dt", type=float, default=1e-3)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where JAX runs simjax")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -720,6 +721,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     import jax
 
+    bf.select_device(args.device)
     jax.config.update("jax_enable_x64", True)
     t_start = time.perf_counter()
     info = bf.machine_info("float64")
@@ -734,7 +736,8 @@ def main(argv=None) -> None:
     load = info.get("loadavg_at_start")
     print(
         f"date {info['date']}, CPU {info['cpu']} ({info['cores']} cores), load {load}, jax {info['jax']}, "
-        f"simjax {info['simjax']}, opensim {info['opensim']}, mujoco {info['mujoco']}, float64, "
+        f"simjax {info['simjax']} on {info['device']}, opensim {info['opensim']}, mujoco {info['mujoco']}, "
+        "float64, "
         f"XLA_FLAGS={info['XLA_FLAGS'] or '(unset)'}",
         flush=True,
     )

@@ -10,6 +10,15 @@ For each model and batch size B, times (side by side, in one process):
   never a cache hit: set ``SIMJAX_COMPILATION_CACHE=1`` to measure a warm cache).
 * Pinocchio: ``pin.aba(model, data, q, v, tau)`` in a Python loop over the B states.
 * MuJoCo: ``d.qpos[:] = q; d.qvel[:] = v; mujoco.mj_forward(m, d)`` in a Python loop.
+* MJX (``--mjx``; ``pip install mujoco-mjx``): the same MuJoCo model (contacts, equality
+  constraints, springs and dampers off: the models are contact-free) under
+  ``jax.jit(jax.vmap(lambda q, v: mjx.forward(mx, d.replace(qpos=q, qvel=v)).qacc))``, on
+  the same device and in the same dtype as simjax; its compile time is reported beside
+  simjax's and its ``qacc`` is checked against simjax's ``udot``.
+
+``--device gpu`` runs simjax (and MJX) on the first GPU JAX sees (the peers' loops stay
+on the host CPU, as a user would run them); ``--device cpu`` (the default) keeps JAX on the
+CPU. A missing GPU is an error that says so, not a silent CPU run.
 
 Run times are the median over ``--repeats`` repeats; a repeat makes enough calls to last at
 least ``--min-time`` seconds, and the implementations take turns within each repeat so that
@@ -36,6 +45,7 @@ Examples::
     python benchmarks/bench_forward.py --models chain7 humanoid --batches 1 1024 --json out.json
     python benchmarks/bench_forward.py --compile-scan
     python benchmarks/bench_forward.py --rollout 1000 --models chain7 chain50
+    python benchmarks/bench_forward.py --device gpu --mjx --batches 1024 4096 16384 65536
 """
 
 from __future__ import annotations
@@ -94,8 +104,33 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="also time jit(lambda b: lax.map(f, b, batch_size=CHUNK)) (vmap over chunks of the batch)",
     )
+    p.add_argument(
+        "--device", choices=["cpu", "gpu"], default="cpu", help="where JAX runs simjax and MJX (default cpu)"
+    )
+    p.add_argument("--mjx", action="store_true", help="also time MJX (mujoco-mjx) on the same device")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
+
+
+def select_device(kind: str):
+    """Point JAX at ``kind`` (``"cpu"`` or ``"gpu"``) before its first computation and return
+    the device simjax (and MJX) will run on; a GPU that JAX cannot see is an error."""
+    import jax
+
+    import simjax  # noqa: F401  (its XLA:CPU settings must precede the backend's start)
+
+    jax.config.update("jax_platforms", "cuda,cpu" if kind == "gpu" else "cpu")
+    fix = (
+        "Install a CUDA build of jax (pip install 'jax[cuda12]') on a machine with an NVIDIA GPU, "
+        "or run with --device cpu."
+    )
+    try:
+        dev = jax.devices()[0]
+    except RuntimeError as e:  # no backend for the requested platforms
+        raise SystemExit(f"--device {kind}: JAX found no such device ({e}). {fix}") from None
+    if kind == "gpu" and dev.platform != "gpu":
+        raise SystemExit(f"--device gpu: JAX sees no GPU (its first device is {dev}). {fix}")
+    return dev
 
 
 def cpu_model() -> str:
@@ -132,6 +167,13 @@ def machine_info(dtype: str) -> dict:
             info[key] = __import__(mod).__version__
         except ImportError:
             info[key] = None
+    try:
+        from importlib.metadata import version
+
+        info["mujoco_mjx"] = version("mujoco-mjx")
+    except Exception:  # not installed
+        info["mujoco_mjx"] = None
+    info["device"] = str(jax.devices()[0])
     return info
 
 
@@ -253,6 +295,26 @@ def mujoco_loop(mm, Q, V):
     return run
 
 
+def mjx_forward(mm, batch: int):
+    """MJX's batched forward dynamics of the MuJoCo model ``mm.model``: ``(f, lower s, compile s)``
+    with ``f(Q, V) -> qacc`` compiled for ``batch`` states (cold caches, like simjax's)."""
+    import jax
+    import jax.numpy as jnp
+    from mujoco import mjx
+
+    dt = jnp.zeros(()).dtype  # float64 with jax_enable_x64, as simjax
+    mx = mjx.put_model(mm.model)
+    d0 = mjx.make_data(mx)
+    f = jax.jit(jax.vmap(lambda q, v: mjx.forward(mx, d0.replace(qpos=q, qvel=v)).qacc))
+    args = (jnp.zeros((batch, mm.model.nq), dt), jnp.zeros((batch, mm.model.nv), dt))
+    jax.clear_caches()
+    t0 = time.perf_counter()
+    lowered = f.lower(*args)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    return compiled, t1 - t0, time.perf_counter() - t1
+
+
 def build_peers(spec, no_peers: bool) -> dict:
     import oracle_models as om
 
@@ -277,11 +339,17 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
     Q = np.stack([qq for _, qq, _ in states])
     U = np.stack([u for _, _, u in states])
     peers = build_peers(spec, args.no_peers)
+    mjx_model = None
+    if args.mjx:
+        mjx_model = peers["mujoco"] if "mujoco" in peers else om.to_mujoco(spec)
     # Peer layouts of the same states: (q, v, (q, v, T, c) per state).
     peer_qv = {}
     for name, pm in peers.items():
         maps = [pm.map.qv(spec, q, u) for q, u in zip(Q, U)]
         peer_qv[name] = (np.stack([r[0] for r in maps]), np.stack([r[1] for r in maps]), maps)
+    if mjx_model is not None and "mujoco" not in peer_qv:
+        maps = [mjx_model.map.qv(spec, q, u) for q, u in zip(Q, U)]
+        peer_qv["mujoco"] = (np.stack([r[0] for r in maps]), np.stack([r[1] for r in maps]), maps)
 
     rows_out = []
     for B in batches:
@@ -300,6 +368,20 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
             )
         if "mujoco" in peers:
             fns["mujoco"] = mujoco_loop(peers["mujoco"], peer_qv["mujoco"][0][:B], peer_qv["mujoco"][1][:B])
+        mjx_row: dict = {}
+        if mjx_model is not None:
+            mf, m_lower, m_compile = mjx_forward(mjx_model, B)
+            dt = batch.q.dtype
+            Qm = jax.device_put(peer_qv["mujoco"][0][:B].astype(dt))
+            Vm = jax.device_put(peer_qv["mujoco"][1][:B].astype(dt))
+            qacc = np.asarray(jax.block_until_ready(mf(Qm, Vm)))
+            err = 0.0
+            for i in range(min(B, 8)):
+                _, _, T, c = peer_qv["mujoco"][2][i]
+                mine = mjx_model.map.udot_to_simjax(qacc[i], T, c)
+                err = max(err, float(np.max(np.abs(mine - udot[i])) / max(1.0, np.max(np.abs(udot[i])))))
+            mjx_row = {"mjx_lower_s": m_lower, "mjx_compile_s": m_compile, "max_rel_err_mjx_vs_simjax": err}
+            fns["mjx"] = lambda f=mf, a=Qm, b=Vm: jax.block_until_ready(f(a, b))
         t = time_interleaved(fns, args.repeats, args.min_time)
 
         row = {
@@ -309,11 +391,12 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
             "batch": B,
             "simjax_lower_s": t_lower,
             "simjax_compile_s": t_compile,
+            **mjx_row,
         }
         for name, sec in t.items():
             row[f"{name}_us_per_state"] = 1e6 * sec / B
             row[f"{name}_states_per_s"] = B / sec
-            if name in peers:
+            if name in peers or name == "mjx":
                 row[f"ratio_vs_{name}"] = sec / t["simjax"]
         if "chunked" in t:
             row["chunk"] = args.chunk
@@ -445,11 +528,17 @@ def fmt_rate(x: float) -> str:
     return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
 
 
+PEER_LABELS = {"pinocchio": "pin", "mujoco": "mujoco", "mjx": "mjx"}
+
+
 def throughput_table(rows: list[dict]) -> str:
-    head = (
-        "| model | nu | B | simjax µs/state | simjax states/s | pin µs/state | pin states/s "
-        "| mujoco µs/state | mujoco states/s | simjax/pin | simjax/mujoco | max rel err vs pin |"
-    )
+    peers = [p for p in PEER_LABELS if any(f"{p}_us_per_state" in r for r in rows)] or ["pinocchio", "mujoco"]
+    head = "| model | nu | B | simjax µs/state | simjax states/s |"
+    for p in peers:
+        head += f" {PEER_LABELS[p]} µs/state | {PEER_LABELS[p]} states/s |"
+    head += "".join(f" simjax/{PEER_LABELS[p]} |" for p in peers) + " max rel err vs pin |"
+    if "mjx" in peers:
+        head += " mjx vs simjax |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         cells = [
@@ -459,24 +548,29 @@ def throughput_table(rows: list[dict]) -> str:
             f"{r['simjax_us_per_state']:.2f}",
             fmt_rate(r["simjax_states_per_s"]),
         ]
-        for peer in ("pinocchio", "mujoco"):
+        for peer in peers:
             if f"{peer}_us_per_state" in r:
                 cells += [f"{r[f'{peer}_us_per_state']:.2f}", fmt_rate(r[f"{peer}_states_per_s"])]
             else:
                 cells += ["–", "–"]
-        for key in ("ratio_vs_pinocchio", "ratio_vs_mujoco"):
+        for peer in peers:
+            key = f"ratio_vs_{peer}"
             cells.append(f"{r[key]:.2f}x" if key in r else "–")
-        err = r.get("max_rel_err_vs_pinocchio")
-        cells.append(f"{err:.1e}" if err is not None else "–")
+        for key in ["max_rel_err_vs_pinocchio"] + (["max_rel_err_mjx_vs_simjax"] if "mjx" in peers else []):
+            err = r.get(key)
+            cells.append(f"{err:.1e}" if err is not None else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def compile_table(rows: list[dict]) -> str:
     scan = "links" in rows[0]
+    mjx = any("mjx_compile_s" in r for r in rows)
     lines = [
-        "| model | B | trace+lower s | XLA compile s | total s |" + (" run µs/state |" if scan else ""),
-        "|---|---|---|---|---|" + ("---|" if scan else ""),
+        "| model | B | trace+lower s | XLA compile s | total s |"
+        + (" run µs/state |" if scan else "")
+        + (" MJX trace+lower s | MJX XLA compile s |" if mjx else ""),
+        "|---|---|---|---|---|" + ("---|" if scan else "") + ("---|---|" if mjx else ""),
     ]
     for r in rows:
         name = r.get("model", f"chain{r.get('links')}")
@@ -486,6 +580,9 @@ def compile_table(rows: list[dict]) -> str:
         )
         if scan:
             line += f" {r['simjax_us_per_state']:.2f} |"
+        if mjx:
+            nan = float("nan")
+            line += f" {r.get('mjx_lower_s', nan):.2f} | {r.get('mjx_compile_s', nan):.2f} |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -510,10 +607,12 @@ def info_block(info: dict) -> str:
     return "\n".join(
         [
             f"- date: {info['date']}",
-            f"- CPU: {info['cpu']} ({info['cores']} cores visible); JAX devices: {info['jax_devices']}",
+            f"- CPU: {info['cpu']} ({info['cores']} cores visible); JAX devices: {info['jax_devices']}; "
+            f"simjax runs on {info.get('device', '?')}",
             f"- load average at start: {', '.join(f'{x:.2f}' for x in load) if load else 'n/a'}",
             f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
-            f"simjax {info['simjax']}, pinocchio {info['pinocchio']}, mujoco {info['mujoco']}",
+            f"simjax {info['simjax']}, pinocchio {info['pinocchio']}, mujoco {info['mujoco']}, "
+            f"mujoco-mjx {info.get('mujoco_mjx')}",
             f"- simjax dtype: {info['dtype']} (Pinocchio and MuJoCo: float64)",
             f"- XLA_FLAGS: {info['XLA_FLAGS'] or '(unset)'}",
             f"- command: python benchmarks/{info.get('script', 'bench_forward.py')} {' '.join(info['argv'])}",
@@ -525,6 +624,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     import jax
 
+    select_device(args.device)
     jax.config.update("jax_enable_x64", not args.float32)
     if args.sync_dispatch:  # before the CPU client exists: it reads the setting once
         jax.config.update("jax_cpu_enable_async_dispatch", False)

@@ -42,14 +42,16 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=0.05)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where JAX runs simjax")
     args = ap.parse_args(argv)
 
     import jax
+    from bench_forward import machine_info, select_device, time_interleaved
 
+    select_device(args.device)
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import pinocchio as pin
-    from bench_forward import machine_info, time_interleaved
     from data_fetch import fetch
     from test_io_urdf import ERD_PREFIX, ERD_VERSION, ROBOTS, Robot, _cached_robots, _installed_robots
 

@@ -1,0 +1,61 @@
+"""The benchmarks still run: ``benchmarks/bench_forward.py`` on a tiny case in a fresh
+process (its device selection and its MJX peer included), so a change to simjax or to a
+benchmark cannot leave ``benchmarks/`` broken until the next measuring session."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks" / "bench_forward.py"
+
+
+def run_bench(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args], capture_output=True, text=True, env=env, timeout=600, check=check
+    )
+
+
+def test_bench_forward_runs_and_checks_udot(tmp_path):
+    out = tmp_path / "fd.json"
+    args = ["--models", "chain7", "--batches", "2", "--repeats", "1", "--min-time", "0.001"]
+    args += ["--json", str(out)]
+    if importlib.util.find_spec("pinocchio") is None:
+        args.append("--no-peers")
+    run_bench(*args)
+    res = json.loads(out.read_text())
+    assert res["info"]["device"].startswith(("cpu", "TFRT_CPU", "CpuDevice"))
+    (row,) = res["throughput"]
+    assert row["model"] == "chain7" and row["batch"] == 2 and row["simjax_us_per_state"] > 0
+    if "max_rel_err_vs_pinocchio" in row:
+        assert row["max_rel_err_vs_pinocchio"] < 1e-10
+
+
+@pytest.mark.oracle
+def test_bench_forward_mjx_peer_agrees(tmp_path):
+    pytest.importorskip("mujoco.mjx")
+    out = tmp_path / "mjx.json"
+    run_bench(
+        "--models", "chain7", "--batches", "2", "--repeats", "1", "--min-time", "0.001",
+        "--no-peers", "--mjx", "--json", str(out),
+    )  # fmt: skip
+    (row,) = json.loads(out.read_text())["throughput"]
+    assert row["mjx_us_per_state"] > 0 and row["mjx_compile_s"] > 0
+    # MJX's qacc (MuJoCo's semantics, its own JAX implementation) against simjax's udot.
+    assert row["max_rel_err_mjx_vs_simjax"] < 1e-10
+
+
+def test_bench_forward_gpu_request_without_gpu_says_so():
+    r = run_bench("--device", "gpu", "--models", "chain7", "--batches", "2", check=False)
+    if r.returncode == 0:
+        pytest.skip("this machine has a GPU: the benchmark ran on it")
+    assert "--device gpu" in r.stderr and "--device cpu" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
