@@ -37,6 +37,63 @@ def min_norm_correction(A: jax.Array, r: jax.Array) -> jax.Array:
 _MAX_STEP = 1.0
 
 
+def _position_errors_and_matrix(model: Model, base: State, mp: int, q: jax.Array):
+    """The position errors at ``q`` and their matrix ``P = d(perr)/du`` (mp, nu)."""
+    s = realize(model, base.with_q(q), Stage.POSITION)
+    return s.position_cache.qerr[:mp], cn.constraint_matrix(model, s, 1)
+
+
+def _propose(model: Model, base: State, mp: int, q, perr, P, mu=None) -> jax.Array:
+    """One Gauss-Newton step from ``q`` (Levenberg-Marquardt damped with ``mu``)."""
+    if mu is None:
+        du = min_norm_correction(P, -perr)
+    else:
+        S = P @ P.T
+        scale = jnp.max(jnp.abs(jnp.diag(S)))
+        du = -P.T @ cn.min_norm_solve(S + mu * scale * jnp.eye(mp, dtype=S.dtype), perr)
+        big = jnp.max(jnp.abs(du))
+        du = du * jnp.where(big > _MAX_STEP, _MAX_STEP / jnp.where(big > _MAX_STEP, big, 1.0), 1.0)
+    dq = rz.calc_qdot(model, base.with_q(q).with_u(du.astype(base.u.dtype)))
+    return rz.normalize_quaternions(model, base, q + dq)
+
+
+def _gauss_newton(model: Model, mp: int, iterations: int):
+    """``(base, q0) -> q``: ``iterations`` undamped steps, differentiated implicitly.
+
+    Its derivative (a custom JVP, so forward and reverse mode and higher orders all work)
+    is the projection's on the manifold: ``dq = S (dq0 - N P^+ dperr)``, with ``dperr`` the
+    change of the position errors at the result ``q`` (from ``dq0`` and from any parameter
+    of ``base``), ``P = d(perr)/du`` and ``N = dq/du`` at ``q``, and ``S`` the derivative of
+    the quaternion normalisation. That is the exact derivative of the steps where the start
+    lies on the manifold, and within O(start's error) of it elsewhere (time stepping starts
+    each projection within a step's error of the manifold). Autodiff through the steps
+    instead would differentiate every step's constraint matrix and regularised solve: a
+    second derivative of the constraint errors per step, the largest part of a constrained
+    rollout's reverse pass."""
+
+    @jax.custom_jvp
+    def project(base: State, q0: jax.Array) -> jax.Array:
+        def gn(q, _):
+            return _propose(model, base, mp, q, *_position_errors_and_matrix(model, base, mp, q)), None
+
+        return jax.lax.scan(gn, q0, None, length=iterations)[0]
+
+    @project.defjvp
+    def project_jvp(primals, tangents):
+        base, q0 = primals
+        dbase, dq0 = tangents
+        q = project(base, q0)
+        _, P = _position_errors_and_matrix(model, base, mp, q)
+        perr = lambda b, x: realize(model, b.with_q(x), Stage.POSITION).position_cache.qerr[:mp]
+        _, dperr = jax.jvp(perr, (base, q), (dbase, dq0))
+        du = min_norm_correction(P, dperr)
+        dq = rz.calc_qdot(model, base.with_q(q).with_u(du.astype(base.u.dtype)))
+        _, dq = jax.jvp(lambda x: rz.normalize_quaternions(model, base, x), (q,), (dq0 - dq,))
+        return q, dq
+
+    return project
+
+
 def project_q(model: Model, state: State, iterations: int = 6, damped: bool = False) -> State:
     """``iterations`` Gauss-Newton steps onto ``perr = 0``; returns the State at Time stage
     (or Position if realized), quaternions normalised.
@@ -48,36 +105,19 @@ def project_q(model: Model, state: State, iterations: int = 6, damped: bool = Fa
     rejection, relative to ``max diag P P^T``; /10 per success, back to 0), and no step
     moves a u by more than ``_MAX_STEP``, so a far start neither raises the error nor winds
     joints up by many turns. Near the manifold every step is accepted: plain Gauss-Newton.
-    It costs one more evaluation (the start's) and returns the best point evaluated."""
+    It costs one more evaluation (the start's) and returns the best point evaluated.
+    Derivatives: of the damped steps, by autodiff through them (valid from a far start);
+    of the undamped ones, the projection's derivative on the manifold (``_gauss_newton``)."""
     mp, _, _ = model.constraint_counts(state.use_euler_angles)
     base = state if state.stage < Stage.POSITION else state.with_q(state.q)
     q0 = rz.normalize_quaternions(model, state, state.q)
     if mp == 0:
         return base.with_q(q0)
-
-    def at(q):
-        s = realize(model, base.with_q(q), Stage.POSITION)
-        return s.position_cache.qerr[:mp], cn.constraint_matrix(model, s, 1)
-
-    def propose(q, perr, P, mu=None):
-        if mu is None:
-            du = min_norm_correction(P, -perr)
-        else:
-            S = P @ P.T
-            scale = jnp.max(jnp.abs(jnp.diag(S)))
-            du = -P.T @ cn.min_norm_solve(S + mu * scale * jnp.eye(mp, dtype=S.dtype), perr)
-            big = jnp.max(jnp.abs(du))
-            du = du * jnp.where(big > _MAX_STEP, _MAX_STEP / jnp.where(big > _MAX_STEP, big, 1.0), 1.0)
-        dq = rz.calc_qdot(model, base.with_q(q).with_u(du.astype(base.u.dtype)))
-        return rz.normalize_quaternions(model, base, q + dq)
+    at = lambda q: _position_errors_and_matrix(model, base, mp, q)
+    propose = lambda q, perr, P, mu=None: _propose(model, base, mp, q, perr, P, mu)
 
     if not damped:
-
-        def gn(q, _):
-            return propose(q, *at(q)), None
-
-        q, _ = jax.lax.scan(gn, q0, None, length=iterations)
-        return base.with_q(q)
+        return base.with_q(_gauss_newton(model, mp, iterations)(base, q0))
 
     def step(c: tuple, _: None) -> tuple[tuple, None]:
         q, e, perr, P, mu, q_try = c
