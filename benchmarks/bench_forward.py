@@ -624,10 +624,10 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     import jax
 
-    select_device(args.device)
-    jax.config.update("jax_enable_x64", not args.float32)
     if args.sync_dispatch:  # before the CPU client exists: it reads the setting once
         jax.config.update("jax_cpu_enable_async_dispatch", False)
+    select_device(args.device)  # starts the backend
+    jax.config.update("jax_enable_x64", not args.float32)
     dtype = "float32" if args.float32 else "float64"
     info = machine_info(dtype)
     info["cpu_async_dispatch"] = not args.sync_dispatch
