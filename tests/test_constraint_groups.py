@@ -13,6 +13,7 @@ import pytest
 import simjax as sj
 from simjax.constraints import kernels as cn
 from simjax.forward.realize import realize_eager
+from simjax.model.model import classical_acceleration
 
 
 def _chain(n: int, nball: int, extra: bool = False):
@@ -228,3 +229,46 @@ def test_parameters_are_stacked_per_kind():
     assert {"constraint.Custom.a", "constraint.Custom_1.b"} <= set(s.instance["matter"])
     np.testing.assert_array_equal(c2.get_param(c1.set_param(s, "a", 0.4), "b"), [0.2, 0.0])
     assert float(c1.get_param(c1.set_param(s, "a", 0.4), "a")) == 0.4
+
+
+def test_constraints_hanging_from_ground_skip_grounds_kinematics(monkeypatch):
+    """A group whose members all have Ground as their common ancestor (static) uses the
+    bodies' own kinematics instead of taking out Ground's (identity) motion: errors, G, b,
+    accelerations, multipliers and constraint forces equal the general path's."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    sj.Force.UniformGravity(forces, matter, [0.2, -9.81, 0.1])
+    body = sj.Body.Rigid(sj.MassProperties(1.3, [0.1, -0.05, 0.02], sj.Inertia(0.2, 0.25, 0.3)))
+    a = sj.MobilizedBody.Free(matter.Ground(), sj.Transform(p=[0, -0.5, 0]), body, sj.Transform())
+    b = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(p=[1, 0, 0]), body, sj.Transform())
+    c = sj.MobilizedBody.Ball(b, sj.Transform(p=[0, -0.5, 0]), body, sj.Transform())
+    d = sj.MobilizedBody.Free(a, sj.Transform(p=[0, -0.5, 0]), body, sj.Transform())
+    sj.Constraint.Ball(matter.Ground(), [0.1, -0.4, 0], a, [0, 0.05, 0])  # Ground's own
+    sj.Constraint.Rod(a, [0, 0.1, 0], c, [0.1, 0, 0], 1.2)  # two branches: ancestor Ground
+    sj.Constraint.PointInPlane(matter.Ground(), [0, 1, 0], -1.4, d, [0.1, 0, 0.2])
+    sj.Constraint.Ball(a, [0.1, -0.5, 0], d, [0, 0.05, 0])  # ancestor a
+    s = _state(system, seed=3)
+    model = system.model_for(s)
+    groups = cn.constraint_groups(model, False)
+    assert {g.ground_ancestor for g in groups} == {True, False}
+
+    def everything():
+        r = realize_eager(model, s, sj.Stage.ACCELERATION)
+        c = r.cache
+        A0 = classical_acceleration(c.dynamics.a_bias, c.velocity.V_O, c.position.p_GB)
+        G, bb = cn.g_and_b(model, r, A0)
+        F, tau = cn.constraint_forces(model, r, r.acceleration_cache.multipliers)
+        return (c.position.qerr, c.velocity.uerr, G, bb, r.udot, r.acceleration_cache.multipliers, F, tau)
+
+    calls = []
+    relative = cn._relative
+    monkeypatch.setattr(cn, "_relative", lambda *a, **k: calls.append(1) or relative(*a, **k))
+    fast = everything()
+    n_fast = len(calls)
+    monkeypatch.setattr(cn.ConstraintGroup, "ground_ancestor", property(lambda self: False))
+    general = everything()
+    assert len(calls) - n_fast > n_fast  # the general path ran, for every group
+    for x, y in zip(fast, general, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-13, atol=1e-13)
+    assert float(np.max(np.abs(np.asarray(fast[2])))) > 0.1  # not trivially zero

@@ -487,6 +487,18 @@ def test_time_stepping_projection_derivative_is_the_manifold_projector():
     Pq = jax.jacfwd(lambda q: system.realize(s.with_q(q), sj.Stage.POSITION).qerr)(s.q)
     assert float(jnp.max(jnp.abs(Pq @ Jq_f))) < 1e-12
     assert float(jnp.max(jnp.abs(Jq_f))) > 0.1  # not a trivially zero derivative
+    # w.r.t. the start alone (the parameters' tangents are symbolic zeros, qdot = u): the
+    # rule's short path, the projector ``I - P^+ P``, equals the general one
+    fq = lambda q: f(q, p0)
+    Jq_short_f, Jq_short_r = jax.jit(jax.jacfwd(fq))(s.q), jax.jit(jax.jacrev(fq))(s.q)
+    np.testing.assert_allclose(np.asarray(Jq_short_f), np.asarray(Jq_f), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(Jq_short_r), np.asarray(Jq_f), atol=1e-12)
+    assert pj._qdot_is_u(model.topology(False).mobilizers[1])
+    short = len(str(jax.make_jaxpr(jax.jacrev(fq))(s.q)))
+    with pytest.MonkeyPatch.context() as mpatch:
+        mpatch.setattr(pj, "_qdot_is_u", lambda m: False)
+        general = len(str(jax.make_jaxpr(jax.jacrev(fq))(s.q)))
+    assert short < general  # the short path was taken
 
 
 def test_time_stepping_projection_derivative_with_quaternions():

@@ -365,6 +365,11 @@ class ConstraintGroup:
     param_rows: np.ndarray | None  # (n,); None: all rows, in order
 
     @property
+    def ground_ancestor(self) -> bool:
+        """Every member's common ancestor is Ground (static: the kinematics skip it)."""
+        return self.bodies.shape[1] > 1 and bool(np.all(self.bodies[:, 0] == 0))
+
+    @property
     def n(self) -> int:
         """Number of member constraints."""
         return len(self.index)
@@ -463,12 +468,21 @@ def gather_kin(model: Model, state: State, g: ConstraintGroup, level: int, A: An
         R, p = jnp.zeros((n, 0, 3, 3), dt), jnp.zeros((n, 0, 3), dt)
         w = v = alpha = a = p
     else:
+        # Ground as every member's ancestor (a constraint to Ground): the relative motions are
+        # the bodies' own, and nothing of Ground's is gathered (it does not move)
+        bb = b[:, 1:] if g.ground_ancestor else b
         if level >= 1:
-            V = model.body_velocities(state)[b]
+            V = model.body_velocities(state)[bb]
             w, v = V[..., :3], V[..., 3:]
         if level >= 2:
-            alpha, a = A[b, :3], A[b, 3:]
-        R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a, level)
+            alpha, a = A[bb, :3], A[bb, 3:]
+        if g.ground_ancestor:
+            zk = jnp.zeros(bb.shape + (3,), dt)
+            R, p = pc.R_GB[bb], pc.p_GB[bb]
+            w, v = (w, v) if level >= 1 else (zk, zk)
+            alpha, a = (alpha, a) if level >= 2 else (zk, zk)
+        else:
+            R, p, w, v, alpha, a = _relative(pc.R_GB[b], pc.p_GB[b], w, v, alpha, a, level)
     take = (lambda x: x) if g.param_rows is None else (lambda x: x[g.param_rows])
     params = {name: take(inst[f"{g.param_prefix}.{name}"]) for name in g.params}
     mparams = tuple(
@@ -484,6 +498,8 @@ def _to_ground(state: State, g: ConstraintGroup, C: jax.Array) -> jax.Array:
     ancestor and the bodies (``w_AB = R_GA^T (w_B - w_A)``,
     ``v_AB = R_GA^T (v_B - v_A + (p_B - p_A) x w_A)``)."""
     pc = state.position_cache
+    if g.ground_ancestor:  # already Ground-frame; Ground's own coefficients do not matter
+        return jnp.concatenate([jnp.zeros_like(C[:, :, :1]), C], axis=2)
     RA = pc.R_GB[g.bodies[:, 0]]  # (n, 3, 3)
     d = pc.p_GB[g.bodies[:, 1:]] - pc.p_GB[g.bodies[:, :1]]  # (n, k, 3)
     Cw = jnp.einsum("nmki,nli->nmkl", C[..., :3], RA)
@@ -546,9 +562,12 @@ def group_coefficients(model: Model, state: State, g: ConstraintGroup, A: Any = 
 def group_G(model: Model, state: State, g: ConstraintGroup, coef: Any) -> jax.Array:
     """Rows of G of every member (n, m_c, nu) from the coefficients (not masked)."""
     Cb, Cud = coef
-    n, k = g.bodies.shape
+    bodies = g.bodies
+    if g.ground_ancestor:  # Ground's Jacobian is zero
+        Cb, bodies = Cb[:, :, 1:], bodies[:, 1:]
+    n, k = bodies.shape
     nu = model.topology(state.use_euler_angles).nu
-    J = frame_jacobians(model, state, g.bodies.reshape(-1)).reshape(n, k, 6, nu)
+    J = frame_jacobians(model, state, bodies.reshape(-1)).reshape(n, k, 6, nu)
     G = jnp.einsum("nmki,nkiu->nmu", Cb, J)
     m = G.shape[1]
     for cu, idx in zip(Cud, g.u_idx, strict=True):

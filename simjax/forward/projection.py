@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
+from ..model.mobilizers import AbstractMobilizer, Custom
 from ..model.model import Model
 from ..model.state import State
 from .realize import realize
@@ -57,6 +60,22 @@ def _propose(model: Model, base: State, mp: int, q, perr, P, mu=None) -> jax.Arr
     return rz.normalize_quaternions(model, base, q + dq)
 
 
+def _qdot_is_u(mob: AbstractMobilizer) -> bool:
+    """Static: the mobilizer's ``N(q)`` is the identity (``qdot == u``)."""
+    if isinstance(mob, Custom):
+        return mob.n_matrix is None
+    return type(mob).N is AbstractMobilizer.N
+
+
+def _materialize(t):
+    """A custom rule's tangent, with a symbolic zero made an array of zeros."""
+    if not isinstance(t, SymbolicZero):
+        return t
+    if t.dtype == jax.dtypes.float0:
+        return np.zeros(t.shape, jax.dtypes.float0)
+    return jnp.zeros(t.shape, t.dtype)
+
+
 def _gauss_newton(model: Model, mp: int, iterations: int):
     """``(base, q0) -> q``: ``iterations`` undamped steps, differentiated implicitly.
 
@@ -71,6 +90,9 @@ def _gauss_newton(model: Model, mp: int, iterations: int):
     second derivative of the constraint errors per step, the largest part of a constrained
     rollout's reverse pass."""
 
+    mobs = [m for m in model.topology(False).mobilizers[1:] if m is not None]
+    qdot_is_u = all(_qdot_is_u(m) for m in mobs)
+
     @jax.custom_jvp
     def project(base: State, q0: jax.Array) -> jax.Array:
         def gn(q, _):
@@ -78,12 +100,20 @@ def _gauss_newton(model: Model, mp: int, iterations: int):
 
         return jax.lax.scan(gn, q0, None, length=iterations)[0]
 
-    @project.defjvp
     def project_jvp(primals, tangents):
         base, q0 = primals
         dbase, dq0 = tangents
         q = project(base, q0)
         _, P = _position_errors_and_matrix(model, base, mp, q)
+        dq0 = _materialize(dq0)
+        # what the position errors read besides q (base's q, u, z and stale cache are not)
+        moved = jax.tree.leaves((dbase.t, dbase.instance, dbase.discrete))
+        if qdot_is_u and all(isinstance(t, SymbolicZero) for t in moved):
+            # only the start moves and qdot = u (no quaternions): d(perr) = P dq0, and the
+            # derivative is the projector dq0 - P^+ P dq0 (no second pass through the
+            # kinematics; a rollout's gradient with respect to its start is this case)
+            return q, dq0 - min_norm_correction(P, P @ dq0)
+        dbase = jax.tree.map(_materialize, dbase)
         perr = lambda b, x: realize(model, b.with_q(x), Stage.POSITION).position_cache.qerr[:mp]
         _, dperr = jax.jvp(perr, (base, q), (dbase, dq0))
         du = min_norm_correction(P, dperr)
@@ -91,6 +121,7 @@ def _gauss_newton(model: Model, mp: int, iterations: int):
         _, dq = jax.jvp(lambda x: rz.normalize_quaternions(model, base, x), (q,), (dq0 - dq,))
         return q, dq
 
+    project.defjvp(project_jvp, symbolic_zeros=True)
     return project
 
 
