@@ -312,3 +312,24 @@ def test_kinds_marked_with_no_velocity_product_have_none(kind):
             np.testing.assert_allclose(term, 0.0, atol=1e-14)
         else:
             assert float(jnp.max(jnp.abs(term))) > 1e-6  # the others do have the term
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_qdot_is_u_flag_matches_N(kind):
+    """``qdot_is_u`` (static; the projection's short derivative relies on it) is True exactly
+    where ``N(q)`` is the identity, in quaternion and Euler-angle mode."""
+    rng = np.random.default_rng(7)
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    make_mobod(kind, matter.Ground(), rng)
+    for euler in (False, True):
+        s = system.realize_topology()
+        if euler:
+            s = system.realize_model(matter.set_use_euler_angles(s, True))
+        topo = system.model_for(s).topology(euler)
+        mob = topo.mobilizers[1]
+        q = s.q + 0.3
+        params = s.instance["matter"]["mobilizer_params"][1][: max(mob.n_params, 1)]
+        N = mob.N(q, params)
+        assert mob.qdot_is_u == (N is None)
+        assert topo.qdot_is_u == (N is None)

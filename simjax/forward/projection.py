@@ -21,7 +21,6 @@ from jax.custom_derivatives import SymbolicZero
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
-from ..model.mobilizers import AbstractMobilizer, Custom
 from ..model.model import Model
 from ..model.state import State
 from .realize import realize
@@ -60,13 +59,6 @@ def _propose(model: Model, base: State, mp: int, q, perr, P, mu=None) -> jax.Arr
     return rz.normalize_quaternions(model, base, q + dq)
 
 
-def _qdot_is_u(mob: AbstractMobilizer) -> bool:
-    """Static: the mobilizer's ``N(q)`` is the identity (``qdot == u``)."""
-    if isinstance(mob, Custom):
-        return mob.n_matrix is None
-    return type(mob).N is AbstractMobilizer.N
-
-
 def _materialize(t):
     """A custom rule's tangent, with a symbolic zero made an array of zeros."""
     if not isinstance(t, SymbolicZero):
@@ -90,9 +82,6 @@ def _gauss_newton(model: Model, mp: int, iterations: int):
     second derivative of the constraint errors per step, the largest part of a constrained
     rollout's reverse pass."""
 
-    mobs = [m for m in model.topology(False).mobilizers[1:] if m is not None]
-    qdot_is_u = all(_qdot_is_u(m) for m in mobs)
-
     @jax.custom_jvp
     def project(base: State, q0: jax.Array) -> jax.Array:
         def gn(q, _):
@@ -108,6 +97,7 @@ def _gauss_newton(model: Model, mp: int, iterations: int):
         dq0 = _materialize(dq0)
         # what the position errors read besides q (base's q, u, z and stale cache are not)
         moved = jax.tree.leaves((dbase.t, dbase.instance, dbase.discrete))
+        qdot_is_u = model.topology(base.use_euler_angles).qdot_is_u
         if qdot_is_u and all(isinstance(t, SymbolicZero) for t in moved):
             # only the start moves and qdot = u (no quaternions): d(perr) = P dq0, and the
             # derivative is the projector dq0 - P^+ P dq0 (no second pass through the

@@ -65,6 +65,11 @@ class AbstractMobilizer(abc.ABC):
         """``qdot = N(q) u``; ``None`` means identity (``qdot == u``)."""
         return None
 
+    @property
+    def qdot_is_u(self) -> bool:
+        """Static: ``N(q)`` is the identity for every q (the kind does not override ``N``)."""
+        return type(self).N is AbstractMobilizer.N
+
     def H_FM(self, q: jax.Array, params: jax.Array) -> jax.Array:
         """(6, nu) map from ``u`` to ``V_FM`` (in F, at M's origin)."""
         J = velocity_jacobian(lambda qq: self.X_FM(qq, params), q)
@@ -779,6 +784,10 @@ class Custom(AbstractMobilizer):
         if self.n_matrix is None:
             return None
         return jnp.asarray(self.n_matrix(q), dtype=q.dtype)
+
+    @property
+    def qdot_is_u(self) -> bool:
+        return self.n_matrix is None
 
     def default_q(self):
         if self.default_q_ is not None:

@@ -99,6 +99,11 @@ class Topology:
         return d
 
     @cached_property
+    def qdot_is_u(self) -> bool:
+        """Every mobilizer has ``qdot == u`` (no quaternions, no Euler-angle rates)."""
+        return all(m.qdot_is_u for m in self.mobilizers[1:] if m is not None)
+
+    @cached_property
     def levels(self) -> tuple[np.ndarray, np.ndarray]:
         """Bodies per depth level, padded with the sink row ``nb``: (body, parent), (D, W)."""
         D = int(self.depth.max()) if self.nb > 1 else 0
