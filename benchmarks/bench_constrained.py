@@ -108,16 +108,10 @@ def fourbar_case() -> Case:
 
     import simjax as sj
 
-    try:
-        import test_constraints_oracle as tco
-    except BaseException as e:  # pytest.importorskip raises Skipped when opensim is missing
-        raise SystemExit(
-            "the four-bar spec comes from tests/test_constraints_oracle.py (needs opensim)"
-        ) from e
-    spec, tip, gp = tco._fourbar_spec()
+    spec, tip, gp = om.fourbar_spec()
     system, matter, bodies = om.to_simjax(spec)
     sj.Constraint.Ball(matter.Ground(), gp, bodies[2], tip)
-    q, u = tco.fourbar_assemble(0.9, 1.3)
+    q, u = om.fourbar_assemble(0.9, 1.3)
 
     def add(model, obodies, joints):
         import opensim as osim

@@ -108,6 +108,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--device", choices=["cpu", "gpu"], default="cpu", help="where JAX runs simjax and MJX (default cpu)"
     )
     p.add_argument("--mjx", action="store_true", help="also time MJX (mujoco-mjx) on the same device")
+    p.add_argument(
+        "--distinct",
+        type=int,
+        default=None,
+        metavar="N",
+        help="draw at most N distinct random states and repeat them to fill larger batches (every "
+        "state still has its own memory); saves minutes of Python set-up at B = 65536",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -174,6 +182,7 @@ def machine_info(dtype: str) -> dict:
     except Exception:  # not installed
         info["mujoco_mjx"] = None
     info["device"] = str(jax.devices()[0])
+    info["device_kind"] = jax.devices()[0].device_kind
     return info
 
 
@@ -335,7 +344,8 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
     spec = om.ALL_MODELS[MODELS[key]]()
     system, _, _ = om.to_simjax(spec)
     s0 = system.realize_topology()
-    states = [om.random_state(spec, rng) for _ in range(max(batches))]
+    n = max(batches) if args.distinct is None else min(max(batches), max(args.distinct, 8))
+    states = [om.random_state(spec, rng) for _ in range(n)]
     Q = np.stack([qq for _, qq, _ in states])
     U = np.stack([u for _, _, u in states])
     peers = build_peers(spec, args.no_peers)
@@ -350,6 +360,10 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
     if mjx_model is not None and "mujoco" not in peer_qv:
         maps = [mjx_model.map.qv(spec, q, u) for q, u in zip(Q, U)]
         peer_qv["mujoco"] = (np.stack([r[0] for r in maps]), np.stack([r[1] for r in maps]), maps)
+    if n < max(batches):  # --distinct: repeat the n states (copies: each has its own memory)
+        idx = np.arange(max(batches)) % n
+        Q, U = Q[idx], U[idx]
+        peer_qv = {k: (qv[0][idx], qv[1][idx], qv[2]) for k, qv in peer_qv.items()}
 
     rows_out = []
     for B in batches:
@@ -410,9 +424,23 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
                 ref = pm.map.udot_to_simjax(om.pinocchio_aba(pm, Qp[i], Vp[i]), T, c)
                 err = max(err, float(np.max(np.abs(udot[i] - ref)) / max(1.0, np.max(np.abs(ref)))))
             row["max_rel_err_vs_pinocchio"] = err
+        if batch.q.devices() != {jax.devices("cpu")[0]}:
+            row["max_rel_err_vs_cpu"] = _err_vs_cpu(system, batch, udot)
         rows_out.append(row)
         print(f"  done {key} B={B}", file=sys.stderr, flush=True)
     return rows_out
+
+
+def _err_vs_cpu(system, batch, udot) -> float:
+    """Largest relative difference between the accelerator's ``udot`` and the same program's
+    on the host CPU (same dtype), over up to 8 states: the check a run without peers keeps."""
+    import jax
+
+    cpu = jax.devices("cpu")[0]
+    n = min(8, udot.shape[0])
+    few = jax.device_put(jax.tree.map(lambda x: x[:n], batch), cpu)
+    ref = np.asarray(simjax_forward(system)(few))
+    return float(np.max(np.abs(udot[:n] - ref) / np.maximum(1.0, np.max(np.abs(ref), axis=1, keepdims=True))))
 
 
 def bench_rollout(key: str, args, rng) -> dict:
@@ -539,6 +567,9 @@ def throughput_table(rows: list[dict]) -> str:
     head += "".join(f" simjax/{PEER_LABELS[p]} |" for p in peers) + " max rel err vs pin |"
     if "mjx" in peers:
         head += " mjx vs simjax |"
+    on_cpu = not any("max_rel_err_vs_cpu" in r for r in rows)
+    if not on_cpu:
+        head += " vs simjax on CPU |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         cells = [
@@ -556,7 +587,8 @@ def throughput_table(rows: list[dict]) -> str:
         for peer in peers:
             key = f"ratio_vs_{peer}"
             cells.append(f"{r[key]:.2f}x" if key in r else "–")
-        for key in ["max_rel_err_vs_pinocchio"] + (["max_rel_err_mjx_vs_simjax"] if "mjx" in peers else []):
+        keys = ["max_rel_err_vs_pinocchio"] + (["max_rel_err_mjx_vs_simjax"] if "mjx" in peers else [])
+        for key in keys + ([] if on_cpu else ["max_rel_err_vs_cpu"]):
             err = r.get(key)
             cells.append(f"{err:.1e}" if err is not None else "–")
         lines.append("| " + " | ".join(cells) + " |")
@@ -608,7 +640,7 @@ def info_block(info: dict) -> str:
         [
             f"- date: {info['date']}",
             f"- CPU: {info['cpu']} ({info['cores']} cores visible); JAX devices: {info['jax_devices']}; "
-            f"simjax runs on {info.get('device', '?')}",
+            f"simjax runs on {info.get('device', '?')} ({info.get('device_kind', '?')})",
             f"- load average at start: {', '.join(f'{x:.2f}' for x in load) if load else 'n/a'}",
             f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
             f"simjax {info['simjax']}, pinocchio {info['pinocchio']}, mujoco {info['mujoco']}, "
@@ -651,6 +683,8 @@ def main(argv=None) -> None:
         rows = []
         for key in args.models:
             rows += bench_model(key, args.batches, args, rng)
+            if args.json is not None:  # what is done so far survives a time limit
+                args.json.write_text(json.dumps({**result, "throughput": rows}, indent=2))
         result["throughput"] = rows
         print("\nForward dynamics throughput (ratios: simjax states/s over the peer's):\n")
         print(throughput_table(rows))

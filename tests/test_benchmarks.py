@@ -59,3 +59,24 @@ def test_bench_forward_gpu_request_without_gpu_says_so():
         pytest.skip("this machine has a GPU: the benchmark ran on it")
     assert "--device gpu" in r.stderr and "--device cpu" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_gpu_run_script_runs_a_step_and_merges_its_json(tmp_path):
+    """``benchmarks/gpu_run.sh`` (the prepared run for a lent GPU) on the CPU: one step, tiny
+    batches, the larger one beyond ``--distinct``'s pool of 8 states so that the repetition
+    runs; its JSON lands merged in ``$OUT/results.json``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    env.update(OUT=str(tmp_path), DEVICE="cpu", STEPS="f64_deep", DEEP_BATCHES="4 12", DISTINCT="8")
+    env.update(BUDGET_S="400", PYTHON=sys.executable)
+    script = str(ROOT / "benchmarks" / "gpu_run.sh")
+    r = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    log = (tmp_path / "log.txt").read_text()
+    assert "== f64_deep: rc=0" in log, log[-3000:]
+    assert "f32_small" not in log  # STEPS names the steps that run
+    res = json.loads((tmp_path / "results.json").read_text())["f64_deep"]
+    rows = res["throughput"]
+    cases = [(m, b) for m in ("chain50", "chain20") for b in (4, 12)]
+    assert [(r["model"], r["batch"]) for r in rows] == cases
+    assert all(r["simjax_us_per_state"] > 0 for r in rows)
+    assert "--distinct" in res["info"]["argv"]

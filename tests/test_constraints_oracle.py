@@ -357,69 +357,8 @@ def _ancestor(spec: om.ModelSpec, b1: int, b2: int) -> int:
 
 # ----------------------------------------------------------------------------- four-bar
 
-#: link lengths (crank, coupler, rocker), z offsets of the joints, pin-angle offsets
-_L = (0.3, 0.8, 0.6)
-_ZOFF = (0.05, -0.03, 0.02)
-_GAM = (0.4, -0.7, 1.1)
-_O1 = np.array([0.1, 0.2])  # crank pivot on Ground (x, y)
-_D = np.array([0.9, 0.1])  # rocker pivot on Ground (x, y)
-_TIP_Z = 0.01
-
-
-def _fourbar_spec() -> tuple[om.ModelSpec, np.ndarray, np.ndarray]:
-    """Three Pin links whose pin axes are all Ground's z; the body frames are tilted
-    arbitrarily (R_BM random), so the planarity holds only to round-off. Each link's M
-    frame has its x axis along the link: ``phi_k = phi_(k-1) + gamma_k + q_k``.
-    Returns the spec, the rocker tip station (rocker frame) and its Ground location
-    when closed."""
-    rng = np.random.default_rng(7)
-    R_BM = [om.random_rotation(rng) for _ in range(3)]
-    p_BM = [rng.normal(0, 0.05, 3) for _ in range(3)]
-    bodies = []
-    for k in range(3):
-        if k == 0:
-            R_PF, p_PF = om.rot_z(_GAM[0]), np.array([_O1[0], _O1[1], _ZOFF[0]])
-        else:
-            R_PF = R_BM[k - 1] @ om.rot_z(_GAM[k])
-            p_PF = p_BM[k - 1] + R_BM[k - 1] @ np.array([_L[k - 1], 0.0, _ZOFF[k]])
-        bodies.append(
-            om.BodySpec(
-                f"link{k}",
-                k - 1,
-                "pin",
-                R_PF,
-                p_PF,
-                R_BM[k],
-                p_BM[k],
-                float(rng.uniform(0.5, 2.0)),
-                rng.normal(0, 0.1, 3),
-                om.random_inertia(rng),
-            )
-        )
-    tip = p_BM[2] + R_BM[2] @ np.array([_L[2], 0.0, _TIP_Z])
-    ground_point = np.array([_D[0], _D[1], sum(_ZOFF) + _TIP_Z])
-    return om.ModelSpec("fourbar", bodies), tip, ground_point
-
-
-def fourbar_assemble(phi1: float, w1: float) -> tuple[np.ndarray, np.ndarray]:
-    """Closed-form ``(q, u)`` of the four-bar for crank angle ``phi1`` (absolute angle of
-    the crank) and crank rate ``w1`` (one assembly branch)."""
-    e = lambda a: np.array([np.cos(a), np.sin(a)])
-    ep = lambda a: np.array([-np.sin(a), np.cos(a)])
-    a, b, c = _L
-    B = _O1 + a * e(phi1)  # coupler pivot
-    dv = _D - B
-    d = np.linalg.norm(dv)
-    x = (d * d + b * b - c * c) / (2 * d)
-    h = np.sqrt(b * b - x * x)
-    C = B + x * dv / d + h * np.array([-dv[1], dv[0]]) / d  # rocker pivot
-    phi2 = np.arctan2(C[1] - B[1], C[0] - B[0])
-    phi3 = np.arctan2(_D[1] - C[1], _D[0] - C[0])
-    q = np.array([phi1 - _GAM[0], phi2 - phi1 - _GAM[1], phi3 - phi2 - _GAM[2]])
-    # a w1 e'(phi1) + b w2 e'(phi2) + c w3 e'(phi3) = 0
-    w23 = np.linalg.solve(np.column_stack([b * ep(phi2), c * ep(phi3)]), -a * w1 * ep(phi1))
-    w = np.r_[w1, w23]
-    return q, np.array([w[0], w[1] - w[0], w[2] - w[1]])
+_fourbar_spec = om.fourbar_spec
+fourbar_assemble = om.fourbar_assemble
 
 
 #: Ground point of the Rod variant: off the four-bar's plane
