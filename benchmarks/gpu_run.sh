@@ -11,7 +11,9 @@
 #   3. f64_deep    chain50, chain20, float64, simjax alone
 #   4. f32_deep    the same in float32
 #   5. constrained bench_constrained --device gpu --parts forward (four-bar, welded humanoid)
-#   6. f64_chain20_mjx  chain20 with MJX, B = 1024 and 65536
+#   6. rollouts    bench_constrained --device gpu --parts rollout: 1 s RK4 rollouts with
+#                  projection, four-bar at B = 1024, welded humanoid at B = 256
+#   7. f64_chain20_mjx  chain20 with MJX, B = 1024 and 65536
 # Peers' CPU loops are left out (--no-peers: their CPU numbers are in RESULTS.md); MJX runs
 # on the same GPU in the same dtype. MJX's deep chains come last and few: its programs
 # take long to compile (XLA:CPU, this repo's 2-core machine: chain20 34 s, chain50 223 s,
@@ -19,12 +21,14 @@
 # larger batches (--distinct). Everything lands in $OUT: log.txt (the tables) and
 # results.json (every step's JSON, merged after each step, so a cut-off run keeps what it did).
 #
-# SMALL_BATCHES, DEEP_BATCHES, CONSTRAINED_BATCHES, DISTINCT and DEVICE (cpu: try it where
-# there is no GPU, with small batches) override the defaults below.
+# SMALL_BATCHES, DEEP_BATCHES, CONSTRAINED_BATCHES, ROLLOUT_BATCHES, HUMANOID_ROLLOUT_BATCHES,
+# DISTINCT and DEVICE (cpu: try it where there is no GPU, with small batches) override the
+# defaults below.
 #
-# Needs a CUDA build of jax and mujoco (>= 4 carries mjx; else pip install mujoco-mjx). If
-# simjax's XLA:CPU flags are unknown to that jaxlib, the run says so and goes on with
-# SIMJAX_XLA_FLAGS=0 (they only touch the CPU backend).
+# Needs a CUDA build of jax, mujoco and mujoco-mjx; benchmarks/gpu_wheels.sh fetches the
+# wheels a lent machine lacks (and says how to install them there). If simjax's XLA:CPU
+# flags are unknown to that jaxlib, the run says so and goes on with SIMJAX_XLA_FLAGS=0
+# (they only touch the CPU backend).
 set -u
 out=${OUT:-/tmp/simjax-gpu}
 mkdir -p "$out"
@@ -101,6 +105,8 @@ step f64_deep 80 "${fwd[@]}" --models chain50 chain20 --batches "${deep[@]}"
 step f32_deep 70 "${fwd[@]}" --float32 --models chain50 chain20 --batches "${deep[@]}"
 step constrained 70 "$root/benchmarks/bench_constrained.py" --device "$dev" --no-peers --parts forward \
     --fd-batches "${cfd[@]}"
+step rollouts 100 "$root/benchmarks/bench_constrained.py" --device "$dev" --no-peers --parts rollout \
+    --rollout-batches "${ROLLOUT_BATCHES:-1024}" --humanoid-rollout-batches "${HUMANOID_ROLLOUT_BATCHES:-256}"
 step f64_chain20_mjx 120 "${fwd[@]}" --mjx --models chain20 --batches "${deep[0]}" "${deep[-1]}"
 rm -rf "$json_dir"
 echo "done in $(($(date +%s) - t_start)) s" | tee -a "$log"
