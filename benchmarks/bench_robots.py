@@ -46,7 +46,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     import jax
-    from bench_forward import machine_info, select_device, time_interleaved
+    from bench_forward import machine_info, max_rel_err, select_device, time_interleaved
 
     select_device(args.device)
     jax.config.update("jax_enable_x64", True)
@@ -93,11 +93,12 @@ def main(argv=None) -> None:
                 for (qp, vp, _, _), tau in zip(pins[:B], taus):
                     pin.aba(r.pin, r.data, qp, vp, tau)
 
-            err = 0.0
-            for i in range(min(B, 8)):
-                qp, vp, T, c = pins[i]
-                ref = np.linalg.solve(T, np.array(pin.aba(r.pin, r.data, qp, vp, taus[i])) - c)
-                err = max(err, float(np.max(np.abs(udot[i] - ref)) / max(1.0, np.max(np.abs(ref)))))
+            n = min(B, 8)
+            refs = [
+                np.linalg.solve(T, np.array(pin.aba(r.pin, r.data, qp, vp, taus[i])) - c)
+                for i, (qp, vp, T, c) in enumerate(pins[:n])
+            ]
+            err = max_rel_err(np.asarray(udot[:n]), np.stack(refs))
             t = time_interleaved(
                 {"simjax": lambda q=q, u=u: jax.block_until_ready(f(q, u)), "pinocchio": pin_loop},
                 args.repeats,
