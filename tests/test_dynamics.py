@@ -37,6 +37,28 @@ def test_mass_matrix_is_hessian_of_kinetic_energy(tree, realized):
     assert np.linalg.eigvalsh(np.asarray(M)).min() > 0
 
 
+def test_mass_matrix_upper_and_its_solve(tree, realized):
+    """Forward dynamics factors M from its upper triangle (``mass_matrix_upper``, no
+    symmetrising pass): that triangle is M's, and its solve equals the symmetric one, with
+    derivatives to second order against finite differences."""
+    from simjax.dynamics import stages as rz
+
+    system, matter, _, _ = tree
+    M = matter.calc_mass_matrix(realized)
+    U = rz.mass_matrix_upper(system.model_for(realized), realized, realized.position_cache)
+    np.testing.assert_array_equal(U, jnp.triu(M))
+    np.testing.assert_allclose(
+        realized.udot, rz.solve_mass_matrix(M, -realized.dynamics_cache.bias), rtol=1e-12
+    )
+    rhs = jnp.linspace(-1.0, 2.0, M.shape[0])
+    np.testing.assert_allclose(rz.solve_mass_matrix_upper(U, rhs), jnp.linalg.solve(M, rhs), rtol=1e-10)
+    n = 5  # a leading block keeps second derivatives affordable
+    solve = lambda U, r: rz.solve_mass_matrix_upper(jnp.triu(U), r)
+    check_grads(solve, (U[:n, :n], rhs[:n]), order=2, eps=1e-4)
+    R = jnp.linspace(0.5, 1.5, 3 * n).reshape(n, 3)  # a matrix right side
+    check_grads(solve, (U[:n, :n], R), order=2, eps=1e-4)
+
+
 def test_inverse_dynamics_undoes_forward_dynamics(tree, realized):
     system, matter, _, _ = tree
     dc = realized.dynamics_cache

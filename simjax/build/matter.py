@@ -202,6 +202,11 @@ class SimbodyMatterSubsystem(Subsystem):
 
     calc_m = calc_mass_matrix
 
+    def _mass_matrix_upper(self, state: State, caller: str) -> Float[Array, "nu nu"]:
+        """M's upper triangle, what the solves with M factor (``rz.mass_matrix_upper``)."""
+        state.require(Stage.POSITION, caller)
+        return rz.mass_matrix_upper(self._model(state), state, state.position_cache)
+
     def get_armature(self, state: State) -> Float[Array, " nu"]:
         """The armature (reflected rotor inertia) of every speed, added to M's diagonal."""
         return state.instance["matter"]["armature"]
@@ -212,8 +217,8 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def calc_m_inverse(self, state: State) -> Float[Array, "nu nu"]:
         """``M(q)^-1`` (needs Position). Simbody ``calcMInv``."""
-        M = self.calc_mass_matrix(state)
-        return rz.solve_mass_matrix(M, jnp.eye(M.shape[0], dtype=M.dtype))
+        U = self._mass_matrix_upper(state, "calc_m_inverse")
+        return rz.solve_mass_matrix_upper(U, jnp.eye(U.shape[0], dtype=U.dtype))
 
     def multiply_by_m(self, state: State, a: Any) -> Float[Array, " nu"]:
         """``M a`` (needs Position)."""
@@ -221,7 +226,7 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def multiply_by_m_inv(self, state: State, v: Any) -> Float[Array, " nu"]:
         """``M^-1 v`` by Cholesky (needs Position)."""
-        return rz.solve_mass_matrix(self.calc_mass_matrix(state), jnp.asarray(v))
+        return rz.solve_mass_matrix_upper(self._mass_matrix_upper(state, "multiply_by_m_inv"), jnp.asarray(v))
 
     # ------------------------------------------------------------------ dynamics operators
     def _applied_bias(self, state: State, mobility_forces: Any, body_forces: Any, a_extra=None):
@@ -275,7 +280,7 @@ class SimbodyMatterSubsystem(Subsystem):
         """Forward dynamics with only the given applied forces (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_acceleration")
         bias = self._applied_bias(state, applied_mobility_forces, applied_body_forces)
-        return rz.solve_mass_matrix(self.calc_mass_matrix(state), -bias)
+        return rz.solve_mass_matrix_upper(self._mass_matrix_upper(state, "calc_acceleration"), -bias)
 
     def calc_bias_forces(self, state: State) -> Float[Array, " nu"]:
         """Coriolis, centrifugal and gyroscopic generalized forces ``C(q, u)`` (Velocity)."""

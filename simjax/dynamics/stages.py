@@ -185,15 +185,26 @@ def realize_dynamics(model: Model, state: State, pos: PositionCache, vel: Veloci
 
 def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:
     """Composite-rigid-body mass matrix ``M(q)`` (nu, nu), symmetric positive definite."""
+    U = mass_matrix_upper(model, state, pos)
+    return U + U.T - jnp.diag(jnp.diag(U))
+
+
+def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Array:
+    """The upper triangle ``U`` of the mass matrix (zeros below the diagonal; ``M = U + U^T -
+    diag(U)``), what ``solve_mass_matrix_upper`` factors.
+
+    It is made as ``cdof F^T`` (``F = Ic cdof``, row by row the transpose of the lower
+    triangle), so in memory ``U`` is ``M``'s lower triangle in column-major order, the
+    order LAPACK's Cholesky reads: no symmetrising pass and no layout copy before the
+    factorisation (they cost as much as the product itself at B = 1024)."""
     topo = model.topology(state.use_euler_angles)
     if topo.nu == 0:
         return jnp.zeros((0, 0), pos.p_GB.dtype)
     crb = _tree.inward_sum(topo, pos.inertia_O)  # composite inertias: sums of parameters
     F = sp.inertia_times(_tree.gather_dofs(topo, crb), pos.cdof)
-    G = F @ pos.cdof.T  # G[i, j] = cdof_j . Ic_{b(i)} cdof_i
-    L = jnp.where(np.asarray(topo.mass_matrix_mask), G, 0.0)
-    armature = jnp.asarray(state.instance["matter"]["armature"], L.dtype)
-    return L + L.T - jnp.diag(jnp.diag(L) - armature)
+    GT = pos.cdof @ F.T  # GT[j, i] = cdof_j . Ic_{b(i)} cdof_i
+    armature = jnp.asarray(state.instance["matter"]["armature"], GT.dtype)
+    return jnp.where(np.asarray(topo.mass_matrix_mask).T, GT, 0.0) + jnp.diag(armature)
 
 
 def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:
@@ -204,6 +215,14 @@ def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:
     if M.shape[0] == 0:
         return rhs
     return _cholesky_solve(M, rhs)
+
+
+def solve_mass_matrix_upper(U: jax.Array, rhs: jax.Array) -> jax.Array:
+    """``M^-1 rhs`` from ``M``'s upper triangle ``U`` (``mass_matrix_upper``), by Cholesky;
+    derivatives as ``solve_mass_matrix``'s."""
+    if U.shape[0] == 0:
+        return rhs
+    return _cholesky_solve_upper(U, rhs)
 
 
 def cholesky_lower(M: jax.Array) -> jax.Array:
@@ -243,6 +262,25 @@ def _cholesky_solve_jvp(primals, tangents):
     L = cholesky_lower(M)
     x = cho_solve_lower(L, rhs)
     return x, cho_solve_lower(L, drhs - dM @ x)
+
+
+@jax.custom_jvp
+def _cholesky_solve_upper(U: jax.Array, rhs: jax.Array) -> jax.Array:
+    return cho_solve_lower(cholesky_lower(U.T), rhs)
+
+
+@_cholesky_solve_upper.defjvp
+def _cholesky_solve_upper_jvp(primals, tangents):
+    U, rhs = primals
+    dU, drhs = tangents
+    # The factor of the whole symmetric M (the same numbers as the primal's): differentiated
+    # at second order, lax.linalg.cholesky's rule takes the tangent of a symmetric matrix.
+    d = jnp.diagonal(U)
+    L = cholesky_lower(U + U.T - jnp.diag(d))
+    x = cho_solve_lower(L, rhs)
+    dd = jnp.diagonal(dU)
+    dMx = dU @ x + dU.T @ x - (dd[:, None] if x.ndim == 2 else dd) * x  # dM = dU + dU^T - diag(dU)
+    return x, cho_solve_lower(L, drhs - dMx)
 
 
 def accelerations_from_udot(

@@ -80,14 +80,16 @@ def realize_acceleration(
     """Forward dynamics: ``M udot + G^T lambda = -bias``, ``G udot = b``; body
     accelerations and qdotdot."""
     # (named scopes inside the stage, so a profile splits it)
-    with jax.named_scope("mass_matrix"):
-        M = rz.mass_matrix(model, state, pos)
     mp, mv, ma = model.constraint_counts(state.use_euler_angles)
     if mp + mv + ma == 0:
+        with jax.named_scope("mass_matrix"):
+            U = rz.mass_matrix_upper(model, state, pos)
         with jax.named_scope("solve"):
-            udot = rz.solve_mass_matrix(M, -dyn.bias)
+            udot = rz.solve_mass_matrix_upper(U, -dyn.bias)
         lam = err = jnp.zeros(0, udot.dtype)
     else:
+        with jax.named_scope("mass_matrix"):
+            M = rz.mass_matrix(model, state, pos)
         A0 = classical_acceleration(dyn.a_bias, vel.V_O, pos.p_GB)
         with jax.named_scope("constraint_rows"):
             G, b = cn.g_and_b(model, state, A0)
