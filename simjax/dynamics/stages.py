@@ -185,8 +185,12 @@ def realize_dynamics(model: Model, state: State, pos: PositionCache, vel: Veloci
 
 def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:
     """Composite-rigid-body mass matrix ``M(q)`` (nu, nu), symmetric positive definite."""
-    U = mass_matrix_upper(model, state, pos)
-    return U + U.T - jnp.diag(jnp.diag(U))
+    return symmetric_from_upper(mass_matrix_upper(model, state, pos))
+
+
+def symmetric_from_upper(U: jax.Array) -> jax.Array:
+    """The symmetric matrix ``U + U^T - diag(U)`` whose upper triangle is ``U``."""
+    return U + U.T - jnp.diag(jnp.diagonal(U))
 
 
 def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Array:
@@ -196,7 +200,7 @@ def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Arr
     It is made as ``cdof F^T`` (``F = Ic cdof``, row by row the transpose of the lower
     triangle), so in memory ``U`` is ``M``'s lower triangle in column-major order, the
     order LAPACK's Cholesky reads: no symmetrising pass and no layout copy before the
-    factorisation (they cost as much as the product itself at B = 1024)."""
+    factorisation (at B = 1024 they cost more than the product itself)."""
     topo = model.topology(state.use_euler_angles)
     if topo.nu == 0:
         return jnp.zeros((0, 0), pos.p_GB.dtype)
@@ -275,8 +279,7 @@ def _cholesky_solve_upper_jvp(primals, tangents):
     dU, drhs = tangents
     # The factor of the whole symmetric M (the same numbers as the primal's): differentiated
     # at second order, lax.linalg.cholesky's rule takes the tangent of a symmetric matrix.
-    d = jnp.diagonal(U)
-    L = cholesky_lower(U + U.T - jnp.diag(d))
+    L = cholesky_lower(symmetric_from_upper(U))
     x = cho_solve_lower(L, rhs)
     dd = jnp.diagonal(dU)
     dMx = dU @ x + dU.T @ x - (dd[:, None] if x.ndim == 2 else dd) * x  # dM = dU + dU^T - diag(dU)
