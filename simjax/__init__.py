@@ -10,6 +10,7 @@ opt-outs.
 from . import _config as _config  # first: process settings before any JAX computation
 from . import io as io  # sj.io.load_osim, read_trc, ...
 from . import viz as viz  # sj.viz.plot_marker_errors, plot_coordinates
+from ._batching import vmap as vmap
 from ._functions import Function as Function
 from ._results import RESULTS as RESULTS
 from ._sharding import make_mesh as make_mesh

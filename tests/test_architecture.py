@@ -35,6 +35,7 @@ LAYERS = [
         "simjax._results",
         "simjax._sharding",
         "simjax._lazy",
+        "simjax._batching",
     },
     {"simjax.model"},
     {"simjax.tree"},

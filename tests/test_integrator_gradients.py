@@ -24,8 +24,8 @@ def test_every_integrator_differentiates_in_both_modes_to_second_order(integrato
     mode (the default ``adjoint``) and forward mode (``adjoint='forward'``; the fixed-step
     integrators need no option) give the same derivative, which matches central
     differences; ``check_grads`` to second order (forward-over-forward for the adaptive
-    ones, every mode for the fixed-step ones); forward mode with the default adjoint names
-    the option."""
+    ones but kvaerno3, whose implicit steps go through the same code as kvaerno5's, every
+    mode for the fixed-step ones); forward mode with the default adjoint names the option."""
     system, *_ = pendulum(2)
     s = system.realize_topology().with_u([0.5, -0.3])
     adaptive = integrator not in ("rk4", "euler")
@@ -42,7 +42,10 @@ def test_every_integrator_differentiates_in_both_modes_to_second_order(integrato
     J_fd = jnp.stack([(f(q0 + h * e) - f(q0 - h * e)) / (2 * h) for e in jnp.eye(2)], axis=1)
     np.testing.assert_allclose(np.asarray(J_rev), np.asarray(J_fd), atol=1e-6 if adaptive else 1e-8)
     if adaptive:
-        check_grads(lambda q: f(q, "forward"), (q0,), order=2, modes=["fwd"], eps=1e-4, atol=1e-4, rtol=1e-4)
+        if integrator != "kvaerno3":  # kvaerno5 takes the same implicit path, at 1/2 the CI time
+            check_grads(
+                lambda q: f(q, "forward"), (q0,), order=2, modes=["fwd"], eps=1e-4, atol=1e-4, rtol=1e-4
+            )
         with pytest.raises(TypeError, match="adjoint='forward'"):
             jax.jacfwd(f)(q0)
     else:

@@ -60,6 +60,7 @@ SJ = [
     "simulate",
     "studies",
     "tree",
+    "vmap",
 ]
 
 FORCE = [
