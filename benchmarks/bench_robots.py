@@ -11,7 +11,8 @@ sides). For each batch size B, side by side in one process, implementations in t
 * Pinocchio: ``pin.aba(model, data, q, v, -damping * v)`` in a Python loop over the same B
   states (the URDFs' joint damping, which simjax models as mobility dampers).
 
-simjax's ``udot`` is checked against Pinocchio's at the first 8 states.
+simjax's ``udot`` is checked against Pinocchio's at the first 8 states. ``--chunk N`` also
+times ``jit(sj.vmap(..., chunk_size=N))`` (the batch in chunks of N states) and its ratio.
 
     python benchmarks/bench_robots.py --batches 1 64 1024 --json benchmarks/results/robots_f64.json
 """
@@ -43,6 +44,7 @@ def main(argv=None) -> None:
     ap.add_argument("--min-time", type=float, default=0.05)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where JAX runs simjax")
+    ap.add_argument("--chunk", type=int, default=None, help="also time sj.vmap in chunks of CHUNK states")
     args = ap.parse_args(argv)
 
     import jax
@@ -77,6 +79,7 @@ def main(argv=None) -> None:
             return system.realize(s0.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot
 
         f = jax.jit(jax.vmap(one))
+        fc = jax.jit(sj.vmap(one, chunk_size=args.chunk)) if args.chunk else None
         states = [r.random_state(rng) for _ in range(max(args.batches))]
         Q = np.stack([q for q, _ in states])
         U = np.stack([u for _, u in states])
@@ -99,11 +102,11 @@ def main(argv=None) -> None:
                 for i, (qp, vp, T, c) in enumerate(pins[:n])
             ]
             err = max_rel_err(np.asarray(udot[:n]), np.stack(refs))
-            t = time_interleaved(
-                {"simjax": lambda q=q, u=u: jax.block_until_ready(f(q, u)), "pinocchio": pin_loop},
-                args.repeats,
-                args.min_time,
-            )
+            fns = {"simjax": lambda q=q, u=u: jax.block_until_ready(f(q, u)), "pinocchio": pin_loop}
+            if fc is not None and B > args.chunk:
+                np.testing.assert_allclose(np.asarray(fc(q, u)), udot, rtol=1e-9, atol=1e-9)
+                fns["chunked"] = lambda q=q, u=u: jax.block_until_ready(fc(q, u))
+            t = time_interleaved(fns, args.repeats, args.min_time)
             row = {
                 "robot": key,
                 "nu": r.nu,
@@ -114,6 +117,12 @@ def main(argv=None) -> None:
                 "ratio_vs_pinocchio": t["pinocchio"] / t["simjax"],
                 "max_rel_err_vs_pinocchio": err,
             }
+            if "chunked" in t:
+                row.update(
+                    chunk=args.chunk,
+                    chunked_us_per_state=1e6 * t["chunked"] / B,
+                    chunked_ratio_vs_pinocchio=t["pinocchio"] / t["chunked"],
+                )
             rows.append(row)
             print(
                 f"{key:7s} nu={r.nu:3d} B={B:5d}: first call {t_first:5.1f} s, simjax "
@@ -121,6 +130,13 @@ def main(argv=None) -> None:
                 f" us/state, throughput vs pinocchio {row['ratio_vs_pinocchio']:.2f}x, udot err {err:.1e}",
                 flush=True,
             )
+            if "chunked" in t:
+                print(
+                    f"{'':7s} sj.vmap in chunks of {args.chunk}: "
+                    f"{row['chunked_us_per_state']:8.2f} us/state, "
+                    f"throughput vs pinocchio {row['chunked_ratio_vs_pinocchio']:.2f}x",
+                    flush=True,
+                )
     if args.json:
         args.json.write_text(json.dumps({"info": machine_info("float64"), "rows": rows}, indent=1))
 
