@@ -2,9 +2,9 @@
 
 Robots from example-robot-data's URDFs (the wheel the URDF tests fetch and cache): Panda
 (fixed base, nu = 9), Solo12, TALOS reduced and TALOS full (floating base, nu = 18, 38 and
-50), loaded with
-``sj.io.load_urdf`` and with ``pinocchio.buildModelFromUrdf`` (mimic couplers off on both
-sides). For each batch size B, side by side in one process, implementations in turn:
+50), loaded with ``sj.io.load_urdf(..., mimic=False)`` and with
+``pinocchio.buildModelFromUrdf`` (its default ``mimic=False``): mimic joints independent,
+no couplers on either side. For each batch size B, side by side in one process, implementations in turn:
 
 * simjax: ``jit(vmap((q, u) -> realize(state, Stage.ACCELERATION).udot))`` over B states;
   compile time (first call) reported apart;
@@ -55,7 +55,15 @@ def main(argv=None) -> None:
     import jax.numpy as jnp
     import pinocchio as pin
     from data_fetch import fetch
-    from test_io_urdf import ERD_PREFIX, ERD_VERSION, ROBOTS, Robot, _cached_robots, _installed_robots
+    from test_io_urdf import (
+        ERD_PREFIX,
+        ERD_VERSION,
+        ROBOTS,
+        Robot,
+        _cached_robots,
+        _installed_robots,
+        _quiet_load,
+    )
 
     import simjax as sj
 
@@ -70,10 +78,12 @@ def main(argv=None) -> None:
             rel, floating = ROBOTS[key]
             path = root / rel
         r = Robot(key, path, floating)
-        s0 = r.state
-        for con in r.lm.constraints.values():
-            s0 = con.disable(s0)
-        system = r.lm.system
+        # The robot as Pinocchio's model has it (mimic=False): mimic joints independent and
+        # no couplers in the System (disabling them in the State would keep their rows in
+        # the compiled program: TALOS full's 12 gripper couplers cost half its time).
+        lm = _quiet_load(path, floating_base=floating, mimic=False)
+        assert list(lm.coordinates) == list(r.lm.coordinates) and lm.state.q.shape == r.state.q.shape
+        s0, system = lm.state, lm.system
 
         def one(q, u, s0=s0, system=system):
             return system.realize(s0.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot

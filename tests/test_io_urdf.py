@@ -336,6 +336,38 @@ def test_robot_structure(robots_dir):
     assert len(talos.bodies) == 60 and len(talos.joints) == 59
 
 
+def test_mimic_false_loads_independent_joints_like_pinocchio(robots_dir, pin):
+    """``load_urdf(..., mimic=False)``: the mimic finger is an independent joint with no
+    coupler in the System (Pinocchio's ``mimic=False``), counted in ``ignored`` without a
+    warning; its forward dynamics equals Pinocchio's and the coupled model's with the
+    coupler disabled, with the same coordinates."""
+    r = _case("panda", str(robots_dir))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm = load_urdf(robots_dir / ROBOTS["panda"][0], mimic=False)
+    assert not any("mimic" in str(w.message) for w in caught)
+    assert lm.constraints == {} and lm.ignored["<mimic> (mimic=False: loaded independent)"] == 1
+    assert list(lm.coordinates) == list(r.lm.coordinates)
+    system = lm.system
+
+    @jax.jit
+    def udot(q, u):
+        return system.realize(lm.state.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot
+
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        q, u = r.random_state(rng)
+        qp, vp, T, c = r.to_pin(q, u)
+        a = np.array(pin.aba(r.pin, r.data, qp, vp, -np.asarray(r.pin.damping) * vp))
+        _check(udot(jnp.asarray(q), jnp.asarray(u)), np.linalg.solve(T, a - c), ("panda", "mimic=False udot"))
+        np.testing.assert_allclose(
+            np.asarray(udot(jnp.asarray(q), jnp.asarray(u))),
+            np.asarray(r.compiled(jnp.asarray(q), jnp.asarray(u))[1]),
+            rtol=1e-12,
+            atol=1e-12,
+        )
+
+
 def test_panda_mimic_finger(robots_dir, pin):
     """The finger coupler holds after projection, and constrained forward dynamics equals
     Pinocchio's reduced model (mimic=True: the second finger is not a coordinate)."""

@@ -66,7 +66,8 @@ SUPPORTED_JOINTS = {"revolute": 1, "continuous": 1, "prismatic": 1, "fixed": 0, 
 _ROOT_JOINTS = {"fixed": "fixed", "weld": "fixed", "free": "free", "floating": "free", "freeflyer": "free"}
 #: Parts of a file that carry no dynamics: counted in ``ignored`` without a warning.
 #: (A ``<limit>`` on another joint type carries nothing simjax uses: quiet too.)
-_QUIET = {"visual", "collision", "material", "safety_controller", "calibration"}
+_MIMIC_OFF = "<mimic> (mimic=False: loaded independent)"
+_QUIET = {"visual", "collision", "material", "safety_controller", "calibration", _MIMIC_OFF}
 
 
 # ----------------------------------------------------------------------------- XML with line numbers
@@ -391,6 +392,7 @@ def load_urdf(
     warn_ignored: bool = True,
     limits: bool = True,
     passive: bool = True,
+    mimic: bool = True,
 ) -> LoadedModel:
     """Load a URDF robot as a simjax System (URDF is Z-up: gravity along -z by default).
 
@@ -416,6 +418,12 @@ def load_urdf(
         passive: Model ``<dynamics damping>`` of revolute, continuous and prismatic joints
             as ``Force.MobilityLinearDamper`` (``-damping * qdot``). ``False``: leave it out
             (listed as ignored). ``friction`` (Coulomb) is not modelled.
+        mimic: Couple each ``<mimic>`` joint to the joint it follows (a
+            ``Constraint.CoordinateCoupler``). ``False``: load mimic joints as independent
+            joints with no coupler, as Pinocchio's ``buildModelFromUrdf(..., mimic=False)``
+            does (counted in ``model.ignored``, without a warning). Disabling the couplers
+            in a State (``con.disable(state)``) keeps their rows in every compiled
+            program; ``mimic=False`` leaves them out of the System.
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by link name, ``joints`` (the mobilized body of
@@ -532,7 +540,13 @@ def load_urdf(
                 cn = f"{j.name}_{suffix}"
                 coordinates[cn] = Coordinate(cn, mob, k, motion, joint=j.name)
 
-    constraints = _add_mimics(doc, matter, joints, mobod_of_joint, coordinates, ignored)
+    if mimic:
+        constraints = _add_mimics(doc, matter, joints, mobod_of_joint, coordinates, ignored)
+    else:
+        constraints = {}
+        for j in joints.values():
+            if j.mimic is not None:
+                _count(ignored, _MIMIC_OFF)
     if limits:
         add_coordinate_limits(coordinates, notes)
     state = system.realize_topology()
