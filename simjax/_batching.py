@@ -9,7 +9,7 @@ you where it pays (a CPU, one device) and is ``jax.vmap`` elsewhere (a GPU wants
 batch at once; a batch sharded over several devices must not be looped over).
 
 It is differentiable in both modes, composes with ``jit`` and nests under ``jax.vmap``
-like ``lax.map``. Measured in ``benchmarks/RESULTS.md`` ("sj.vmap"): 1.1-2.6x the
+like ``lax.map``. Measured in ``benchmarks/RESULTS.md`` ("sj.vmap"): 1.0-3.0x the
 throughput of one ``jax.vmap`` at B = 1024-16384 on a 2-core CPU.
 """
 
