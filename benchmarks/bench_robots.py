@@ -80,7 +80,7 @@ def main(argv=None) -> None:
         r = Robot(key, path, floating)
         # The robot as Pinocchio's model has it (mimic=False): mimic joints independent and
         # no couplers in the System (disabling them in the State would keep their rows in
-        # the compiled program: TALOS full's 12 gripper couplers cost half its time).
+        # the compiled program: TALOS full's 12 gripper couplers cost ~20% of its time).
         lm = _quiet_load(path, floating_base=floating, mimic=False)
         assert list(lm.coordinates) == list(r.lm.coordinates) and lm.state.q.shape == r.state.q.shape
         s0, system = lm.state, lm.system

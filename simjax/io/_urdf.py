@@ -545,8 +545,8 @@ def load_urdf(
     else:
         constraints = {}
         for j in joints.values():
-            if j.mimic is not None:
-                _count(ignored, _MIMIC_OFF)
+            if j.mimic is not None:  # a fixed joint has nothing to couple, as with mimic=True
+                _count(ignored, "mimic on a fixed joint" if j.type == "fixed" else _MIMIC_OFF)
     if limits:
         add_coordinate_limits(coordinates, notes)
     state = system.realize_topology()
