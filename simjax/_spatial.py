@@ -372,6 +372,26 @@ def inertia_parameters(
     )
 
 
+def transform_inertia_parameters(
+    R: Float[Array, "3 3"], p: Float[Array, " 3"], P: Float[Array, " 10"]
+) -> Float[Array, " 10"]:
+    """Dynamic parameters (``inertia_parameters``) of an inertia given in a frame F about
+    F's origin, re-expressed in the frame where F has orientation ``R`` and origin ``p``,
+    about that frame's origin: ``h' = m p + R h``, ``J' = R J R^T + m (|p|^2 1 - p p^T) +
+    2 (p . R h) 1 - (p (R h)^T + (R h) p^T)``. No division by the mass, so a massless or
+    composite inertia transforms as well as a body's."""
+    m, h = P[0], P[1:4]
+    Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = _rotational_entries(P)
+    J = jnp.stack([jnp.stack([Jxx, Jxy, Jxz]), jnp.stack([Jxy, Jyy, Jyz]), jnp.stack([Jxz, Jyz, Jzz])])
+    Rh = R @ h
+    eye = jnp.eye(3, dtype=P.dtype)
+    J = R @ J @ R.T + m * (jnp.dot(p, p) * eye - jnp.outer(p, p))
+    J = J + 2.0 * jnp.dot(p, Rh) * eye - jnp.outer(p, Rh) - jnp.outer(Rh, p)
+    return jnp.concatenate(
+        [m[None], m * p + Rh, jnp.stack([J[0, 0], J[0, 1], J[1, 1], J[0, 2], J[1, 2], J[2, 2]])]
+    )
+
+
 def _rotational_entries(P: Float[Array, "... 10"]) -> tuple[Any, ...]:
     """``Jxx, Jxy, Jyy, Jxz, Jyz, Jzz`` of dynamic parameters (``inertia_parameters``)."""
     return tuple(P[..., i] for i in range(4, 10))

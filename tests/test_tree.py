@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random_state, random_tree
+from helpers import MB, make_mobod, random_state, random_tree
 
 import simjax as sj
 from simjax._spatial import quat_to_rot
@@ -121,3 +121,178 @@ def test_place_equals_a_scatter_per_group():
     np.testing.assert_array_equal(place(8, parts, fill), want)
     again = place(3, [(np.array([0, 1]), jnp.ones(2)), (np.array([1]), 5 * jnp.ones(1))], jnp.zeros(()))
     np.testing.assert_array_equal(again, [1.0, 5.0, 0.0])
+
+
+# ------------------------------------------------------------------ welded bodies
+# Parent arrays with Weld bodies (W) among Pin bodies (P): chains of welds, a weld on
+# Ground, moving bodies below welds, welded leaves.
+_WELDED = [
+    ((-1, 0, 1, 2, 3, 4), "PWPWW"),  # weld between moving bodies, then a chain of two
+    ((-1, 0, 0, 2, 3, 1, 5, 6), "WPWPPWW"),  # welded to Ground, chains under both
+    ((-1, 0, 1, 2, 3, 4, 5, 6, 7, 8), "PWWWPWPWW"),  # a chain of three welds mid-tree
+]
+
+
+def _welded_topology(parent, kinds):
+    mobs = (None,) + tuple(mz.Weld() if k == "W" else mz.Pin() for k in kinds)
+    return Topology(parent, mobs, tuple(f"b{i}" for i in range(len(parent))))
+
+
+@pytest.mark.parametrize("parent, kinds", _WELDED)
+def test_moving_tree_of_a_tree_with_welds(parent, kinds):
+    """``moving`` holds Ground and the Pins; each body's ``moving_row`` is its nearest moving
+    ancestor-or-self; the moving tree's parents are those rows; ``below_weld`` are the Pins
+    under a weld; the dofs keep their order."""
+    topo = _welded_topology(parent, kinds)
+    moves = [0] + [b for b in range(1, len(parent)) if kinds[b - 1] == "P"]
+    np.testing.assert_array_equal(topo.moving, moves)
+    assert topo.has_welds
+    for b in range(len(parent)):
+        a = b
+        while a not in moves:
+            a = parent[a]
+        assert moves[topo.moving_row[b]] == a
+    mt = topo.moving_tree
+    assert mt.nb == len(moves) and mt.nu == topo.nu
+    for i, b in enumerate(moves[1:], start=1):
+        assert moves[mt.parent[i]] == moves[topo.moving_row[parent[b]]]
+    np.testing.assert_array_equal(topo.below_weld, [b for b in moves[1:] if parent[b] not in moves])
+    np.testing.assert_array_equal(np.asarray(topo.moving)[mt.dof_body], topo.dof_body)
+
+
+@pytest.mark.parametrize("parent, kinds", _WELDED)
+def test_pose_composition_through_welds(parent, kinds):
+    """``compose_outward`` on a tree with welds (through ``compose_moving``: the weld chains,
+    then the moving tree, then the welded bodies) equals the sequential products, by pointer
+    doubling and by the level scan of the moving tree."""
+    topo = _welded_topology(parent, kinds)
+    nb = len(parent)
+    R_PB = jnp.asarray(_random_rotations(nb, nb + 1))
+    p_PB = jax.random.normal(jax.random.PRNGKey(nb), (nb, 3), R_PB.dtype)
+    R_want, p_want = [np.eye(3)], [np.zeros(3)]
+    for b in range(1, nb):
+        a = parent[b]
+        R_want.append(R_want[a] @ np.asarray(R_PB[b]))
+        p_want.append(p_want[a] + R_want[a] @ np.asarray(p_PB[b]))
+    for by_doubling in (True, False):
+        topo = _welded_topology(parent, kinds)
+        topo.moving_tree.__dict__["compose_by_doubling"] = by_doubling
+        R, p = traversal.compose_outward(topo, R_PB, p_PB)
+        np.testing.assert_allclose(R, np.stack(R_want), atol=1e-13)
+        np.testing.assert_allclose(p, np.stack(p_want), atol=1e-13)
+        # The relative poses: each body's in its nearest moving ancestor's frame.
+        mv = topo.moving
+        _, _, R_rel, p_rel = traversal.compose_moving(topo, R_PB[mv], p_PB[mv], R_PB, p_PB)
+        for b in range(nb):
+            a = mv[topo.moving_row[b]]
+            np.testing.assert_allclose(R_rel[b], R_want[a].T @ R_want[b], atol=1e-13)
+            np.testing.assert_allclose(p_rel[b], R_want[a].T @ (p_want[b] - p_want[a]), atol=1e-13)
+
+
+@pytest.mark.parametrize("parent, kinds", _WELDED)
+@pytest.mark.parametrize("dense", [True, False])
+def test_moving_tree_sums_equal_the_full_tree_sums(parent, kinds, dense):
+    """Outward sums of quantities that vanish on welds (joint velocities) and inward sums
+    of additive ones (inertias, forces) folded into the moving rows equal the full tree's
+    sums, dense and by level scans."""
+    topo = _welded_topology(parent, kinds)
+    nb, nm = len(parent), len(topo.moving)
+    x_m = jax.random.normal(jax.random.PRNGKey(0), (nm, 2, 3))
+    x = traversal.moving_to_bodies(topo, x_m)
+    np.testing.assert_array_equal(np.asarray(x)[topo.welded], 0.0)
+    np.testing.assert_allclose(
+        traversal.outward_from_moving(topo, x_m, dense=dense), traversal.outward_sum(topo, x), atol=1e-13
+    )
+    y = jax.random.normal(jax.random.PRNGKey(1), (nb, 2, 3))
+    want = traversal.gather_dofs(topo, traversal.inward_sum(topo, y))
+    got = traversal.inward_to_dofs(topo, traversal.fold_welded(topo, y), dense=dense)
+    np.testing.assert_allclose(got, want, atol=1e-13)
+    np.testing.assert_allclose(traversal.moving_rows(topo, y), np.asarray(y)[topo.moving])
+
+
+def test_transform_inertia_parameters():
+    """An inertia moved by (R, p) equals the one built from the moved mass center and
+    rotated central inertia; composite (summed) and massless inertias transform linearly."""
+    from simjax import _spatial as sp
+
+    rng = np.random.default_rng(3)
+    R = jnp.asarray(_random_rotations(1, 3)[0])
+    p = jnp.asarray(rng.normal(size=3))
+    bodies = []
+    for m in (1.7, 0.4, 0.0):
+        c = jnp.asarray(rng.normal(size=3))
+        A = rng.normal(size=(3, 3))
+        Ic = jnp.asarray(A @ A.T + np.eye(3)) * (m > 0)
+        bodies.append((jnp.asarray(m), c, Ic))
+    for m, c, Ic in bodies:
+        want = sp.inertia_parameters(m, p + R @ c, R @ Ic @ R.T)
+        got = sp.transform_inertia_parameters(R, p, sp.inertia_parameters(m, c, Ic))
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    total = sum(sp.inertia_parameters(*b) for b in bodies)
+    want = sum(sp.transform_inertia_parameters(R, p, sp.inertia_parameters(*b)) for b in bodies)
+    np.testing.assert_allclose(sp.transform_inertia_parameters(R, p, total), want, atol=1e-12)
+
+
+def _welded_system(seed: int = 4):
+    """A tree of several mobilizer kinds with welded bodies hung on it: chains of welds, one
+    on Ground, massless and massive, and moving bodies below welds."""
+    kinds = (
+        "Free",
+        "Pin",
+        "Ball",
+        "Slider",
+        "Weld",
+        "Universal",
+        "Pin",
+        "Gimbal",
+        "Pin",
+        "Slider",
+        "Ball",
+        "Pin",
+    )
+    system, matter, forces, mobods = random_tree(seed=seed, kinds=kinds)
+    rng = np.random.default_rng(seed)
+    massless = sj.Body.Rigid(sj.MassProperties.from_com_inertia(0.0, np.zeros(3), np.zeros((3, 3))))
+    w = MB.Weld(matter.Ground(), sj.Transform(p=[0.1, 0.2, 0.3]), massless, sj.Transform())
+    mobods.append(make_mobod("Pin", w, rng))
+    for i in (3, 7, 12):
+        w1 = make_mobod("Weld", mobods[i], rng)
+        w2 = MB.Weld(w1, sj.Transform(p=[0.0, -0.2, 0.1]), massless, sj.Transform())
+        mobods += [w1, w2, make_mobod("Ball", w2, rng)]
+    return system, matter
+
+
+def test_dynamics_through_the_moving_tree_equal_the_full_tree(monkeypatch):
+    """A model with welded bodies realized through the moving tree (the default) equals
+    the same model forced through the full tree: poses, inertias, velocities, the mass
+    matrix, udot and body accelerations; and udot's derivatives through the moving tree
+    match central differences."""
+    system, matter = _welded_system()
+    s = random_state(system, seed=5)
+    moving = system.realize(s, sj.Stage.ACCELERATION)
+    M_moving = matter.calc_mass_matrix(moving)
+    monkeypatch.setattr(Topology, "has_welds", property(lambda self: False))
+    jax.clear_caches()
+    system2, matter2 = _welded_system()
+    full = system2.realize(random_state(system2, seed=5), sj.Stage.ACCELERATION)
+    monkeypatch.undo()
+    jax.clear_caches()
+    pm, pf = moving.position_cache, full.position_cache
+    for name in ("R_GB", "p_GB", "com_G", "inertia_O"):
+        np.testing.assert_allclose(getattr(pm, name), getattr(pf, name), atol=1e-12, err_msg=name)
+    assert len(pm.moving_inertia_O) < len(pf.moving_inertia_O) == len(pf.inertia_O)
+    np.testing.assert_allclose(moving.velocity_cache.V_O, full.velocity_cache.V_O, atol=1e-12)
+    np.testing.assert_allclose(M_moving, matter2.calc_mass_matrix(full), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(moving.udot, full.udot, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(moving.acceleration_cache.A_O, full.acceleration_cache.A_O, atol=1e-9)
+
+    def udot(q):
+        return system.realize(s.with_q(q), sj.Stage.ACCELERATION).udot
+
+    # Forward mode along a random direction against central differences (reverse mode
+    # through the same path: the gradient tests of ``random_tree``, which has a Weld).
+    dq = jnp.asarray(np.random.default_rng(6).normal(size=s.nq))
+    _, jv = jax.jvp(udot, (s.q,), (dq,))
+    eps = 1e-6
+    fd = (udot(s.q + eps * dq) - udot(s.q - eps * dq)) / (2 * eps)
+    np.testing.assert_allclose(jv, fd, rtol=1e-6, atol=1e-6 * float(jnp.abs(fd).max()))

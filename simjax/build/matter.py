@@ -268,7 +268,7 @@ class SimbodyMatterSubsystem(Subsystem):
         topo = self._topo(state)
         udot = jnp.zeros(topo.nu, state.u.dtype) if known_udot is None else jnp.asarray(known_udot)
         pos = state.position_cache
-        a = _tree.outward_sum(topo, _tree.sum_dofs(topo, pos.cdof * udot[:, None]))
+        a = _tree.outward_from_moving(topo, _tree.sum_moving_dofs(topo, pos.cdof * udot[:, None]))
         armature = state.instance["matter"]["armature"]
         return self._applied_bias(state, applied_mobility_forces, applied_body_forces, a) + armature * udot
 
@@ -307,8 +307,7 @@ class SimbodyMatterSubsystem(Subsystem):
         pc = state.position_cache
         topo = self._topo(state)
         F_O = rz.body_forces_to_origin(jnp.asarray(body_forces, pc.p_GB.dtype), pc.p_GB)
-        fc = _tree.inward_sum(topo, F_O)
-        return jnp.einsum("di,di->d", pc.cdof, _tree.gather_dofs(topo, fc))
+        return jnp.einsum("di,di->d", pc.cdof, _tree.inward_to_dofs(topo, _tree.fold_welded(topo, F_O)))
 
     calc_tree_equivalent_mobility_forces = multiply_by_system_jacobian_transpose
 

@@ -67,18 +67,39 @@ def realize_position(model: Model, state: State) -> PositionCache:
     p_PB = place(nb, [(g.bodies, p) for g, (_, p, _) in kinds], jnp.zeros(3, dt))
     S_parts = [(g.u_idx, jnp.swapaxes(S, 1, 2)) for g, (_, _, S) in kinds if g.mobilizer.nu]
     S_B = place(nu, S_parts, jnp.zeros(6, dt))
-    R_GB, p_GB = _tree.compose_outward(topo, R_PB, p_PB)
-    db = np.asarray(topo.dof_body)
-    cdof = jax.vmap(_phi)(R_GB[db], p_GB[db], S_B) if nu else S_B
-    # Spatial inertias about Ground's origin.
     mass, com, G_Bo = inst["mass"], inst["com"], inst["unit_inertia"]
 
     def body_inertia(R, p, m, c, G):
+        """Spatial inertia about the origin of the frame where B has pose (R, p), and the
+        mass center there."""
         Ic_B = m * (G + sp.skew(c) @ sp.skew(c))  # inertia about com, in B
         c_G = p + R @ c
         return sp.inertia_parameters(m, c_G, R @ Ic_B @ R.T), c_G
 
-    inertia_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)
+    if topo.has_welds:
+        # The moving tree (``Topology.moving``): welded bodies' poses relative to their
+        # moving ancestor, and their mass properties folded into it, depend on no
+        # coordinate (computed once for a batch sharing the model).
+        # Moving and welded rows placed apart (a batch over q reaches the moving rows only).
+        nm, row = len(topo.moving), topo.moving_row
+        moving = [(row[g.bodies], R, p) for g, (R, p, _) in kinds if g.mobilizer.nu]
+        welds = [(g.bodies, R, p) for g, (R, p, _) in kinds if not g.mobilizer.nu]
+        R_PM = place(nm, [(b, R) for b, R, _ in moving], jnp.eye(3, dtype=dt))
+        p_PM = place(nm, [(b, p) for b, _, p in moving], jnp.zeros(3, dt))
+        R_PW = place(nb, [(b, R) for b, R, _ in welds], jnp.eye(3, dtype=dt))
+        p_PW = place(nb, [(b, p) for b, _, p in welds], jnp.zeros(3, dt))
+        R_m, p_m, R_rel, p_rel = _tree.compose_moving(topo, R_PM, p_PM, R_PW, p_PW)
+        R_GB, p_GB = _tree.from_moving_poses(topo, R_m, p_m, R_rel, p_rel)
+        P_rel, c_rel = jax.vmap(body_inertia)(R_rel, p_rel, mass, com, G_Bo)
+        moving_inertia = jax.vmap(sp.transform_inertia_parameters)(R_m, p_m, _tree.fold_welded(topo, P_rel))
+        com_G = p_m[row] + jnp.einsum("bij,bj->bi", R_m[row], c_rel)
+        inertia_O = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)[0]
+    else:
+        R_GB, p_GB = R_m, p_m = _tree.compose_outward(topo, R_PB, p_PB)
+        inertia_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)  # about Ground's origin
+        moving_inertia = inertia_O
+    db = np.asarray(topo.moving_tree.dof_body)
+    cdof = jax.vmap(_phi)(R_m[db], p_m[db], S_B) if nu else S_B
     qs = np.asarray(topo.quaternion_slots)
     qerr = (sp.safe_norm(q[qs]) - 1.0) if len(qs) else jnp.zeros(0, dt)
     return PositionCache(
@@ -90,6 +111,9 @@ def realize_position(model: Model, state: State) -> PositionCache:
         cdof=cdof,
         inertia_O=inertia_O,
         com_G=com_G,
+        moving_R_GB=R_m,
+        moving_p_GB=p_m,
+        moving_inertia_O=moving_inertia,
         qerr=qerr,
     )
 
@@ -128,20 +152,26 @@ def velocity_bias(model: Model, state: State, pos: PositionCache, vel: VelocityC
     skip = lambda mob: no_q(mob) or mob.no_velocity_product  # their Sdot_B u is zero
     parts = [(g.bodies, c) for g, c in map_kinds(topo, _joint_bias, inputs, skip=skip)]
     # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u (the last term only where
-    # some joint has it: XLA cannot drop products with zeros).
-    aJ = jax.vmap(sp.cross_motion)(vel.V_O, vel.vJ)
+    # some joint has it: XLA cannot drop products with zeros), on the moving bodies (a
+    # weld's is zero).
+    rows = lambda x: _tree.moving_rows(topo, x)
+    aJ = jax.vmap(sp.cross_motion)(rows(vel.V_O), rows(vel.vJ))
     if parts:
-        aJ = aJ + jax.vmap(_phi)(pos.R_GB, pos.p_GB, place(topo.nb, parts, jnp.zeros(6, dt)))
-    return _tree.outward_sum(topo, aJ)
+        Sdot = rows(place(topo.nb, parts, jnp.zeros(6, dt)))
+        aJ = aJ + jax.vmap(_phi)(pos.moving_R_GB, pos.moving_p_GB, Sdot)
+    return _tree.outward_from_moving(topo, aJ)
 
 
 def realize_velocity(model: Model, state: State, pos: PositionCache) -> VelocityCache:
     """Velocities: qdot, body spatial velocities and velocity-product accelerations."""
     topo = model.topology(state.use_euler_angles)
-    vJ = _tree.sum_dofs(topo, pos.cdof * state.u[:, None])  # (nb, 6)
-    V = _tree.outward_sum(topo, vJ)
+    vJ_m = _tree.sum_moving_dofs(topo, pos.cdof * state.u[:, None])  # (nm, 6)
+    V = _tree.outward_from_moving(topo, vJ_m)
     return VelocityCache(
-        qdot=calc_qdot(model, state).astype(V.dtype), V_O=V, vJ=vJ, uerr=jnp.zeros(0, V.dtype)
+        qdot=calc_qdot(model, state).astype(V.dtype),
+        V_O=V,
+        vJ=_tree.moving_to_bodies(topo, vJ_m),
+        uerr=jnp.zeros(0, V.dtype),
     )
 
 
@@ -167,11 +197,14 @@ def generalized_bias(
     """
     topo = model.topology(state.use_euler_angles)
     a = a_bias if a_extra is None else a_bias + a_extra
-    h = sp.inertia_times(pos.inertia_O, vel.V_O)
-    f = sp.inertia_times(pos.inertia_O, a) + jax.vmap(sp.cross_force)(vel.V_O, h)
-    f = f - body_forces_to_origin(body_forces, pos.p_GB)
-    fc = _tree.inward_sum(topo, f)
-    C = jnp.einsum("di,di->d", pos.cdof, _tree.gather_dofs(topo, fc))
+    # On the moving bodies, each with its welded descendants' inertias and forces folded in
+    # (they share its spatial velocity and acceleration about Ground's origin).
+    inertia = pos.moving_inertia_O
+    V, a = _tree.moving_rows(topo, vel.V_O), _tree.moving_rows(topo, a)
+    h = sp.inertia_times(inertia, V)
+    f = sp.inertia_times(inertia, a) + jax.vmap(sp.cross_force)(V, h)
+    f = f - _tree.fold_welded(topo, body_forces_to_origin(body_forces, pos.p_GB))
+    C = jnp.einsum("di,di->d", pos.cdof, _tree.inward_to_dofs(topo, f))
     return C - mobility_forces
 
 
@@ -204,8 +237,9 @@ def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Arr
     topo = model.topology(state.use_euler_angles)
     if topo.nu == 0:
         return jnp.zeros((0, 0), pos.p_GB.dtype)
-    crb = _tree.inward_sum(topo, pos.inertia_O)  # composite inertias: sums of parameters
-    F = sp.inertia_times(_tree.gather_dofs(topo, crb), pos.cdof)
+    # Composite inertias at each dof's body (sums of parameters), welded bodies folded in.
+    crb = _tree.inward_to_dofs(topo, pos.moving_inertia_O)
+    F = sp.inertia_times(crb, pos.cdof)
     GT = pos.cdof @ F.T  # GT[j, i] = cdof_j . Ic_{b(i)} cdof_i
     armature = jnp.asarray(state.instance["matter"]["armature"], GT.dtype)
     return jnp.where(np.asarray(topo.mass_matrix_mask).T, GT, 0.0) + jnp.diag(armature)
@@ -291,8 +325,8 @@ def accelerations_from_udot(
 ) -> tuple[jax.Array, jax.Array]:
     """Body spatial accelerations (about Ground's origin) and qdotdot for a given udot."""
     topo = model.topology(state.use_euler_angles)
-    aJ = _tree.sum_dofs(topo, pos.cdof * udot[:, None])
-    A = a_bias + _tree.outward_sum(topo, aJ)
+    aJ = _tree.sum_moving_dofs(topo, pos.cdof * udot[:, None])
+    A = a_bias + _tree.outward_from_moving(topo, aJ)
     qdd = qdotdot(model, state, udot)
     return A, qdd
 

@@ -39,6 +39,10 @@ class PositionCache(eqx.Module):
             ten dynamic parameters ``[m, m c, Jxx, Jxy, Jyy, Jxz, Jyz, Jzz]`` (nb, 10);
             ``I_O`` gives the 6x6 matrices.
         com_G: Mass-center locations in Ground (nb, 3).
+        moving_R_GB, moving_p_GB: The poses of Ground and the bodies with mobilities
+            (``Topology.moving``), (nm, 3, 3) and (nm, 3): what the dynamics passes read.
+        moving_inertia_O: Their spatial inertias as ``inertia_O``, each with its welded
+            descendants' folded in (bodies that move with it), (nm, 10).
         qerr: Position errors: the holonomic constraint errors (mp,) then one per
             quaternion (its norm minus one, Simbody's), (mp + n_quat,).
     """
@@ -51,6 +55,9 @@ class PositionCache(eqx.Module):
     cdof: Float[Array, "nu 6"]
     inertia_O: Float[Array, "nb 10"]
     com_G: Float[Array, "nb 3"]
+    moving_R_GB: Float[Array, "nm 3 3"]
+    moving_p_GB: Float[Array, "nm 3"]
+    moving_inertia_O: Float[Array, "nm 10"]
     qerr: Float[Array, " nqerr"]
 
     @property

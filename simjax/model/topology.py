@@ -121,14 +121,74 @@ class Topology:
         """Ancestor indices for composing poses by pointer doubling, (R, nb): row k holds
         each body's ``2**k``-th ancestor (Ground, 0, once past the root), for the
         ``R = ceil(log2(max depth))`` rounds after which every body has reached Ground."""
-        rows = []
-        jump = np.array([max(p, 0) for p in self.parent], dtype=int)
-        span, deepest = 1, (int(self.depth.max()) if self.nb > 1 else 0)
-        while span < deepest:
-            rows.append(jump)
-            jump = jump[jump]
-            span *= 2
-        return np.array(rows, dtype=int).reshape(len(rows), self.nb)
+        return _jump_table(self.parent)
+
+    # -------------------------------------------------------------- welded bodies
+    # A body whose mobilizer has no mobility (Weld) moves with its parent: in Ground's frame
+    # about Ground's origin it has its parent's spatial velocity and acceleration, and its
+    # inertia and applied forces simply add to the parent's. The tree passes therefore run
+    # over the *moving* tree (Ground and the bodies with mobilities) only; welded bodies
+    # (URDF fixed links, sensor frames) share their moving ancestor's rows.
+
+    @cached_property
+    def moving(self) -> np.ndarray:
+        """Ground (0) and every body whose mobilizer has mobilities, in body order (nm,)."""
+        return np.array([0] + [b for b in range(1, self.nb) if self.nu_body[b] > 0], dtype=int)
+
+    @property
+    def has_welds(self) -> bool:
+        """Some body other than Ground has no mobility (a Weld)."""
+        return len(self.moving) < self.nb
+
+    @cached_property
+    def moving_row(self) -> np.ndarray:
+        """Each body's row in ``moving``: its own if it moves, else its nearest moving
+        ancestor's (Ground's, 0, for bodies welded to Ground), (nb,)."""
+        row = np.zeros(self.nb, dtype=int)
+        where = {int(b): i for i, b in enumerate(self.moving)}
+        for b in range(1, self.nb):
+            row[b] = where[b] if b in where else row[self.parent[b]]
+        return row
+
+    @cached_property
+    def moving_tree(self) -> Topology:
+        """The tree of ``moving`` bodies alone, each a child of its nearest moving ancestor
+        (``self`` when there are no welds). Its dofs are this tree's, in the same order."""
+        if not self.has_welds:
+            return self
+        mv = self.moving
+        parent = (-1,) + tuple(int(self.moving_row[self.parent[b]]) for b in mv[1:])
+        return Topology(parent, tuple(self.mobilizers[b] for b in mv), tuple(self.names[b] for b in mv))
+
+    @cached_property
+    def welded(self) -> np.ndarray:
+        """Bodies other than Ground without mobility (Welds), in body order (nw,)."""
+        return np.setdiff1d(np.arange(1, self.nb), self.moving)
+
+    @cached_property
+    def weld_jumps(self) -> np.ndarray:
+        """Pointer-doubling table (``jumps``) over the chains of welds, in a compact index:
+        row 0 the moving ancestor, row i the i-th welded body, whose parent is its welded
+        parent's row or 0. Composes each welded body's pose relative to its moving ancestor."""
+        index = np.zeros(self.nb, dtype=int)
+        index[self.welded] = np.arange(1, len(self.welded) + 1)
+        return _jump_table((-1,) + tuple(int(index[self.parent[w]]) for w in self.welded))
+
+    @cached_property
+    def below_weld(self) -> np.ndarray:
+        """Moving bodies whose parent is welded (nk,): their pose relative to their moving
+        ancestor passes through the weld chain."""
+        moves = np.zeros(self.nb, dtype=bool)
+        moves[self.moving] = True
+        return np.array([b for b in self.moving[1:] if not moves[self.parent[b]]], dtype=int)
+
+    @cached_property
+    def fold_welded(self) -> np.ndarray:
+        """``F[m, b] = 1`` if body b's row is moving row m's (``moving_row``), (nm, nb): ``F @ x``
+        adds each welded body's row into its moving ancestor's."""
+        F = np.zeros((len(self.moving), self.nb))
+        F[self.moving_row, np.arange(self.nb)] = 1.0
+        return F
 
     @cached_property
     def compose_by_doubling(self) -> bool:
@@ -197,3 +257,20 @@ class Topology:
             if m is not None and m.uses_quaternion:
                 rows.append(self.q_start[b] + np.arange(4))
         return np.asarray(rows, dtype=int).reshape(-1, 4)
+
+
+def _jump_table(parent: tuple[int, ...] | np.ndarray) -> np.ndarray:
+    """Pointer-doubling table of a parent array (``parent[0] == -1``): row k holds each
+    body's ``2**k``-th ancestor (0 once past the root), for ``ceil(log2(max depth))`` rows."""
+    nb = len(parent)
+    depth = np.zeros(nb, dtype=int)
+    for b in range(1, nb):
+        depth[b] = depth[parent[b]] + 1 if parent[b] > 0 else 1
+    rows = []
+    jump = np.array([max(int(p), 0) for p in parent], dtype=int)
+    span, deepest = 1, (int(depth.max()) if nb > 1 else 0)
+    while span < deepest:
+        rows.append(jump)
+        jump = jump[jump]
+        span *= 2
+    return np.array(rows, dtype=int).reshape(len(rows), nb)

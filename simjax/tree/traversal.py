@@ -6,6 +6,13 @@ composition of transforms is a plain sum over ancestors (outward) or descendants
 matrix; large trees use ``lax.scan`` over depth levels padded to a common width, where
 padding writes to a scratch "sink" row ``nb``. Either way compile time does not grow with
 depth (no Python loop over bodies or levels in traced code).
+
+Welded bodies (no mobility: URDF fixed links, sensor frames) move with their parent, so the
+dynamics passes run over the *moving tree* (``Topology.moving_tree``: Ground and the bodies
+with mobilities): welds fold their inertias and forces into their moving ancestor's row and
+read its velocity and acceleration (``compose_moving``, ``fold_welded``,
+``outward_from_moving``, ``inward_to_dofs``). On TALOS (60 bodies, 33 moving) that made
+forward dynamics ~25% faster; trees without welds run exactly the full-tree passes.
 """
 
 from __future__ import annotations
@@ -38,10 +45,73 @@ def compose_outward(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[j
     (``_compose_doubling``: a few rounds, no loop) when that at most doubles the number of
     pose products a pass over the depth levels makes (padded), else by a ``lax.scan`` over
     the levels (``_compose_levels``; deep chains, where doubling would multiply the work).
+    With welded bodies, through ``compose_moving``.
     """
+    if topo.has_welds:
+        mv = topo.moving
+        R_m, p_m, R_rel, p_rel = compose_moving(topo, R_PB[mv], p_PB[mv], R_PB, p_PB)
+        return from_moving_poses(topo, R_m, p_m, R_rel, p_rel)
     if topo.compose_by_doubling:
         return _compose_doubling(topo, R_PB, p_PB)
     return _compose_levels(topo, R_PB, p_PB)
+
+
+def compose_moving(
+    topo: Topology, R_PM: jax.Array, p_PM: jax.Array, R_PW: jax.Array, p_PW: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Ground poses of the moving bodies (``Topology.moving``: (nm, 3, 3), (nm, 3)) and every
+    body's pose in its nearest moving ancestor's frame ((nb, 3, 3), (nb, 3); the identity
+    for moving bodies).
+
+    ``R_PM, p_PM`` (nm, ...) are the moving bodies' poses in their parents (row 0, Ground's,
+    ignored), ``R_PW, p_PW`` (nb, ...) are read at the welded bodies' rows: a weld's pose in
+    its parent depends on no coordinate, so keeping those rows apart keeps the chains of
+    welds out of a batch over states (computed once for a shared model). The welds compose
+    first (pointer doubling along ``Topology.weld_jumps``), a moving body below a weld takes
+    the chain's pose into its local one, and the moving tree composes as a tree of its own
+    (``compose_outward``)."""
+    nb, dt = topo.nb, p_PM.dtype
+    mv, wl = topo.moving, topo.welded
+    if not topo.has_welds:
+        R, p = compose_outward(topo, R_PM, p_PM)
+        return R, p, jnp.broadcast_to(jnp.eye(3, dtype=dt), (nb, 3, 3)), jnp.zeros((nb, 3), dt)
+    Rc = jnp.concatenate([jnp.eye(3, dtype=dt)[None], R_PW[wl]])
+    pc = jnp.concatenate([jnp.zeros((1, 3), dt), p_PW[wl]])
+    Rc, pc = _compose_jumps(topo.weld_jumps, Rc, pc)  # compact rows: 0, then the welded bodies
+    src = np.zeros(nb, dtype=int)
+    src[wl] = np.arange(1, len(wl) + 1)
+    R_rel, p_rel = Rc[src], pc[src]
+    # Local poses of the moving bodies in the moving tree: through the weld chain above.
+    R_loc, p_loc = R_PM, p_PM
+    below = topo.below_weld
+    if len(below):
+        w, k = src[np.asarray(topo.parent)[below]], topo.moving_row[below]
+        R_b = sp.small_matmul(Rc[w], R_PM[k])
+        p_b = pc[w] + jnp.einsum("kij,kj->ki", Rc[w], p_PM[k])
+        rows = np.arange(len(mv))
+        rows[k] = len(mv) + np.arange(len(below))
+        R_loc = jnp.concatenate([R_loc, R_b])[rows]
+        p_loc = jnp.concatenate([p_loc, p_b])[rows]
+    R_m, p_m = compose_outward(topo.moving_tree, R_loc, p_loc)
+    return R_m, p_m, R_rel, p_rel
+
+
+def from_moving_poses(
+    topo: Topology, R_m: jax.Array, p_m: jax.Array, R_rel: jax.Array, p_rel: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Every body's Ground pose (nb, 3, 3), (nb, 3) from ``compose_moving``'s results: its
+    moving ancestor's pose times its relative one (the moving bodies' own rows as they are)."""
+    if not topo.has_welds:
+        return R_m, p_m
+    mv, wl, row = topo.moving, topo.welded, topo.moving_row
+    Ra, pa = R_m[row[wl]], p_m[row[wl]]
+    R_w = sp.small_matmul(Ra, R_rel[wl])
+    p_w = pa + jnp.einsum("wij,wj->wi", Ra, p_rel[wl])
+    # Rows back in body order: one concatenation and one static gather.
+    src = np.empty(topo.nb, dtype=int)
+    src[mv] = np.arange(len(mv))
+    src[wl] = len(mv) + np.arange(len(wl))
+    return jnp.concatenate([R_m, R_w])[src], jnp.concatenate([p_m, p_w])[src]
 
 
 def _compose_doubling(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -51,12 +121,17 @@ def _compose_doubling(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple
     sequential pass over the levels, whose iterations cost far more than their arithmetic
     at small batches (a single-state time step). The products associate differently from
     the sequential pass (round-off only)."""
+    return _compose_jumps(topo.jumps, R_PB, p_PB)
+
+
+def _compose_jumps(jumps: np.ndarray, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Pointer doubling along a jump table (``Topology.jumps``); row 0 is the identity."""
     dt = p_PB.dtype
     # X = [R | p] (nb, 3, 4): X_GB = X_GA X_AB is [R_GA R_AB | p_GA + R_GA p_AB].
     X = jnp.concatenate([R_PB, p_PB[:, :, None]], axis=-1)
     X = jnp.concatenate([jnp.eye(3, 4, dtype=dt)[None], X[1:]], axis=0)
     last = (np.arange(4) == 3)[None, None]
-    for jump in np.asarray(topo.jumps):
+    for jump in np.asarray(jumps):
         idx = np.nonzero(jump)[0]
         Xa = X[jump[idx]]
         # The bodies that move on this round take their new row from the products' rows
@@ -148,3 +223,57 @@ def gather_dofs(topo: Topology, x: jax.Array) -> jax.Array:
 def sum_dofs(topo: Topology, x: jax.Array) -> jax.Array:
     """Per-dof array (nu, ...) -> per-body sums (nb, ...)."""
     return jax.ops.segment_sum(x, np.asarray(topo.dof_body), num_segments=topo.nb)
+
+
+# ----------------------------------------------------------------- the moving tree
+# The dynamics passes run over ``Topology.moving_tree``: rows of "moving" arrays (nm, ...)
+# are Ground and the bodies with mobilities, in body order. Welded bodies fold into their
+# moving ancestor's row (inertias, forces) or read it (velocities, accelerations). Without
+# welds every function here is the full-tree one and the folds are no-ops.
+
+
+def moving_rows(topo: Topology, x: jax.Array) -> jax.Array:
+    """Per-body array (nb, ...) -> the moving bodies' rows (nm, ...)."""
+    return x[topo.moving] if topo.has_welds else x
+
+
+def moving_to_bodies(topo: Topology, x: jax.Array) -> jax.Array:
+    """Moving rows (nm, ...) -> per-body array (nb, ...), zero on welded bodies (for
+    quantities across a body's own mobilizer, which a weld has none of)."""
+    if not topo.has_welds:
+        return x
+    src = np.full(topo.nb, len(topo.moving), dtype=int)
+    src[topo.moving] = np.arange(len(topo.moving))
+    return jnp.concatenate([x, jnp.zeros_like(x[:1])])[src]
+
+
+def fold_welded(topo: Topology, x: jax.Array) -> jax.Array:
+    """Per-body array (nb, ...) -> (nm, ...): each welded body's row added into its moving
+    ancestor's. For quantities of bodies that move together, additive about Ground's
+    origin: spatial inertias (their ten parameters) and forces."""
+    return _body_matmul(topo.fold_welded, x) if topo.has_welds else x
+
+
+def sum_moving_dofs(topo: Topology, x: jax.Array) -> jax.Array:
+    """Per-dof array (nu, ...) -> per-moving-body sums (nm, ...)."""
+    return sum_dofs(topo.moving_tree, x)
+
+
+def outward_from_moving(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.Array:
+    """``out[b]`` = sum of ``x`` over b's moving ancestors and b itself if it moves, for
+    every body (nb, ...); x has the moving bodies' rows (nm, ...). Welded bodies get their
+    moving ancestor's sum: joint velocities and accelerations add up this way (a weld adds
+    none). The moving tree's ``outward_sum`` (dense or by levels), gathered to every body."""
+    if not topo.has_welds:
+        return outward_sum(topo, x, dense)
+    return outward_sum(topo.moving_tree, x, dense)[topo.moving_row]
+
+
+def inward_to_dofs(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.Array:
+    """For each dof (nu, ...), the sum of ``x`` (nm, ...: moving rows, welded bodies folded
+    in with ``fold_welded``) over its body and the body's moving descendants. Dense: one
+    (nu, nm) matmul; else a level scan of the moving tree and a gather."""
+    mt = topo.moving_tree
+    if _use_dense(mt, dense):
+        return _body_matmul(mt.inward_ancestor[np.asarray(mt.dof_body)], x)
+    return gather_dofs(mt, inward_sum(mt, x, dense))
