@@ -42,6 +42,16 @@ def _random_rotations(n: int, seed: int) -> np.ndarray:
     return np.stack([np.asarray(quat_to_rot(jnp.asarray(x / np.linalg.norm(x)))) for x in q])
 
 
+def _sequential_poses(parent, R_PB, p_PB):
+    """Ground poses by the sequential products ``X_GB = X_GP X_PB``, (nb, 3, 3), (nb, 3)."""
+    R, p = [np.eye(3)], [np.zeros(3)]
+    for b in range(1, len(parent)):
+        a = parent[b]
+        R.append(R[a] @ np.asarray(R_PB[b]))
+        p.append(p[a] + R[a] @ np.asarray(p_PB[b]))
+    return np.stack(R), np.stack(p)
+
+
 @pytest.mark.parametrize(
     "parent",
     [
@@ -59,15 +69,11 @@ def test_pose_composition_by_doubling_and_by_levels_agree(parent):
     topo = Topology(parent, (None,) + (mz.Pin(),) * (nb - 1), tuple(f"b{i}" for i in range(nb)))
     R_PB = jnp.asarray(_random_rotations(nb, nb))
     p_PB = jax.random.normal(jax.random.PRNGKey(nb), (nb, 3), R_PB.dtype)
-    R_want, p_want = [np.eye(3)], [np.zeros(3)]
-    for b in range(1, nb):
-        a = parent[b]
-        R_want.append(R_want[a] @ np.asarray(R_PB[b]))
-        p_want.append(p_want[a] + R_want[a] @ np.asarray(p_PB[b]))
+    R_want, p_want = _sequential_poses(parent, R_PB, p_PB)
     for fn in (traversal._compose_doubling, traversal._compose_levels, traversal.compose_outward):
         R, p = fn(topo, R_PB, p_PB)
-        np.testing.assert_allclose(R, np.stack(R_want), atol=1e-13)
-        np.testing.assert_allclose(p, np.stack(p_want), atol=1e-13)
+        np.testing.assert_allclose(R, R_want, atol=1e-13)
+        np.testing.assert_allclose(p, p_want, atol=1e-13)
     # Rounds of doubling: the 2**k-th ancestors, until every body has reached Ground.
     depth = int(topo.depth.max())
     assert len(topo.jumps) == (int(np.ceil(np.log2(depth))) if depth > 1 else 0)
@@ -169,17 +175,13 @@ def test_pose_composition_through_welds(parent, kinds):
     nb = len(parent)
     R_PB = jnp.asarray(_random_rotations(nb, nb + 1))
     p_PB = jax.random.normal(jax.random.PRNGKey(nb), (nb, 3), R_PB.dtype)
-    R_want, p_want = [np.eye(3)], [np.zeros(3)]
-    for b in range(1, nb):
-        a = parent[b]
-        R_want.append(R_want[a] @ np.asarray(R_PB[b]))
-        p_want.append(p_want[a] + R_want[a] @ np.asarray(p_PB[b]))
+    R_want, p_want = _sequential_poses(parent, R_PB, p_PB)
     for by_doubling in (True, False):
         topo = _welded_topology(parent, kinds)
         topo.moving_tree.__dict__["compose_by_doubling"] = by_doubling
         R, p = traversal.compose_outward(topo, R_PB, p_PB)
-        np.testing.assert_allclose(R, np.stack(R_want), atol=1e-13)
-        np.testing.assert_allclose(p, np.stack(p_want), atol=1e-13)
+        np.testing.assert_allclose(R, R_want, atol=1e-13)
+        np.testing.assert_allclose(p, p_want, atol=1e-13)
         # The relative poses: each body's in its nearest moving ancestor's frame.
         mv = topo.moving
         _, _, R_rel, p_rel = traversal.compose_moving(topo, R_PB[mv], p_PB[mv], R_PB, p_PB)
