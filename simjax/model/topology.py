@@ -166,13 +166,29 @@ class Topology:
         return np.setdiff1d(np.arange(1, self.nb), self.moving)
 
     @cached_property
-    def weld_jumps(self) -> np.ndarray:
-        """Pointer-doubling table (``jumps``) over the chains of welds, in a compact index:
-        row 0 the moving ancestor, row i the i-th welded body, whose parent is its welded
-        parent's row or 0. Composes each welded body's pose relative to its moving ancestor."""
+    def weld_index(self) -> np.ndarray:
+        """Each body's row in the compact index of the weld chains (nb,): i for the i-th
+        welded body (1-based), 0 for moving bodies (the chains' common root)."""
         index = np.zeros(self.nb, dtype=int)
         index[self.welded] = np.arange(1, len(self.welded) + 1)
+        return index
+
+    @cached_property
+    def weld_jumps(self) -> np.ndarray:
+        """Pointer-doubling table (``jumps``) over the chains of welds, in ``weld_index``:
+        row 0 the moving ancestor, row i the i-th welded body, whose parent is its welded
+        parent's row or 0. Composes each welded body's pose relative to its moving ancestor."""
+        index = self.weld_index
         return _jump_table((-1,) + tuple(int(index[self.parent[w]]) for w in self.welded))
+
+    @cached_property
+    def body_order(self) -> np.ndarray:
+        """Row of each body in ``moving`` rows followed by ``welded`` rows (nb,): the static
+        gather that puts arrays of that form back in body order."""
+        src = np.empty(self.nb, dtype=int)
+        src[self.moving] = np.arange(len(self.moving))
+        src[self.welded] = len(self.moving) + np.arange(len(self.welded))
+        return src
 
     @cached_property
     def below_weld(self) -> np.ndarray:
@@ -265,7 +281,7 @@ def _jump_table(parent: tuple[int, ...] | np.ndarray) -> np.ndarray:
     nb = len(parent)
     depth = np.zeros(nb, dtype=int)
     for b in range(1, nb):
-        depth[b] = depth[parent[b]] + 1 if parent[b] > 0 else 1
+        depth[b] = depth[parent[b]] + 1
     rows = []
     jump = np.array([max(int(p), 0) for p in parent], dtype=int)
     span, deepest = 1, (int(depth.max()) if nb > 1 else 0)

@@ -70,16 +70,11 @@ def compose_moving(
     first (pointer doubling along ``Topology.weld_jumps``), a moving body below a weld takes
     the chain's pose into its local one, and the moving tree composes as a tree of its own
     (``compose_outward``)."""
-    nb, dt = topo.nb, p_PM.dtype
-    mv, wl = topo.moving, topo.welded
-    if not topo.has_welds:
-        R, p = compose_outward(topo, R_PM, p_PM)
-        return R, p, jnp.broadcast_to(jnp.eye(3, dtype=dt), (nb, 3, 3)), jnp.zeros((nb, 3), dt)
+    dt = p_PM.dtype
+    mv, wl, src = topo.moving, topo.welded, topo.weld_index
     Rc = jnp.concatenate([jnp.eye(3, dtype=dt)[None], R_PW[wl]])
     pc = jnp.concatenate([jnp.zeros((1, 3), dt), p_PW[wl]])
     Rc, pc = _compose_jumps(topo.weld_jumps, Rc, pc)  # compact rows: 0, then the welded bodies
-    src = np.zeros(nb, dtype=int)
-    src[wl] = np.arange(1, len(wl) + 1)
     R_rel, p_rel = Rc[src], pc[src]
     # Local poses of the moving bodies in the moving tree: through the weld chain above.
     R_loc, p_loc = R_PM, p_PM
@@ -103,14 +98,11 @@ def from_moving_poses(
     moving ancestor's pose times its relative one (the moving bodies' own rows as they are)."""
     if not topo.has_welds:
         return R_m, p_m
-    mv, wl, row = topo.moving, topo.welded, topo.moving_row
+    wl, row, src = topo.welded, topo.moving_row, topo.body_order
     Ra, pa = R_m[row[wl]], p_m[row[wl]]
     R_w = sp.small_matmul(Ra, R_rel[wl])
     p_w = pa + jnp.einsum("wij,wj->wi", Ra, p_rel[wl])
     # Rows back in body order: one concatenation and one static gather.
-    src = np.empty(topo.nb, dtype=int)
-    src[mv] = np.arange(len(mv))
-    src[wl] = len(mv) + np.arange(len(wl))
     return jnp.concatenate([R_m, R_w])[src], jnp.concatenate([p_m, p_w])[src]
 
 
@@ -242,9 +234,8 @@ def moving_to_bodies(topo: Topology, x: jax.Array) -> jax.Array:
     quantities across a body's own mobilizer, which a weld has none of)."""
     if not topo.has_welds:
         return x
-    src = np.full(topo.nb, len(topo.moving), dtype=int)
-    src[topo.moving] = np.arange(len(topo.moving))
-    return jnp.concatenate([x, jnp.zeros_like(x[:1])])[src]
+    zeros = jnp.zeros((len(topo.welded),) + x.shape[1:], x.dtype)
+    return jnp.concatenate([x, zeros])[topo.body_order]
 
 
 def fold_welded(topo: Topology, x: jax.Array) -> jax.Array:
