@@ -83,6 +83,7 @@ FORCE = [
     "UniformGravity",
     "calc_force_contribution",
     "calc_group",
+    "calc_group_moving",
     "calc_potential_energy",
     "calc_power",
     "disable",

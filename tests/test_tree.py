@@ -10,6 +10,7 @@ from helpers import MB, make_mobod, random_state, random_tree
 
 import simjax as sj
 from simjax._spatial import quat_to_rot
+from simjax.dynamics.forces import body_forces_to_origin, calc_forces
 from simjax.model import mobilizers as mz
 from simjax.model.topology import Topology
 from simjax.tree import traversal
@@ -237,7 +238,9 @@ def test_transform_inertia_parameters():
 
 def _welded_system(seed: int = 4):
     """A tree of several mobilizer kinds with welded bodies hung on it: chains of welds, one
-    on Ground, massless and massive, and moving bodies below welds."""
+    on Ground, massless and massive, and moving bodies below welds. Uniform gravity on every
+    body, a second gravity that excludes one welded and one moving body, and a constant
+    force on a welded body."""
     kinds = (
         "Free",
         "Pin",
@@ -261,7 +264,36 @@ def _welded_system(seed: int = 4):
         w1 = make_mobod("Weld", mobods[i], rng)
         w2 = MB.Weld(w1, sj.Transform(p=[0.0, -0.2, 0.1]), massless, sj.Transform())
         mobods += [w1, w2, make_mobod("Ball", w2, rng)]
+    gravity = sj.Force.Gravity(forces, matter, [0.0, 0.0, -1.0], 2.5)
+    gravity.set_default_body_is_excluded(mobods[15], True)
+    gravity.set_default_body_is_excluded(mobods[2], True)
+    sj.Force.ConstantForce(forces, mobods[16], [0.1, 0.0, -0.2], [1.0, 2.0, -3.0])
     return system, matter
+
+
+def test_applied_forces_on_the_moving_rows_equal_the_body_forces_folded():
+    """``AppliedForces.moving_O`` (gravity from the folded mass properties, other forces
+    folded from their body forces) equals every body force, shifted to Ground's origin and
+    folded onto the moving rows; and its derivative along q matches central differences."""
+    system, matter = _welded_system()
+    s = system.realize(random_state(system, seed=6), sj.Stage.POSITION)
+    model = system.model_for(s)
+    topo = model.topology(False)
+    assert {13, 15, 16} <= set(topo.welded.tolist()) and 2 in topo.moving  # excluded, forced
+
+    def moving_O(q):
+        st = system.realize(s.with_q(q), sj.Stage.POSITION)
+        return calc_forces(model, st).moving_O
+
+    applied = calc_forces(model, s)
+    expected = traversal.fold_welded(topo, body_forces_to_origin(applied.body, s.position_cache.p_GB))
+    assert applied.moving_O.shape == (len(topo.moving), 6)
+    np.testing.assert_allclose(applied.moving_O, expected, rtol=1e-12, atol=1e-12)
+    dq = jnp.asarray(np.random.default_rng(7).normal(size=s.q.shape))
+    _, jvp = jax.jvp(moving_O, (s.q,), (dq,))
+    eps = 1e-6
+    fd = (moving_O(s.q + eps * dq) - moving_O(s.q - eps * dq)) / (2 * eps)
+    np.testing.assert_allclose(jvp, fd, rtol=1e-6, atol=1e-6)
 
 
 def test_dynamics_through_the_moving_tree_equal_the_full_tree(monkeypatch):

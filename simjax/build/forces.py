@@ -21,6 +21,7 @@ from ..model.context import Context
 from ..model.mobilizers import velocity_jacobian
 from ..model.model import ForceGroup, Identity, Model
 from ..model.state import State
+from ..tree import traversal as _tree
 from .system import GeneralForceSubsystem
 
 
@@ -134,6 +135,13 @@ class Force:
         if tau is None:
             tau = jnp.zeros(ctx.nu, dt)
         return F, tau
+
+    @classmethod
+    def calc_group_moving(cls, ctx: Context, grp: Any, only: int | None) -> jax.Array | None:
+        """The group's body forces about Ground's origin on the moving rows (welded bodies'
+        folded into their moving ancestor's), (nm, 6), for kinds with a cheaper form there
+        than their per-body forces (``AppliedForces.moving_O``); None for the others."""
+        return None
 
     @classmethod
     def potential_group(cls, ctx: Context, grp: Any, only: int | None) -> jax.Array:
@@ -257,6 +265,12 @@ class UniformGravity(Force):
         return _gravity_forces(ctx, g, None), None
 
     @classmethod
+    def calc_group_moving(cls, ctx, grp, only):
+        """Gravity on the moving rows from the folded mass properties (``_gravity_moving``)."""
+        P = cls._P(ctx, grp)
+        return _gravity_moving(ctx, cls._gvec(P, cls._weights(P, only)), None)
+
+    @classmethod
     def _potential(cls, ctx, P, S):
         return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None, scale_zero=False))(P["g"], P["zero_height"])
 
@@ -270,6 +284,29 @@ def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.A
     f = m[:, None] * g[None, :]
     r = pc.com_G - pc.p_GB
     return jnp.concatenate([jnp.cross(r, f), f], axis=1)
+
+
+def _no_moving_forces(ctx: Context) -> jax.Array:
+    """Zero forces on the moving rows, (nm, 6): for kinds with mobility forces alone."""
+    topo = ctx._model.topology(ctx.state.use_euler_angles)
+    return jnp.zeros((topo.moving_tree.nb, 6), ctx.state.q.dtype)
+
+
+def _gravity_moving(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Gravity about Ground's origin on the moving rows, (nm, 6): ``[h x g; m g]`` with ``m``
+    and ``h`` (the first moment ``sum m c`` in Ground) of each moving body and the welded
+    bodies folded into it. Their sums in the moving body's frame depend on no coordinate
+    (computed once for a batch sharing the model), so a welded body costs nothing per state."""
+    pc = ctx.state.position_cache
+    topo = ctx._model.topology(ctx.state.use_euler_angles)
+    m = ctx.state.instance["matter"]["mass"]
+    if mask is not None:
+        m = m * mask
+    m = m.at[0].set(0.0)
+    mass = _tree.fold_welded(topo, m)
+    h_M = _tree.fold_welded(topo, m[:, None] * pc.com_M)
+    h = mass[:, None] * pc.moving_p_GB + jnp.einsum("bij,bj->bi", pc.moving_R_GB, h_M)
+    return jnp.concatenate([jnp.cross(h, g), mass[:, None] * g[None, :]], axis=1)
 
 
 def _gravity_pe(
@@ -362,6 +399,13 @@ class Gravity(Force):
     def _calc(cls, ctx, P, S, w):
         g = w[0] * P["magnitude"][0] * P["direction"][0]
         return _gravity_forces(ctx, g, P["included"][0]), None
+
+    @classmethod
+    def calc_group_moving(cls, ctx, grp, only):
+        """Gravity on the moving rows from the folded mass properties (``_gravity_moving``)."""
+        P = cls._P(ctx, grp)
+        g = cls._weights(P, only)[0] * P["magnitude"][0] * P["direction"][0]
+        return _gravity_moving(ctx, g, P["included"][0])
 
     @classmethod
     def _potential(cls, ctx, P, S):
@@ -568,6 +612,11 @@ class GlobalDamper(Force):
     def _calc(cls, ctx, P, S, w):
         return None, -jnp.sum(w * P["damping"]) * ctx.u
 
+    @classmethod
+    def calc_group_moving(cls, ctx, grp, only):
+        """No body forces: zeros on the moving rows."""
+        return _no_moving_forces(ctx)
+
 
 # ------------------------------------------------------------------------------ mobility
 
@@ -600,6 +649,11 @@ class _Mobility(Force):
     @classmethod
     def _tau(cls, ctx, ui, f):
         return jnp.zeros(ctx.nu, f.dtype).at[ui].add(f)
+
+    @classmethod
+    def calc_group_moving(cls, ctx, grp, only):
+        """No body forces: zeros on the moving rows."""
+        return _no_moving_forces(ctx)
 
 
 def _check_q_is_u(body: Any, which: int, what: str) -> None:

@@ -6,7 +6,7 @@ subsystems are called once each with a read-only :class:`~simjax.model.context.C
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,28 +15,66 @@ from .._stage import Stage
 from ..model.context import Context
 from ..model.model import Model
 from ..model.state import State
+from ..tree import traversal as _tree
 
 
-def calc_forces(model: Model, state: State) -> tuple[jax.Array, jax.Array]:
-    """Sum of every force element and force subsystem: body forces (nb, 6) and mobility
-    forces (nu,)."""
+class AppliedForces(NamedTuple):
+    """The applied forces of every force element and subsystem, summed.
+
+    Attributes:
+        body: Body forces in Simbody's convention, ``[torque about the body origin; force]``
+            in Ground (nb, 6): what the Dynamics cache holds.
+        mobility: Mobility forces (nu,).
+        moving_O: The same body forces about Ground's origin, each welded body's added into
+            its moving ancestor's row (``traversal.fold_welded``), (nm, 6): what the
+            dynamics passes read. Force kinds with a cheaper form on those rows (gravity,
+            from the folded mass properties) give it directly, so that XLA drops their
+            per-body forces where only these are read.
+    """
+
+    body: jax.Array
+    mobility: jax.Array
+    moving_O: jax.Array
+
+
+def body_forces_to_origin(F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
+    """Simbody body forces ``[torque about B origin; force]`` -> about Ground's origin."""
+    return jnp.concatenate([F_B[:, :3] + jnp.cross(p_GB, F_B[:, 3:]), F_B[:, 3:]], axis=1)
+
+
+def calc_forces(model: Model, state: State) -> AppliedForces:
+    """Sum of every force element and force subsystem (needs Position)."""
     topo = model.topology(state.use_euler_angles)
     dt = state.q.dtype if jnp.issubdtype(state.q.dtype, jnp.floating) else jnp.result_type(float)
     F = jnp.zeros((topo.nb, 6), dt)
     tau = jnp.zeros(topo.nu, dt)
+    # Body forces without a form of their own on the moving rows: folded there at the end
+    # (None while there are none: XLA cannot drop products with zeros).
+    F_rest: jax.Array | None = None
+    F_moving = jnp.zeros((topo.moving_tree.nb, 6), dt)
     for grp in model.force_groups:
+        ctx = Context(model, state, grp.subsystem)
         with jax.named_scope(f"force_{grp.cls.__name__}"):
-            f, t = grp.cls.calc_group(Context(model, state, grp.subsystem), grp, None)
+            f, t = grp.cls.calc_group(ctx, grp, None)
+            f_moving = grp.cls.calc_group_moving(ctx, grp, None)
         F = F + f
         tau = tau + t
+        if f_moving is not None:
+            F_moving = F_moving + f_moving
+        else:
+            F_rest = f if F_rest is None else F_rest + f
     for sub in model.force_subsystems:
         out: Any = sub.calc_force(Context(model, state, sub.name))
         fs, ts = out if out is not None else (None, None)
         if fs is not None:
-            F = F + jnp.asarray(fs, dt).reshape(topo.nb, 6)
+            fs = jnp.asarray(fs, dt).reshape(topo.nb, 6)
+            F, F_rest = F + fs, fs if F_rest is None else F_rest + fs
         if ts is not None:
             tau = tau + jnp.asarray(ts, dt).reshape(topo.nu)
-    return F, tau
+    if F_rest is not None:
+        F_O = body_forces_to_origin(F_rest, state.position_cache.p_GB)
+        F_moving = F_moving + _tree.fold_welded(topo, F_O)
+    return AppliedForces(F, tau, F_moving)
 
 
 def calc_potential_energy(model: Model, state: State) -> jax.Array:

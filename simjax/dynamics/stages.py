@@ -94,10 +94,11 @@ def realize_position(model: Model, state: State) -> PositionCache:
         moving_inertia = jax.vmap(sp.transform_inertia_parameters)(R_m, p_m, _tree.fold_welded(topo, P_rel))
         com_G = p_m[row] + jnp.einsum("bij,bj->bi", R_m[row], c_rel)
         inertia_O = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)[0]
+        com_M = c_rel
     else:
         R_GB, p_GB = R_m, p_m = _tree.compose_outward(topo, R_PB, p_PB)
         inertia_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)  # about Ground's origin
-        moving_inertia = inertia_O
+        moving_inertia, com_M = inertia_O, com
     db = np.asarray(topo.moving_tree.dof_body)
     cdof = jax.vmap(_phi)(R_m[db], p_m[db], S_B) if nu else S_B
     qs = np.asarray(topo.quaternion_slots)
@@ -114,6 +115,7 @@ def realize_position(model: Model, state: State) -> PositionCache:
         moving_R_GB=R_m,
         moving_p_GB=p_m,
         moving_inertia_O=moving_inertia,
+        com_M=com_M,
         qerr=qerr,
     )
 
@@ -175,25 +177,21 @@ def realize_velocity(model: Model, state: State, pos: PositionCache) -> Velocity
     )
 
 
-def body_forces_to_origin(F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
-    """Simbody body forces ``[torque about B origin; force]`` -> about Ground's origin."""
-    return jnp.concatenate([F_B[:, :3] + jnp.cross(p_GB, F_B[:, 3:]), F_B[:, 3:]], axis=1)
-
-
 def generalized_bias(
     model: Model,
     state: State,
     pos: PositionCache,
     vel: VelocityCache,
     a_bias: jax.Array,
-    body_forces: jax.Array,
+    moving_forces_O: jax.Array,
     mobility_forces: jax.Array,
     a_extra: jax.Array | None = None,
 ) -> jax.Array:
     """``C(q,u) - applied``: residual of ``M udot + C = tau`` at ``udot = 0`` (RNEA).
 
-    ``a_bias`` are the velocity-product accelerations (``velocity_bias``); ``a_extra``
-    (nb, 6) adds known body accelerations (for inverse dynamics).
+    ``a_bias`` are the velocity-product accelerations (``velocity_bias``); the applied body
+    forces come about Ground's origin on the moving rows (``AppliedForces.moving_O``);
+    ``a_extra`` (nb, 6) adds known body accelerations (for inverse dynamics).
     """
     topo = model.topology(state.use_euler_angles)
     a = a_bias if a_extra is None else a_bias + a_extra
@@ -203,17 +201,17 @@ def generalized_bias(
     V, a = _tree.moving_rows(topo, vel.V_O), _tree.moving_rows(topo, a)
     h = sp.inertia_times(inertia, V)
     f = sp.inertia_times(inertia, a) + jax.vmap(sp.cross_force)(V, h)
-    f = f - _tree.fold_welded(topo, body_forces_to_origin(body_forces, pos.p_GB))
+    f = f - moving_forces_O
     C = jnp.einsum("di,di->d", pos.cdof, _tree.inward_to_dofs(topo, f))
     return C - mobility_forces
 
 
 def realize_dynamics(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> DynamicsCache:
     """Forces from every force subsystem, and the generalized bias forces."""
-    body_forces, mobility_forces = calc_forces(model, state)
+    forces = calc_forces(model, state)
     a_bias = velocity_bias(model, state, pos, vel)
-    bias = generalized_bias(model, state, pos, vel, a_bias, body_forces, mobility_forces)
-    return DynamicsCache(body_forces=body_forces, mobility_forces=mobility_forces, bias=bias, a_bias=a_bias)
+    bias = generalized_bias(model, state, pos, vel, a_bias, forces.moving_O, forces.mobility)
+    return DynamicsCache(body_forces=forces.body, mobility_forces=forces.mobility, bias=bias, a_bias=a_bias)
 
 
 def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:

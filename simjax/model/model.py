@@ -43,6 +43,12 @@ class ForceKind(Protocol):
         ...
 
     @classmethod
+    def calc_group_moving(cls, ctx: Any, grp: ForceGroup, only: int | None) -> jax.Array | None:
+        """The group's body forces about Ground's origin on the moving rows (nm, 6), where
+        the kind has a cheaper form there than its body forces; else None."""
+        ...
+
+    @classmethod
     def potential_group(cls, ctx: Any, grp: ForceGroup, only: int | None) -> jax.Array:
         """Potential energy of a group (or one element)."""
         ...

@@ -43,6 +43,9 @@ class PositionCache(eqx.Module):
             (``Topology.moving``), (nm, 3, 3) and (nm, 3): what the dynamics passes read.
         moving_inertia_O: Their spatial inertias as ``inertia_O``, each with its welded
             descendants' folded in (bodies that move with it), (nm, 10).
+        com_M: Each body's mass center in the frame of its moving ancestor
+            (``Topology.moving_row``; its own frame for a body that moves), (nb, 3): fixed
+            by the model, so forces on welded bodies fold without their Ground poses.
         qerr: Position errors: the holonomic constraint errors (mp,) then one per
             quaternion (its norm minus one, Simbody's), (mp + n_quat,).
     """
@@ -58,6 +61,7 @@ class PositionCache(eqx.Module):
     moving_R_GB: Float[Array, "nm 3 3"]
     moving_p_GB: Float[Array, "nm 3"]
     moving_inertia_O: Float[Array, "nm 10"]
+    com_M: Float[Array, "nb 3"]
     qerr: Float[Array, " nqerr"]
 
     @property
