@@ -285,7 +285,7 @@ def test_bad_meshes_name_the_mesh_and_the_fix(tmp_path):
         load_mjcf(_write(tmp_path, MOVING, flat))
     tet = '<mesh name="m" vertex="0 0 0 1 0 0 0 1 0 0 0 1"/>'
     shell = '<body name="b"><joint/><geom type="mesh" mesh="m" shellinertia="true"/></body>'
-    with pytest.raises(ModelFileError, match=r'inertia type is set on the mesh asset \(<mesh inertia='):
+    with pytest.raises(ModelFileError, match=r"inertia type is set on the mesh asset \(<mesh inertia="):
         load_mjcf(_write(tmp_path, shell, tet))
     solid = '<mesh name="m" inertia="solid" vertex="0 0 0 1 0 0 0 1 0 0 0 1"/>'
     with pytest.raises(ModelFileError, match=r'inertia="solid" must be one of legacy, exact, convex, shell'):
