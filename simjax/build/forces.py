@@ -275,12 +275,17 @@ class UniformGravity(Force):
         return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None, scale_zero=False))(P["g"], P["zero_height"])
 
 
-def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
-    pc = ctx.state.position_cache
+def _gravity_masses(ctx: Context, mask: jax.Array | None) -> jax.Array:
+    """Each body's mass as gravity sees it (nb,): zero for Ground and excluded bodies."""
     m = ctx.state.instance["matter"]["mass"]
     if mask is not None:
         m = m * mask
-    m = m.at[0].set(0.0)
+    return m.at[0].set(0.0)
+
+
+def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
+    pc = ctx.state.position_cache
+    m = _gravity_masses(ctx, mask)
     f = m[:, None] * g[None, :]
     r = pc.com_G - pc.p_GB
     return jnp.concatenate([jnp.cross(r, f), f], axis=1)
@@ -299,10 +304,7 @@ def _gravity_moving(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.A
     (computed once for a batch sharing the model), so a welded body costs nothing per state."""
     pc = ctx.state.position_cache
     topo = ctx._model.topology(ctx.state.use_euler_angles)
-    m = ctx.state.instance["matter"]["mass"]
-    if mask is not None:
-        m = m * mask
-    m = m.at[0].set(0.0)
+    m = _gravity_masses(ctx, mask)
     mass = _tree.fold_welded(topo, m)
     h_M = _tree.fold_welded(topo, m[:, None] * pc.com_M)
     h = mass[:, None] * pc.moving_p_GB + jnp.einsum("bij,bj->bi", pc.moving_R_GB, h_M)
@@ -313,10 +315,7 @@ def _gravity_pe(
     ctx: Context, g: jax.Array, h0: jax.Array, mask: jax.Array | None, scale_zero: bool = True
 ) -> jax.Array:
     pc = ctx.state.position_cache
-    m = ctx.state.instance["matter"]["mass"]
-    if mask is not None:
-        m = m * mask
-    m = m.at[0].set(0.0)
+    m = _gravity_masses(ctx, mask)
     h = sp.safe_norm(g) * h0 if scale_zero else h0
     return -jnp.sum(m * (pc.com_G @ g)) - jnp.sum(m) * h
 

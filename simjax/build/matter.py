@@ -13,7 +13,7 @@ from .. import _spatial as sp
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
-from ..dynamics.forces import body_forces_to_origin
+from ..dynamics.forces import fold_body_forces
 from ..model.model import Model, _replace, classical_acceleration
 from ..model.state import Cache, State
 from ..model.topology import Topology
@@ -239,7 +239,7 @@ class SimbodyMatterSubsystem(Subsystem):
         F_O = jnp.zeros((topo.moving_tree.nb, 6), dt)
         if body_forces is not None:
             F_B = jnp.asarray(body_forces, dt).reshape(topo.nb, 6)
-            F_O = _tree.fold_welded(topo, body_forces_to_origin(F_B, pc.p_GB))
+            F_O = fold_body_forces(topo, F_B, pc.p_GB)
         return rz.generalized_bias(
             model, state, pc, state.velocity_cache, self._velocity_bias(state), F_O, tau, a_extra
         )
@@ -304,8 +304,8 @@ class SimbodyMatterSubsystem(Subsystem):
         state.require(Stage.POSITION, "multiply_by_system_jacobian_transpose")
         pc = state.position_cache
         topo = self._topo(state)
-        F_O = body_forces_to_origin(jnp.asarray(body_forces, pc.p_GB.dtype), pc.p_GB)
-        return jnp.einsum("di,di->d", pc.cdof, _tree.inward_to_dofs(topo, _tree.fold_welded(topo, F_O)))
+        F_O = fold_body_forces(topo, jnp.asarray(body_forces, pc.p_GB.dtype), pc.p_GB)
+        return jnp.einsum("di,di->d", pc.cdof, _tree.inward_to_dofs(topo, F_O))
 
     calc_tree_equivalent_mobility_forces = multiply_by_system_jacobian_transpose
 

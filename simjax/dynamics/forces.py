@@ -15,6 +15,7 @@ from .._stage import Stage
 from ..model.context import Context
 from ..model.model import Model
 from ..model.state import State
+from ..model.topology import Topology
 from ..tree import traversal as _tree
 
 
@@ -40,6 +41,12 @@ class AppliedForces(NamedTuple):
 def body_forces_to_origin(F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
     """Simbody body forces ``[torque about B origin; force]`` -> about Ground's origin."""
     return jnp.concatenate([F_B[:, :3] + jnp.cross(p_GB, F_B[:, 3:]), F_B[:, 3:]], axis=1)
+
+
+def fold_body_forces(topo: Topology, F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
+    """Simbody body forces (nb, 6) -> about Ground's origin on the moving rows (nm, 6), each
+    welded body's added into its moving ancestor's (what the dynamics passes read)."""
+    return _tree.fold_welded(topo, body_forces_to_origin(F_B, p_GB))
 
 
 def calc_forces(model: Model, state: State) -> AppliedForces:
@@ -72,8 +79,7 @@ def calc_forces(model: Model, state: State) -> AppliedForces:
         if ts is not None:
             tau = tau + jnp.asarray(ts, dt).reshape(topo.nu)
     if F_rest is not None:
-        F_O = body_forces_to_origin(F_rest, state.position_cache.p_GB)
-        F_moving = F_moving + _tree.fold_welded(topo, F_O)
+        F_moving = F_moving + fold_body_forces(topo, F_rest, state.position_cache.p_GB)
     return AppliedForces(F, tau, F_moving)
 
 
