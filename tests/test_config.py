@@ -43,8 +43,9 @@ def test_cache_dir_and_scheduler_flag_defaults(tmp_path):
     assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in flags
     from simjax import _config
 
-    tested = _config._jaxlib_version() in _config._EMITTERS_TESTED  # jaxlib 0.10 here
+    tested = _config._jaxlib_version() in _config._TESTED_JAXLIB  # jaxlib 0.10 here
     assert ("--xla_cpu_use_fusion_emitters=false" in flags) == tested
+    assert ("--xla_cpu_experimental_ynn_fusion_type=" in flags.split()) == tested
     cache, _ = probe(XDG_CACHE_HOME=str(tmp_path / "x"))
     assert cache == str(tmp_path / "x" / "simjax" / "jax")
 
@@ -58,6 +59,9 @@ def test_opt_outs_and_user_settings_win(tmp_path):
     assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" not in flags
     _, flags = probe(XLA_FLAGS="--xla_cpu_use_fusion_emitters=true")
     assert "--xla_cpu_use_fusion_emitters=false" not in flags
+    _, flags = probe(XLA_FLAGS="--xla_cpu_experimental_ynn_fusion_type=individual_dot")
+    assert flags.split().count("--xla_cpu_experimental_ynn_fusion_type=individual_dot") == 1
+    assert "--xla_cpu_experimental_ynn_fusion_type=" not in flags.split()
     assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in flags
     # a cache directory the user configured through JAX's own variable wins
     cache, _ = probe(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"), SIMJAX_CACHE_DIR=str(tmp_path / "c"))
@@ -103,8 +107,8 @@ def test_batched_limit_step_does_not_hang():
 
 
 def test_classic_emitters_only_on_a_tested_jaxlib(monkeypatch):
-    """The emitters flag is appended for the jaxlib versions it was measured with (XLA
-    aborts the process on a flag it does not know), never for others."""
+    """The emitters and YNN flags are appended for the jaxlib versions they were measured
+    with (XLA aborts the process on a flag it does not know), never for others."""
     from simjax import _config
 
     for version, added in (((0, 10), True), ((0, 11), False), ((0, 4), False), ((), False)):
@@ -116,6 +120,7 @@ def test_classic_emitters_only_on_a_tested_jaxlib(monkeypatch):
         sched = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
         assert flags[:2] == ["--xla_dump_to=/nowhere", sched]
         assert ("--xla_cpu_use_fusion_emitters=false" in flags) == added, version
+        assert ("--xla_cpu_experimental_ynn_fusion_type=" in flags) == added, version
 
 
 def test_solver_compiler_options_keep_the_users_disabled_passes(monkeypatch):
