@@ -34,23 +34,23 @@ def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
     H = mob.H_FM(q, params)  # (6, nu) in F at M origin
     # X_PB = X_PF X_FM X_MB, X_MB = inverse(X_BM).
     R_MB = X_BM_R.T
-    p_MB = -(R_MB @ X_BM_p)
-    R_PM = X_PF_R @ R_FM
-    p_PM = X_PF_p + X_PF_R @ p_FM
-    R_PB = R_PM @ R_MB
-    p_PB = p_PM + R_PM @ p_MB
+    p_MB = -sp.matvec_fused(R_MB, X_BM_p)
+    R_PM = sp.matmul_fused(X_PF_R, R_FM)
+    p_PM = X_PF_p + sp.matvec_fused(X_PF_R, p_FM)
+    R_PB = sp.matmul_fused(R_PM, R_MB)
+    p_PB = p_PM + sp.matvec_fused(R_PM, p_MB)
     # Relative velocity in B axes at B origin: w_B = R_FB^T w_F; v_B = R_FB^T v_F - w_B x p_BM.
-    R_FB = R_FM @ R_MB
-    w_B = R_FB.T @ H[:3]
-    v_B = R_FB.T @ H[3:] - jnp.cross(w_B.T, X_BM_p).T
+    R_FB = sp.matmul_fused(R_FM, R_MB)
+    w_B = sp.matmul_fused(R_FB.T, H[:3])
+    v_B = sp.matmul_fused(R_FB.T, H[3:]) - jnp.cross(w_B.T, X_BM_p).T
     S_B = jnp.concatenate([w_B, v_B], axis=0)
     return R_PB, p_PB, S_B
 
 
 def _phi(R: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
     """Body-frame motion vector(s) m (..., 6) at the body origin -> Ground about origin."""
-    w = m[..., :3] @ R.T
-    v = m[..., 3:] @ R.T
+    w = sp.matvec_fused(R, m[..., :3])
+    v = sp.matvec_fused(R, m[..., 3:])
     return jnp.concatenate([w, v - jnp.cross(w, p)], axis=-1)
 
 
@@ -72,9 +72,9 @@ def realize_position(model: Model, state: State) -> PositionCache:
     def body_inertia(R, p, m, c, G):
         """Spatial inertia about the origin of the frame where B has pose (R, p), and the
         mass center there."""
-        Ic_B = m * (G + sp.skew(c) @ sp.skew(c))  # inertia about com, in B
-        c_G = p + R @ c
-        return sp.inertia_parameters(m, c_G, R @ Ic_B @ R.T), c_G
+        Ic_B = m * (G + sp.matmul_fused(sp.skew(c), sp.skew(c)))  # inertia about com, in B
+        c_G = p + sp.matvec_fused(R, c)
+        return sp.inertia_parameters(m, c_G, sp.matmul_fused(sp.matmul_fused(R, Ic_B), R.T)), c_G
 
     if topo.has_welds:
         # The moving tree (``Topology.moving``): welded bodies' poses relative to their
