@@ -27,6 +27,8 @@
   The price, for other code in the process: large dense matmuls go to Eigen instead of
   YNNPACK (a 512 x 512 product 4.4 -> 5.9 ms); XLA's own default
   (``--xla_cpu_experimental_ynn_fusion_type=individual_dot``) in ``XLA_FLAGS`` restores it.
+  The Assembler's own programs (below) get XLA's default back as a compiler option: a
+  full-body IK ``track`` compiled ~2 s (8%) slower without YNNPACK and solved no faster.
 * **No loop-invariant code motion in the IK solver's programs.** The Assembler compiles
   its solve and track programs with XLA's ``while-loop-invariant-code-motion`` pass off
   (a per-program compiler option, ``solver_compiler_options()``; nothing else is touched).
@@ -110,27 +112,41 @@ def configure_xla_flags() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if _SCHEDULER_FLAG not in flags:
         flags = f"{flags} {_SCHEDULER_FLAG}=false".strip()
+    global _ynn_off_by_simjax
     if _jaxlib_version() in _TESTED_JAXLIB:
         for flag, value in _TESTED_FLAGS:
             if flag not in flags:
                 flags = f"{flags} {flag}={value}"
+                _ynn_off_by_simjax = _ynn_off_by_simjax or flag == _YNN_FLAG
     os.environ["XLA_FLAGS"] = flags
+
+
+# Whether ``configure_xla_flags`` turned YNNPACK fusions off (the user's own setting is kept
+# everywhere, the solver's programs included).
+_ynn_off_by_simjax = False
 
 
 _DISABLED_PASSES = re.compile(r"--xla_disable_hlo_passes=(\S*)")
 _SOLVER_DISABLED_PASSES = ("while-loop-invariant-code-motion",)
+# XLA's default YNNPACK fusions, given back to the solver's programs (a compiler option takes
+# the enum's full name).
+_YNN_SOLVER = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 
 
 def solver_compiler_options() -> dict[str, str]:
     """XLA compiler options for the Assembler's programs (see the module docstring): the
     passes they run without, with any the user's ``XLA_FLAGS`` disables (an option given
-    to a program overrides the flag)."""
+    to a program overrides the flag), and XLA's default YNNPACK fusions where simjax turned
+    them off for the process."""
     if _off("SIMJAX_XLA_FLAGS"):
         return {}
     found = _DISABLED_PASSES.findall(os.environ.get("XLA_FLAGS", ""))
     user = [p for names in found for p in names.split(",") if p]
     passes = user + [p for p in _SOLVER_DISABLED_PASSES if p not in user]
-    return {"xla_disable_hlo_passes": ",".join(passes)}
+    opts = {"xla_disable_hlo_passes": ",".join(passes)}
+    if _ynn_off_by_simjax:
+        opts[_YNN_FLAG.lstrip("-")] = _YNN_SOLVER
+    return opts
 
 
 def light_compiler_options() -> dict[str, int]:

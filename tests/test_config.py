@@ -12,7 +12,7 @@ from pathlib import Path
 PROBE = (
     "import json, os, jax, simjax; "
     "print(json.dumps([jax.config.values.get('jax_compilation_cache_dir'), os.environ.get('XLA_FLAGS', ''), "
-    "os.environ.get('PJRT_NPROC')]))"
+    "os.environ.get('PJRT_NPROC'), simjax._config._ynn_off_by_simjax]))"
 )
 
 
@@ -46,6 +46,7 @@ def test_cache_dir_and_scheduler_flag_defaults(tmp_path):
     tested = _config._jaxlib_version() in _config._TESTED_JAXLIB  # jaxlib 0.10 here
     assert ("--xla_cpu_use_fusion_emitters=false" in flags) == tested
     assert ("--xla_cpu_experimental_ynn_fusion_type=" in flags.split()) == tested
+    assert probe_all()[3] == tested  # the solver's programs get XLA's default fusions back
     cache, _ = probe(XDG_CACHE_HOME=str(tmp_path / "x"))
     assert cache == str(tmp_path / "x" / "simjax" / "jax")
 
@@ -62,6 +63,7 @@ def test_opt_outs_and_user_settings_win(tmp_path):
     _, flags = probe(XLA_FLAGS="--xla_cpu_experimental_ynn_fusion_type=individual_dot")
     assert flags.split().count("--xla_cpu_experimental_ynn_fusion_type=individual_dot") == 1
     assert "--xla_cpu_experimental_ynn_fusion_type=" not in flags.split()
+    assert probe_all(XLA_FLAGS="--xla_cpu_experimental_ynn_fusion_type=")[3] is False  # the user's own
     assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in flags
     # a cache directory the user configured through JAX's own variable wins
     cache, _ = probe(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"), SIMJAX_CACHE_DIR=str(tmp_path / "c"))
@@ -115,7 +117,9 @@ def test_classic_emitters_only_on_a_tested_jaxlib(monkeypatch):
         monkeypatch.setattr(_config, "_jaxlib_version", lambda v=version: v)
         monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
         monkeypatch.delenv("SIMJAX_XLA_FLAGS", raising=False)
+        monkeypatch.setattr(_config, "_ynn_off_by_simjax", False)
         _config.configure_xla_flags()
+        assert _config._ynn_off_by_simjax == added
         flags = os.environ["XLA_FLAGS"].split()
         sched = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
         assert flags[:2] == ["--xla_dump_to=/nowhere", sched]
@@ -130,7 +134,14 @@ def test_solver_compiler_options_keep_the_users_disabled_passes(monkeypatch):
     from simjax import _config
 
     monkeypatch.delenv("SIMJAX_XLA_FLAGS", raising=False)
+    monkeypatch.setattr(_config, "_ynn_off_by_simjax", True)
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
+    # YNNPACK fusions that simjax turned off come back in the solver's programs
+    assert _config.solver_compiler_options() == {
+        "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
+        "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+    }
+    monkeypatch.setattr(_config, "_ynn_off_by_simjax", False)  # the user's setting is kept
     assert _config.solver_compiler_options() == {"xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
     monkeypatch.setenv("XLA_FLAGS", "--xla_disable_hlo_passes=algsimp,cse --xla_dump_to=/x")
     assert _config.solver_compiler_options() == {
