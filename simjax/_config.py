@@ -23,8 +23,8 @@
   blocks, small mass matrices). Measured on a 2-core machine (float64, B = 1024, chunks
   of 128): batched forward dynamics 1.2-1.4x faster (the 20-link chain 17.7 -> 12.4,
   the humanoid 23.3 -> 16.3 µs per state; real robots 1.2x), constrained forward
-  dynamics 1.1x; single-state programs and the compile times of forward
-  dynamics and rollouts unchanged within the noise.
+  dynamics 1.1x; single-state programs unchanged within the noise. Compiling is ~8%
+  slower (``tests/test_dynamics.py`` without caches: 237-239 -> 254-259 s).
   The price, for other code in the process: large dense matmuls go to Eigen instead of
   YNNPACK (a 512 x 512 product 4.4 -> 5.9 ms); XLA's own default
   (``--xla_cpu_experimental_ynn_fusion_type=individual_dot``) in ``XLA_FLAGS`` restores it.
