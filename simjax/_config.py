@@ -108,17 +108,16 @@ def _jaxlib_version() -> tuple[int, ...]:
 def configure_xla_flags() -> None:
     """Turn XLA:CPU's concurrency-optimised scheduler off and, on a tested jaxlib, its MLIR
     fusion emitters and YNNPACK library fusions (see the module docstring)."""
+    global _ynn_off_by_simjax
     if _off("SIMJAX_XLA_FLAGS"):
         return
     flags = os.environ.get("XLA_FLAGS", "")
     if _SCHEDULER_FLAG not in flags:
         flags = f"{flags} {_SCHEDULER_FLAG}=false".strip()
-    global _ynn_off_by_simjax
-    if _jaxlib_version() in _TESTED_JAXLIB:
-        for flag, value in _TESTED_FLAGS:
-            if flag not in flags:
-                flags = f"{flags} {flag}={value}"
-                _ynn_off_by_simjax = _ynn_off_by_simjax or flag == _YNN_FLAG
+    tested = _jaxlib_version() in _TESTED_JAXLIB
+    added = [(flag, value) for flag, value in _TESTED_FLAGS if tested and flag not in flags]
+    flags = " ".join([flags, *(f"{flag}={value}" for flag, value in added)])
+    _ynn_off_by_simjax = _ynn_off_by_simjax or any(flag == _YNN_FLAG for flag, _ in added)
     os.environ["XLA_FLAGS"] = flags
 
 
