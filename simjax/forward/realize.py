@@ -82,10 +82,8 @@ def realize_acceleration(
     # (named scopes inside the stage, so a profile splits it)
     mp, mv, ma = model.constraint_counts(state.use_euler_angles)
     if mp + mv + ma == 0:
-        with jax.named_scope("mass_matrix"):
-            U = rz.mass_matrix_upper(model, state, pos)
         with jax.named_scope("solve"):
-            udot = rz.solve_mass_matrix_upper(U, -dyn.bias)
+            udot = rz.forward_solve(model, state, pos, -dyn.bias)
         lam = err = jnp.zeros(0, udot.dtype)
     else:
         with jax.named_scope("mass_matrix"):
