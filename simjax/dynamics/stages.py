@@ -11,8 +11,6 @@ dense Cholesky solve (Featherstone (2008), ch. 6), in Ground coordinates as in M
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -272,20 +270,27 @@ def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array
     return solve_mass_matrix_upper(mass_matrix_upper(model, state, pos), rhs)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _solve_paths(topo, Hp: jax.Array, rhs: jax.Array) -> jax.Array:
-    return _factor.solve_paths(topo, Hp, rhs)
+    """``_factor.solve_paths`` differentiated through the dense matrix and
+    ``_cholesky_solve``'s rule (``x' = M^-1 (rhs' - M' x)``): the same numbers, and a
+    derivative program as compact as the dense path's (the sparse solve's unrolled levels,
+    differentiated, compiled ~1.6x longer)."""
 
+    @jax.custom_jvp
+    def solve(Hp, rhs):
+        # ``0 * rhs +``: under ``vmap`` the unrolled solve's result can carry its batch
+        # axis elsewhere than the rule's, which reverse mode of a batched custom_jvp then
+        # mis-broadcasts (jax 0.10); starting from rhs gives it rhs's batch axis. Fused away.
+        return 0.0 * rhs + _factor.solve_paths(topo, Hp, rhs)
 
-@_solve_paths.defjvp
-def _solve_paths_jvp(topo, primals, tangents):
-    # Derivatives through the dense matrix and ``_cholesky_solve``'s rule (``x' = M^-1 (rhs' -
-    # M' x)``): the same numbers, and a derivative program as compact as the dense path's
-    # (the sparse solve's unrolled levels, differentiated, compiled ~1.6x longer).
-    Hp, rhs = primals
-    dHp, drhs = tangents
-    M, dM = _factor.dense_from_paths(topo, Hp), _factor.dense_from_paths(topo, dHp)
-    return jax.jvp(_cholesky_solve, (M, rhs), (dM, drhs))
+    @solve.defjvp
+    def _jvp(primals, tangents):
+        Hp, rhs = primals
+        dHp, drhs = tangents
+        M, dM = _factor.dense_from_paths(topo, Hp), _factor.dense_from_paths(topo, dHp)
+        return jax.jvp(_cholesky_solve, (M, rhs), (dM, drhs))
+
+    return solve(Hp, rhs)
 
 
 def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:
