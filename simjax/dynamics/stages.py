@@ -225,6 +225,14 @@ def symmetric_from_upper(U: jax.Array) -> jax.Array:
     return U + U.T - jnp.diag(jnp.diagonal(U))
 
 
+def _composite_forces(topo, pos: PositionCache) -> jax.Array:
+    """``F_k = Ic_{b(k)} cdof_k`` (nu, 6): each dof's motion times the composite inertia at its
+    body (sums of parameters, welded bodies folded in); ``M[a, k] = cdof_a . F_k`` for ``a``
+    an ancestor-or-self of k."""
+    crb = _tree.inward_to_dofs(topo, pos.moving_inertia_O)
+    return sp.inertia_times(crb, pos.cdof)
+
+
 def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Array:
     """The upper triangle ``U`` of the mass matrix (zeros below the diagonal; ``M = U + U^T -
     diag(U)``), what ``solve_mass_matrix_upper`` factors.
@@ -236,9 +244,7 @@ def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Arr
     topo = model.topology(state.use_euler_angles)
     if topo.nu == 0:
         return jnp.zeros((0, 0), pos.p_GB.dtype)
-    # Composite inertias at each dof's body (sums of parameters), welded bodies folded in.
-    crb = _tree.inward_to_dofs(topo, pos.moving_inertia_O)
-    F = sp.inertia_times(crb, pos.cdof)
+    F = _composite_forces(topo, pos)
     GT = pos.cdof @ F.T  # GT[j, i] = cdof_j . Ic_{b(i)} cdof_i
     armature = jnp.asarray(state.instance["matter"]["armature"], GT.dtype)
     return jnp.where(np.asarray(topo.mass_matrix_mask).T, GT, 0.0) + jnp.diag(armature)
@@ -250,8 +256,7 @@ def mass_matrix_paths(model: Model, state: State, pos: PositionCache) -> jax.Arr
     diagonal), zero past its root, (nu, D). The composite-rigid-body entries
     ``cdof_a . Ic cdof_k`` of only those pairs: one gather and one product."""
     topo = model.topology(state.use_euler_angles)
-    crb = _tree.inward_to_dofs(topo, pos.moving_inertia_O)
-    F = sp.inertia_times(crb, pos.cdof)  # (nu, 6)
+    F = _composite_forces(topo, pos)
     cz = jnp.concatenate([pos.cdof, jnp.zeros((1, 6), pos.cdof.dtype)])
     Hp = (cz[topo.dof_tree.paths] * F[:, None, :]).sum(-1)
     armature = jnp.asarray(state.instance["matter"]["armature"], Hp.dtype)

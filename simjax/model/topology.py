@@ -58,6 +58,17 @@ class DofTree:
     paths: np.ndarray
     descendants: tuple[dict[int, tuple[int, ...]], ...]
 
+    @cached_property
+    def dense_index(self) -> np.ndarray:
+        """For each entry of the dense (nu, nu) matrix, its index in the flattened path form
+        (``nu * D``: an entry outside the pattern, zero)."""
+        nu, D = self.paths.shape
+        idx = np.full((nu, nu), nu * D)
+        k, t = np.nonzero(self.paths < nu)
+        a = self.paths[k, t]
+        idx[k, a] = idx[a, k] = k * D + t
+        return idx
+
     @property
     def path_flops(self) -> int:
         """Multiply-adds of the sparse factorization, ``sum(m_k^2) / 2`` over the dofs'

@@ -6,8 +6,8 @@ of the other (``Topology.dof_tree``), and the factor ``L`` of ``M = L^T L`` (Fea
 ``M`` is kept in *path form*: ``Hp[k, t] = M[k, a]`` for ``a`` the ancestor ``t`` levels above
 dof k (``t = 0``: the diagonal), ``(nu, D)`` instead of ``(nu, nu)``, and factored and solved
 in ``sum(m_k^2) / 2`` multiply-adds (``m_k`` the length of k's path to the root) instead of a
-dense Cholesky's ``nu^3 / 3``: for a floating humanoid 0.9k against 5.9k, TALOS with its hands 3.7k
-against 42k.
+dense Cholesky's ``nu^3 / 3``: for a floating humanoid 0.9k against 5.9k, TALOS with its
+hands 3.7k against 42k.
 
 The work runs level by level (deepest first to factor and for ``L^-T``, root first for
 ``L^-1``): the dofs of one depth are independent, and each level is one fused kernel
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ..model.topology import DofTree, Topology
 
@@ -111,15 +110,7 @@ def _solve_factored(tree: DofTree, L: list[list[jax.Array]], b: jax.Array) -> ja
 
 def dense_from_paths(topo: Topology, Hp: jax.Array) -> jax.Array:
     """The symmetric ``M`` (nu, nu) from its path form (for checks and derivatives)."""
-    paths = topo.dof_tree.paths
-    nu, D = paths.shape
-    idx = np.full((nu, nu), nu * D)  # zero entry
-    for k in range(nu):
-        for t in range(D):
-            a = paths[k, t]
-            if a < nu:
-                idx[k, a] = idx[a, k] = k * D + t
-    return jnp.concatenate([Hp.ravel(), jnp.zeros(1, Hp.dtype)])[idx]
+    return jnp.concatenate([Hp.ravel(), jnp.zeros(1, Hp.dtype)])[topo.dof_tree.dense_index]
 
 
 def solve_paths(topo: Topology, Hp: jax.Array, rhs: jax.Array) -> jax.Array:
