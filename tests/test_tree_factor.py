@@ -124,3 +124,40 @@ def test_not_positive_definite_gives_nan(case):
     bad = Hp.at[topo.nu - 1, 0].set(-1.0)
     x = jax.jit(fa.solve_paths, static_argnums=0)(topo, bad, jnp.ones(topo.nu))
     assert np.isnan(np.asarray(x)).any()
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_matter_operators_solve_through_it(case, sparse, monkeypatch):
+    """``multiply_by_m_inv`` (a vector or a matrix), ``calc_m_inverse`` and
+    ``calc_acceleration`` solve as forward dynamics does: equal to numpy's solves with ``M``,
+    through the sparse factorization and the dense Cholesky alike; the matrix solve's JVP
+    against central differences."""
+    system, model, state, topo = case
+    if not sparse:
+        monkeypatch.setattr(fa, "MAX_PATH_FLOPS", 0)
+    assert fa.use_tree_factorization(topo) == sparse
+    matter = system.get_matter_subsystem()
+    rng = np.random.default_rng(3)
+    v, V = rng.normal(size=topo.nu), rng.normal(size=(topo.nu, 3))
+    state = system.realize(state, sj.Stage.VELOCITY)
+    M = np.asarray(matter.calc_mass_matrix(state))
+    tau = rng.normal(size=topo.nu)
+    bias = np.asarray(matter.calc_bias_forces(state))
+    ops = lambda s: (
+        matter.multiply_by_m_inv(s, v),
+        matter.multiply_by_m_inv(s, V),
+        matter.calc_m_inverse(s),
+        matter.calc_acceleration(s, tau),
+    )
+    solve = np.linalg.solve
+    expected = (solve(M, v), solve(M, V), np.linalg.inv(M), solve(M, tau - bias))
+    for got, want in zip(jax.jit(ops)(state), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    if not sparse:  # (the dense Cholesky's rule is checked elsewhere)
+        return
+    dq = jnp.asarray(rng.normal(size=state.q.shape))
+    at = lambda e: system.realize(state.with_q(state.q + e * dq), sj.Stage.POSITION)
+    f = jax.jit(lambda e: matter.multiply_by_m_inv(at(e), V))
+    _, tangent = jax.jvp(f, (0.0,), (1.0,))
+    fd = fd_jacobian(lambda e: np.asarray(f(e[0])).ravel(), np.zeros(1), eps=1e-6)[:, 0]
+    np.testing.assert_allclose(np.ravel(tangent), fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())

@@ -203,10 +203,11 @@ class SimbodyMatterSubsystem(Subsystem):
 
     calc_m = calc_mass_matrix
 
-    def _mass_matrix_upper(self, state: State, caller: str) -> Float[Array, "nu nu"]:
-        """M's upper triangle, what the solves with M factor (``rz.mass_matrix_upper``)."""
+    def _solve_m(self, state: State, rhs: jax.Array, caller: str) -> jax.Array:
+        """``M^-1 rhs`` (a vector or a matrix) by forward dynamics' solve (``rz.forward_solve``:
+        the tree-sparse factorization where it pays, else a dense Cholesky)."""
         state.require(Stage.POSITION, caller)
-        return rz.mass_matrix_upper(self._model(state), state, state.position_cache)
+        return rz.forward_solve(self._model(state), state, state.position_cache, rhs)
 
     def get_armature(self, state: State) -> Float[Array, " nu"]:
         """The armature (reflected rotor inertia) of every speed, added to M's diagonal."""
@@ -218,16 +219,18 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def calc_m_inverse(self, state: State) -> Float[Array, "nu nu"]:
         """``M(q)^-1`` (needs Position). Simbody ``calcMInv``."""
-        U = self._mass_matrix_upper(state, "calc_m_inverse")
-        return rz.solve_mass_matrix_upper(U, jnp.eye(U.shape[0], dtype=U.dtype))
+        nu = self._topo(state).nu
+        return self._solve_m(state, jnp.eye(nu, dtype=state.q.dtype), "calc_m_inverse")
 
     def multiply_by_m(self, state: State, a: Any) -> Float[Array, " nu"]:
         """``M a`` (needs Position)."""
         return self.calc_mass_matrix(state) @ jnp.asarray(a)
 
     def multiply_by_m_inv(self, state: State, v: Any) -> Float[Array, " nu"]:
-        """``M^-1 v`` by Cholesky (needs Position)."""
-        return rz.solve_mass_matrix_upper(self._mass_matrix_upper(state, "multiply_by_m_inv"), jnp.asarray(v))
+        """``M^-1 v`` (needs Position): v a vector (nu,) or a matrix (nu, k), solved as forward
+        dynamics solves (the tree-sparse ``L^T L`` factorization where it pays, else Cholesky).
+        Simbody ``multiplyByMInv``."""
+        return self._solve_m(state, jnp.asarray(v, state.q.dtype), "multiply_by_m_inv")
 
     # ------------------------------------------------------------------ dynamics operators
     def _applied_bias(self, state: State, mobility_forces: Any, body_forces: Any, a_extra=None):
@@ -278,7 +281,7 @@ class SimbodyMatterSubsystem(Subsystem):
         """Forward dynamics with only the given applied forces (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_acceleration")
         bias = self._applied_bias(state, applied_mobility_forces, applied_body_forces)
-        return rz.solve_mass_matrix_upper(self._mass_matrix_upper(state, "calc_acceleration"), -bias)
+        return self._solve_m(state, -bias, "calc_acceleration")
 
     def calc_bias_forces(self, state: State) -> Float[Array, " nu"]:
         """Coriolis, centrifugal and gyroscopic generalized forces ``C(q, u)`` (Velocity)."""

@@ -264,11 +264,11 @@ def mass_matrix_paths(model: Model, state: State, pos: PositionCache) -> jax.Arr
 
 
 def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array) -> jax.Array:
-    """``M^-1 rhs`` (a vector) for forward dynamics: the tree-sparse ``L^T L`` factorization
-    where ``simjax.tree.factor.use_tree_factorization`` says it pays (trees, short chains),
-    else the dense Cholesky of ``mass_matrix_upper``. Derivatives go through the dense
-    Cholesky either way (the sparse path is for evaluation: batched forward dynamics,
-    rollouts)."""
+    """``M^-1 rhs`` (rhs a vector (nu,) or a matrix (nu, k)) for forward dynamics and the
+    matter operators that solve with ``M``: the tree-sparse ``L^T L`` factorization where
+    ``simjax.tree.factor.use_tree_factorization`` says it pays (trees, short chains), else
+    the dense Cholesky of ``mass_matrix_upper``. Derivatives go through the dense Cholesky
+    either way (the sparse path is for evaluation: batched forward dynamics, rollouts)."""
     topo = model.topology(state.use_euler_angles)
     if _factor.use_tree_factorization(topo):
         return _solve_paths(topo, mass_matrix_paths(model, state, pos), rhs)
