@@ -22,7 +22,7 @@ SHAPED = [
     (sj.SimbodyMatterSubsystem.calc_mass_matrix, "return", "nu nu"),
     (sj.SimbodyMatterSubsystem.calc_m_inverse, "return", "nu nu"),
     (sj.SimbodyMatterSubsystem.multiply_by_m, "return", "nu"),
-    (sj.SimbodyMatterSubsystem.multiply_by_m_inv, "return", "nu"),
+    (sj.SimbodyMatterSubsystem.multiply_by_m_inv, "return", "nu *k"),
     (sj.SimbodyMatterSubsystem.calc_g, "return", "m nu"),
     (sj.SimbodyMatterSubsystem.calc_bias_for_acceleration_constraints, "return", "m"),
     (sj.SimbodyMatterSubsystem.multiply_by_g_transpose, "return", "nu"),

@@ -226,7 +226,7 @@ class SimbodyMatterSubsystem(Subsystem):
         """``M a`` (needs Position)."""
         return self.calc_mass_matrix(state) @ jnp.asarray(a)
 
-    def multiply_by_m_inv(self, state: State, v: Any) -> Float[Array, " nu"]:
+    def multiply_by_m_inv(self, state: State, v: Any) -> Float[Array, " nu *k"]:
         """``M^-1 v`` (needs Position): v a vector (nu,) or a matrix (nu, k), solved as forward
         dynamics solves (the tree-sparse ``L^T L`` factorization where it pays, else Cholesky).
         Simbody ``multiplyByMInv``."""
