@@ -63,8 +63,9 @@ def _batched_like(d: jax.Array, acc: jax.Array) -> jax.Array:
     right-hand side) the pivots are unbatched scalars, and XLA turns a division by a
     broadcast scalar into a multiplication by its reciprocal: cheap enough that its fusion
     copies each level's arithmetic into every deeper consumer (the humanoid's solve of 16
-    right-hand sides compiled to 34k HLO lines instead of 6k, 2.5x the compile time). A
-    division by a batched value stays a division, which XLA computes once."""
+    right-hand sides compiled to 34k HLO lines instead of 6k; its forward dynamics over 16
+    velocities at one q took 4.5 s to compile instead of 1.6 s). A division by a batched
+    value stays a division, which XLA computes once."""
     return d + jax.lax.stop_gradient(0.0 * acc)
 
 
