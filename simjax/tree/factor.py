@@ -95,7 +95,7 @@ def _factor(tree: DofTree, Hp: jax.Array) -> list[list[jax.Array]]:
 
 
 def _solve_factored(tree: DofTree, L: list[list[jax.Array]], b: jax.Array) -> jax.Array:
-    """``M^-1 b = L^-1 L^-T b`` for a vector b, from ``_factor``'s rows."""
+    """``M^-1 b = L^-1 L^-T b`` for b a vector (nu,) or a matrix (nu, k), from ``_factor``'s rows."""
     D = len(tree.levels)
     b = jax.lax.optimization_barrier(b)
     # y = L^-T b: each dof after its descendants.
@@ -130,8 +130,8 @@ def dense_from_paths(topo: Topology, Hp: jax.Array) -> jax.Array:
 
 def solve_paths(topo: Topology, Hp: jax.Array, rhs: jax.Array) -> jax.Array:
     """``M^-1 rhs`` for ``M`` in path form ``Hp`` (nu, D) (row k: ``M[k, a]`` for the
-    ancestors-or-self ``a = topo.dof_tree.paths[k, t]``, zero past k's root) and a vector
-    ``rhs`` (nu,), by the sparse ``L^T L`` factorization (NaN where ``M`` is not positive
+    ancestors-or-self ``a = topo.dof_tree.paths[k, t]``, zero past k's root) and ``rhs`` a
+    vector (nu,) or a matrix (nu, k), by the sparse ``L^T L`` factorization (NaN where ``M`` is not positive
     definite). Differentiable as written; forward dynamics differentiates it through the
     dense Cholesky's rule instead (``simjax.dynamics.stages.forward_solve``)."""
     tree = topo.dof_tree
