@@ -35,7 +35,9 @@ to Pinocchio too.
 semi-explicit Euler (``u += dt udot; q += dt N(q) u``, dt = 1e-4): simjax as one
 ``jit(lax.scan)`` of the steps, against Pinocchio's ``aba`` plus ``integrate`` in a Python
 loop (how a Python user steps it), per step; and one jitted forward-dynamics call at B = 1
-(``jit(lambda q, u: udot)``), synced after every call and pipelined. The per-step dynamics is
+(``jit(lambda q, u: udot)``), synced after every call and pipelined, and an eager
+``system.realize(state, Stage.ACCELERATION)`` (how a Simbody or OpenSim user writes it; against
+one ``pin.aba`` call). The per-step dynamics is
 the one the throughput mode checks against Pinocchio. ``--sync-dispatch`` runs JAX's CPU
 programs on the calling thread (``jax_cpu_enable_async_dispatch=False``; by default JAX hands
 each one to a worker thread, which costs a cross-core wake-up per synced call).
@@ -503,6 +505,14 @@ def bench_rollout(key: str, args, rng) -> dict:
         jax.block_until_ready(r)
 
     row["call_pipelined_us"] = 1e6 * time_call(pipelined, args.repeats, args.min_time) / n
+    # What a Simbody/OpenSim user writes in Python: realize a State, read udot.
+    s1 = s0.with_q(q).with_u(u)
+    eager = lambda: jax.block_until_ready(system.realize(s1, sj.Stage.ACCELERATION).udot)
+    eager()
+    row["realize_eager_us"] = 1e6 * time_call(eager, args.repeats, args.min_time)
+    if not args.no_peers:
+        one_pin = lambda: pin.aba(model, data, qp, vp, tau)
+        row["pinocchio_call_us"] = 1e6 * time_call(one_pin, args.repeats, args.min_time)
     print(f"  done {key} rollout", file=sys.stderr, flush=True)
     return row
 
@@ -510,16 +520,19 @@ def bench_rollout(key: str, args, rng) -> dict:
 def rollout_table(rows: list[dict]) -> str:
     lines = [
         "| model | nu | simjax µs/step | Pinocchio µs/step | simjax/Pinocchio time "
-        "| one call synced µs | one call pipelined µs |",
-        "|---|---|---|---|---|---|---|",
+        "| one call synced µs | one call pipelined µs | `system.realize` synced µs "
+        "| Pinocchio `aba` call µs |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         pin_t = r.get("pinocchio_us_per_step")
         ratio = r.get("simjax_over_pinocchio")
+        pin_call = r.get("pinocchio_call_us")
         lines.append(
             f"| {r['model']} | {r['nu']} | {r['simjax_us_per_step']:.2f} | "
             f"{'–' if pin_t is None else f'{pin_t:.2f}'} | {'–' if ratio is None else f'{ratio:.2f}x'} | "
-            f"{r['call_synced_us']:.1f} | {r['call_pipelined_us']:.1f} |"
+            f"{r['call_synced_us']:.1f} | {r['call_pipelined_us']:.1f} | {r['realize_eager_us']:.1f} | "
+            f"{'–' if pin_call is None else f'{pin_call:.1f}'} |"
         )
     return "\n".join(lines)
 

@@ -39,6 +39,19 @@ def test_bench_forward_runs_and_checks_udot(tmp_path):
         assert row["max_rel_err_vs_pinocchio"] < 1e-10
 
 
+def test_bench_forward_rollout_mode_times_a_step_a_call_and_an_eager_realize(tmp_path):
+    out = tmp_path / "roll.json"
+    args = ["--rollout", "5", "--models", "chain7", "--repeats", "1", "--min-time", "0.001"]
+    args += ["--json", str(out)]
+    if importlib.util.find_spec("pinocchio") is None:
+        args.append("--no-peers")
+    run_bench(*args)
+    (row,) = json.loads(out.read_text())["rollout"]
+    assert row["model"] == "chain7" and row["steps"] == 5
+    for k in ("simjax_us_per_step", "call_synced_us", "call_pipelined_us", "realize_eager_us"):
+        assert row[k] > 0, k
+
+
 @pytest.mark.oracle
 def test_bench_forward_mjx_peer_agrees(tmp_path):
     pytest.importorskip("mujoco.mjx")

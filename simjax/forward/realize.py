@@ -11,6 +11,7 @@ under ``jax.named_scope("realize_<stage>")``.
 from __future__ import annotations
 
 import contextvars
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -24,7 +25,7 @@ from ..dynamics import stages as rz
 from ..dynamics.forces import calc_zdot
 from ..model.context import Context
 from ..model.model import Model, _replace, _with_stage, classical_acceleration
-from ..model.state import AccelerationCache, DynamicsCache, PositionCache, State, VelocityCache
+from ..model.state import AccelerationCache, Cache, DynamicsCache, PositionCache, State, VelocityCache
 
 
 def realize(model: Model, state: State, stage: Stage) -> State:
@@ -40,27 +41,32 @@ def realize(model: Model, state: State, stage: Stage) -> State:
     # The compiled function is keyed by (Model, State structure, stage): the State's owner
     # (system uid, topology version) is left out of that key so that a second, identical
     # System reuses it; it is restored on the result, and visible while tracing.
+    # Only the cache comes back from the compiled program (realization changes nothing
+    # else): returning the whole State made XLA copy every unchanged leaf into new buffers.
     token = _OWNER.set((state.system_uid, state.topology_version))
     try:
-        out = _realize_jit(model, _replace(state, system_uid=0, topology_version=0), stage)
+        cache = _realize_cache(model, _replace(state, system_uid=0, topology_version=0), stage)
     finally:
         _OWNER.reset(token)
-    out = _replace(out, system_uid=state.system_uid, topology_version=state.topology_version)
+    out = _with_stage(state, stage, cache)
     if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_objects:
         _check_consistent(out)
     return out
 
 
 # (system_uid, topology_version) of the State being realized, for code traced inside
-# ``_realize_jit`` (a user hook may pass ``ctx.state`` to the System, which checks them).
+# ``_realize_cache`` (a user hook may pass ``ctx.state`` to the System, which checks them).
 _OWNER: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("simjax_state_owner")
 
 
-@eqx.filter_jit
-def _realize_jit(model: Model, state: State, stage: Stage) -> State:
+# A plain ``jax.jit`` with the Model and the stage static (the Model hashes its structure,
+# cached): its dispatch runs in JAX's C++ fast path, where ``eqx.filter_jit`` partitioned
+# and recombined the State in Python on every call. Every leaf of a State is an array, so
+# nothing needs filtering.
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _realize_cache(model: Model, state: State, stage: Stage) -> Cache:
     uid, version = _OWNER.get((state.system_uid, state.topology_version))
-    out = realize_eager(model, _replace(state, system_uid=uid, topology_version=version), stage)
-    return _replace(out, system_uid=state.system_uid, topology_version=state.topology_version)
+    return realize_eager(model, _replace(state, system_uid=uid, topology_version=version), stage).cache
 
 
 def realize_eager(model: Model, state: State, stage: Stage) -> State:

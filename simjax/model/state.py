@@ -9,8 +9,7 @@ cache above that stage is dropped. Reading a cache entry above the realized stag
 
 from __future__ import annotations
 
-import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import equinox as eqx
 import jax
@@ -141,13 +140,7 @@ class Cache(eqx.Module):
 
     def up_to(self, stage: Stage) -> Cache:
         """The cache with every entry of a stage above ``stage`` dropped."""
-        return Cache(
-            position=self.position if stage >= Stage.POSITION else None,
-            velocity=self.velocity if stage >= Stage.VELOCITY else None,
-            dynamics=self.dynamics if stage >= Stage.DYNAMICS else None,
-            acceleration=self.acceleration if stage >= Stage.ACCELERATION else None,
-            subsystems={k: v for k, v in self.subsystems.items() if k <= stage},
-        )
+        return _cache_up_to(self, stage)
 
 
 class State(eqx.Module):
@@ -186,15 +179,18 @@ class State(eqx.Module):
     # Static per-variable stage of each discrete variable, to drop the right stages.
     discrete_stages: tuple[tuple[str, str, int], ...] = eqx.field(static=True, default=())
 
+    if not TYPE_CHECKING:
+        # Plain attribute lookup: ``eqx.Module``'s own wraps every method it returns in a
+        # bound-method Module, whose constructor flattens the whole State (tens of
+        # microseconds per ``state.with_q`` or ``state.udot`` in a user's Python loop).
+        __getattribute__ = object.__getattribute__
+
     # ------------------------------------------------------------------ invalidation
     def _fall_to(self, stage: Stage, **changes: Any) -> State:
+        # Top-level fields replaced directly (``_set_static``), not with ``eqx.tree_at``:
+        # this runs in users' Python loops, where flattening the State cost ~0.3 ms a call.
         new_stage = Stage(min(int(self.stage), int(stage)))
-        out = self
-        for k, v in changes.items():
-            out = eqx.tree_at(operator.attrgetter(k), out, v)
-        cache = out.cache.up_to(new_stage)
-        out = eqx.tree_at(lambda s: s.cache, out, cache, is_leaf=lambda x: x is None)
-        return _set_static(out, stage=new_stage)
+        return _set_static(self, stage=new_stage, cache=_cache_up_to(self.cache, new_stage), **changes)
 
     def with_time(self, t: Any) -> State:
         """New State at time ``t``; the stage falls back to Instance."""
@@ -249,88 +245,79 @@ class State(eqx.Module):
     # ------------------------------------------------------------------ cache reads
     def require(self, stage: Stage, what: str) -> None:
         """Raise ``StageError`` unless this State is realized to ``stage`` or later."""
-        if self.stage < stage:
-            raise StageError(
-                f"{what} needs the State realized to Stage.{stage.name}, but it is only at "
-                f"Stage.{self.stage.name}; call system.realize(state, sj.Stage.{stage.name}) "
-                "first (setting q, u, z, t or a parameter lowers the stage)"
-            )
+        _require(self, stage, what)
 
     @property
     def position_cache(self) -> PositionCache:
         """Position-stage cache (raises ``StageError`` if not realized)."""
-        self.require(Stage.POSITION, "the position cache")
-        assert self.cache.position is not None
-        return self.cache.position
+        _require(self, Stage.POSITION, "the position cache")
+        return _entry(self.cache.position)
 
     @property
     def velocity_cache(self) -> VelocityCache:
         """Velocity-stage cache."""
-        self.require(Stage.VELOCITY, "the velocity cache")
-        assert self.cache.velocity is not None
-        return self.cache.velocity
+        _require(self, Stage.VELOCITY, "the velocity cache")
+        return _entry(self.cache.velocity)
 
     @property
     def dynamics_cache(self) -> DynamicsCache:
         """Dynamics-stage cache."""
-        self.require(Stage.DYNAMICS, "the dynamics cache")
-        assert self.cache.dynamics is not None
-        return self.cache.dynamics
+        _require(self, Stage.DYNAMICS, "the dynamics cache")
+        return _entry(self.cache.dynamics)
 
     @property
     def acceleration_cache(self) -> AccelerationCache:
         """Acceleration-stage cache."""
-        self.require(Stage.ACCELERATION, "the acceleration cache")
-        assert self.cache.acceleration is not None
-        return self.cache.acceleration
+        _require(self, Stage.ACCELERATION, "the acceleration cache")
+        return _entry(self.cache.acceleration)
 
     @property
     def qdot(self) -> Float[Array, " nq"]:
         """``N(q) u`` (needs Velocity)."""
-        self.require(Stage.VELOCITY, "state.qdot")
-        return self.velocity_cache.qdot
+        _require(self, Stage.VELOCITY, "state.qdot")
+        return _entry(self.cache.velocity).qdot
 
     @property
     def udot(self) -> Float[Array, " nu"]:
         """Generalized accelerations (needs Acceleration)."""
-        self.require(Stage.ACCELERATION, "state.udot")
-        return self.acceleration_cache.udot
+        _require(self, Stage.ACCELERATION, "state.udot")
+        return _entry(self.cache.acceleration).udot
 
     @property
     def qdotdot(self) -> Float[Array, " nq"]:
         """Second time derivative of q (needs Acceleration)."""
-        self.require(Stage.ACCELERATION, "state.qdotdot")
-        return self.acceleration_cache.qdotdot
+        _require(self, Stage.ACCELERATION, "state.qdotdot")
+        return _entry(self.cache.acceleration).qdotdot
 
     @property
     def zdot(self) -> Float[Array, " nz"]:
         """Time derivative of z (needs Acceleration)."""
-        self.require(Stage.ACCELERATION, "state.zdot")
-        return self.acceleration_cache.zdot
+        _require(self, Stage.ACCELERATION, "state.zdot")
+        return _entry(self.cache.acceleration).zdot
 
     @property
     def qerr(self) -> Float[Array, " nqerr"]:
         """Position errors: holonomic constraints then quaternion norms (Position)."""
-        self.require(Stage.POSITION, "state.qerr")
-        return self.position_cache.qerr
+        _require(self, Stage.POSITION, "state.qerr")
+        return _entry(self.cache.position).qerr
 
     @property
     def uerr(self) -> Float[Array, " nuerr"]:
         """Velocity errors: holonomic derivatives then nonholonomic (Velocity)."""
-        self.require(Stage.VELOCITY, "state.uerr")
-        return self.velocity_cache.uerr
+        _require(self, Stage.VELOCITY, "state.uerr")
+        return _entry(self.cache.velocity).uerr
 
     @property
     def udoterr(self) -> Float[Array, " m"]:
         """Acceleration errors ``G udot - b`` (Acceleration)."""
-        self.require(Stage.ACCELERATION, "state.udoterr")
-        return self.acceleration_cache.udoterr
+        _require(self, Stage.ACCELERATION, "state.udoterr")
+        return _entry(self.cache.acceleration).udoterr
 
     @property
     def multipliers(self) -> Float[Array, " m"]:
         """Lagrange multipliers of every constraint equation (Acceleration)."""
-        self.require(Stage.ACCELERATION, "state.multipliers")
-        return self.acceleration_cache.multipliers
+        _require(self, Stage.ACCELERATION, "state.multipliers")
+        return _entry(self.cache.acceleration).multipliers
 
     @property
     def nq(self) -> int:
@@ -350,6 +337,43 @@ class State(eqx.Module):
     def get_discrete_variable(self, subsystem: str, name: str) -> Any:
         """Value of a discrete variable."""
         return self.discrete[subsystem][name]
+
+
+def _require(state: State, stage: Stage, what: str) -> None:
+    # A function, not a method: on an ``eqx.Module`` every method lookup builds a bound-method
+    # Module, which flattens the whole State (~40 us per property read of a realized State).
+    if state.stage < stage:
+        raise StageError(
+            f"{what} needs the State realized to Stage.{stage.name}, but it is only at "
+            f"Stage.{state.stage.name}; call system.realize(state, sj.Stage.{stage.name}) "
+            "first (setting q, u, z, t or a parameter lowers the stage)"
+        )
+
+
+_E = TypeVar("_E")
+
+
+def _entry(entry: _E | None) -> _E:
+    assert entry is not None
+    return entry
+
+
+def _cache_up_to(cache: Cache, stage: Stage) -> Cache:
+    """``Cache.up_to`` without the Module constructor's checks (a frozen dataclass copy)."""
+    keep = {
+        "position": Stage.POSITION,
+        "velocity": Stage.VELOCITY,
+        "dynamics": Stage.DYNAMICS,
+        "acceleration": Stage.ACCELERATION,
+    }
+    new = object.__new__(Cache)
+    for f in Cache.__dataclass_fields__:
+        if f in keep:
+            value = getattr(cache, f) if stage >= keep[f] else None
+        else:  # subsystems: {stage value: entries}
+            value = {k: v for k, v in cache.subsystems.items() if k <= stage}
+        object.__setattr__(new, f, value)
+    return new
 
 
 def _set_static(state: State, **kw: Any) -> State:
