@@ -24,14 +24,17 @@ def run_bench(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     )
 
 
-def test_bench_forward_runs_and_checks_udot(tmp_path):
-    out = tmp_path / "fd.json"
-    args = ["--models", "chain7", "--batches", "2", "--repeats", "1", "--min-time", "0.001"]
-    args += ["--json", str(out)]
+def run_tiny(out: Path, *mode: str) -> dict:
+    """chain7, one quick repeat, against Pinocchio where it is installed; the JSON result."""
+    args = [*mode, "--models", "chain7", "--repeats", "1", "--min-time", "0.001", "--json", str(out)]
     if importlib.util.find_spec("pinocchio") is None:
         args.append("--no-peers")
     run_bench(*args)
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_bench_forward_runs_and_checks_udot(tmp_path):
+    res = run_tiny(tmp_path / "fd.json", "--batches", "2")
     assert res["info"]["device"].startswith(("cpu", "TFRT_CPU", "CpuDevice"))
     (row,) = res["throughput"]
     assert row["model"] == "chain7" and row["batch"] == 2 and row["simjax_us_per_state"] > 0
@@ -40,13 +43,7 @@ def test_bench_forward_runs_and_checks_udot(tmp_path):
 
 
 def test_bench_forward_rollout_mode_times_a_step_a_call_and_an_eager_realize(tmp_path):
-    out = tmp_path / "roll.json"
-    args = ["--rollout", "5", "--models", "chain7", "--repeats", "1", "--min-time", "0.001"]
-    args += ["--json", str(out)]
-    if importlib.util.find_spec("pinocchio") is None:
-        args.append("--no-peers")
-    run_bench(*args)
-    (row,) = json.loads(out.read_text())["rollout"]
+    (row,) = run_tiny(tmp_path / "roll.json", "--rollout", "5")["rollout"]
     assert row["model"] == "chain7" and row["steps"] == 5
     for k in ("simjax_us_per_step", "call_synced_us", "call_pipelined_us", "realize_eager_us"):
         assert row[k] > 0, k

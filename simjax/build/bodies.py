@@ -21,6 +21,7 @@ from ..model import mobilizers as mz
 from ..model.model import Model
 from ..model.state import State
 from ..model.topology import Topology
+from ._compiled import compiled_outside_traces
 
 
 class Body:
@@ -303,10 +304,12 @@ class MobilizedBody:
         return self._inst(state, "mobilizer_params")[: self._mobilizer.n_params]
 
     # ------------------------------------------------------------------ q and u
+    @compiled_outside_traces
     def get_q(self, state: State) -> Float[Array, " nq_body"]:
         """This mobilizer's q block."""
         return self._model(state).body_q(state, self.index)
 
+    @compiled_outside_traces
     def get_u(self, state: State) -> Float[Array, " nu_body"]:
         """This mobilizer's u block."""
         return self._model(state).body_u(state, self.index)
@@ -361,60 +364,72 @@ class MobilizedBody:
         return self.set_u(state, u)
 
     # ------------------------------------------------------------------ kinematics
+    @compiled_outside_traces
     def get_body_transform(self, state: State) -> sp.Transform:
         """``X_GB`` (needs Position)."""
         pc = state.position_cache
         return sp.Transform(pc.R_GB[self.index], pc.p_GB[self.index])
 
+    @compiled_outside_traces
     def get_body_rotation(self, state: State) -> Float[Array, "3 3"]:
         """``R_GB`` (needs Position)."""
         return state.position_cache.R_GB[self.index]
 
+    @compiled_outside_traces
     def get_body_origin_location(self, state: State) -> Float[Array, " 3"]:
         """Location of the body origin in Ground (needs Position)."""
         return state.position_cache.p_GB[self.index]
 
+    @compiled_outside_traces
     def get_body_velocity(self, state: State) -> Float[Array, " 6"]:
         """``V_GB = [w; v of origin]`` in Ground (needs Velocity)."""
         state.require(Stage.VELOCITY, f"{self.name}.get_body_velocity")
         return self._model(state).body_velocities(state)[self.index]
 
+    @compiled_outside_traces
     def get_body_angular_velocity(self, state: State) -> Float[Array, " 3"]:
         """Angular velocity in Ground (needs Velocity)."""
         return self.get_body_velocity(state)[:3]
 
+    @compiled_outside_traces
     def get_body_origin_velocity(self, state: State) -> Float[Array, " 3"]:
         """Velocity of the body origin in Ground (needs Velocity)."""
         return self.get_body_velocity(state)[3:]
 
+    @compiled_outside_traces
     def get_body_acceleration(self, state: State) -> Float[Array, " 6"]:
         """``A_GB = [alpha; a of origin]`` in Ground (needs Acceleration)."""
         state.require(Stage.ACCELERATION, f"{self.name}.get_body_acceleration")
         return self._model(state).body_accelerations(state)[self.index]
 
+    @compiled_outside_traces
     def get_mobilizer_transform(self, state: State) -> sp.Transform:
         """``X_FM(q)`` (needs Position)."""
         state.require(Stage.POSITION, f"{self.name}.get_mobilizer_transform")
         R, p = self._mob(state).X_FM(self.get_q(state), self.get_mobilizer_params(state))
         return sp.Transform(R, p)
 
+    @compiled_outside_traces
     def get_mobilizer_velocity(self, state: State) -> Float[Array, " 6"]:
         """``V_FM = H_FM(q) u``, in F at M's origin (needs Velocity)."""
         state.require(Stage.VELOCITY, f"{self.name}.get_mobilizer_velocity")
         H = self._mob(state).H_FM(self.get_q(state), self.get_mobilizer_params(state))
         return H @ self.get_u(state)
 
+    @compiled_outside_traces
     def find_station_location_in_ground(self, state: State, station: Any) -> Float[Array, " 3"]:
         """Ground location of a station given in this body's frame (needs Position)."""
         pc = state.position_cache
         return pc.p_GB[self.index] + pc.R_GB[self.index] @ jnp.asarray(station, pc.p_GB.dtype)
 
+    @compiled_outside_traces
     def find_station_velocity_in_ground(self, state: State, station: Any) -> Float[Array, " 3"]:
         """Ground velocity of a station on this body (needs Velocity)."""
         V = self.get_body_velocity(state)
         r = self.get_body_rotation(state) @ jnp.asarray(station, V.dtype)
         return V[3:] + jnp.cross(V[:3], r)
 
+    @compiled_outside_traces
     def find_station_acceleration_in_ground(self, state: State, station: Any) -> Float[Array, " 3"]:
         """Ground acceleration of a station on this body (needs Acceleration)."""
         A = self.get_body_acceleration(state)

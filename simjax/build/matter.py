@@ -18,6 +18,7 @@ from ..model.model import Model, _replace, classical_acceleration
 from ..model.state import Cache, State
 from ..model.topology import Topology
 from ..tree import traversal as _tree
+from ._compiled import compiled_outside_traces
 from .bodies import Ground, MobilizedBody
 from .system import MultibodySystem, Subsystem
 
@@ -133,6 +134,7 @@ class SimbodyMatterSubsystem(Subsystem):
         """``(mp, mv, ma)`` rows of ``G`` (disabled constraints keep zero rows)."""
         return self._model(state).constraint_counts(state.use_euler_angles)
 
+    @compiled_outside_traces
     def calc_g_and_b(self, state: State) -> tuple[Float[Array, "m nu"], Float[Array, " m"]]:
         """``G = [P; V; A]`` (m, nu) and ``b`` (m,) with ``G udot = b`` (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_g_and_b")
@@ -141,22 +143,27 @@ class SimbodyMatterSubsystem(Subsystem):
         A0 = classical_acceleration(self._velocity_bias(state), vc.V_O, pc.p_GB)
         return cn.g_and_b(model, state, A0)
 
+    @compiled_outside_traces
     def calc_g(self, state: State) -> Float[Array, "m nu"]:
         """The constraint matrix ``G = [P; V; A]`` (m, nu) (needs Velocity)."""
         return self.calc_g_and_b(state)[0]
 
+    @compiled_outside_traces
     def calc_bias_for_acceleration_constraints(self, state: State) -> Float[Array, " m"]:
         """``b`` of ``G udot = b``: minus the acceleration errors at ``udot = 0``."""
         return self.calc_g_and_b(state)[1]
 
+    @compiled_outside_traces
     def multiply_by_g(self, state: State, ulike: Any) -> Float[Array, " m"]:
         """``G v`` (needs Velocity)."""
         return self.calc_g(state) @ jnp.asarray(ulike)
 
+    @compiled_outside_traces
     def multiply_by_g_transpose(self, state: State, lam: Any) -> Float[Array, " nu"]:
         """``G^T lambda`` (needs Velocity)."""
         return self.calc_g(state).T @ jnp.asarray(lam)
 
+    @compiled_outside_traces
     def calc_constraint_forces_from_multipliers(
         self, state: State, multipliers: Any
     ) -> tuple[Float[Array, "nb 6"], Float[Array, " nu"]]:
@@ -196,6 +203,7 @@ class SimbodyMatterSubsystem(Subsystem):
         return state.use_euler_angles
 
     # ------------------------------------------------------------------ mass matrix
+    @compiled_outside_traces
     def calc_mass_matrix(self, state: State) -> Float[Array, "nu nu"]:
         """Mass matrix ``M(q)`` (nu, nu) (needs Position). Simbody ``calcM``."""
         state.require(Stage.POSITION, "calc_mass_matrix")
@@ -217,15 +225,18 @@ class SimbodyMatterSubsystem(Subsystem):
         """New State with the armature of every speed replaced (nu,) (Instance stage)."""
         return state.with_instance("matter", "armature", armature)
 
+    @compiled_outside_traces
     def calc_m_inverse(self, state: State) -> Float[Array, "nu nu"]:
         """``M(q)^-1`` (needs Position). Simbody ``calcMInv``."""
         nu = self._topo(state).nu
         return self._solve_m(state, jnp.eye(nu, dtype=state.q.dtype), "calc_m_inverse")
 
+    @compiled_outside_traces
     def multiply_by_m(self, state: State, a: Any) -> Float[Array, " nu"]:
         """``M a`` (needs Position)."""
         return self.calc_mass_matrix(state) @ jnp.asarray(a)
 
+    @compiled_outside_traces
     def multiply_by_m_inv(self, state: State, v: Any) -> Float[Array, " nu *k"]:
         """``M^-1 v`` (needs Position): v a vector (nu,) or a matrix (nu, k), solved as forward
         dynamics solves (the tree-sparse ``L^T L`` factorization where it pays, else Cholesky).
@@ -283,17 +294,20 @@ class SimbodyMatterSubsystem(Subsystem):
         bias = self._applied_bias(state, applied_mobility_forces, applied_body_forces)
         return self._solve_m(state, -bias, "calc_acceleration")
 
+    @compiled_outside_traces
     def calc_bias_forces(self, state: State) -> Float[Array, " nu"]:
         """Coriolis, centrifugal and gyroscopic generalized forces ``C(q, u)`` (Velocity)."""
         state.require(Stage.VELOCITY, "calc_bias_forces")
         return self._applied_bias(state, None, None)
 
+    @compiled_outside_traces
     def calc_gravity_and_applied_generalized_forces(self, state: State) -> Float[Array, " nu"]:
         """Applied forces of every force element mapped to u: ``J^T F + tau`` (Dynamics)."""
         dc = state.dynamics_cache
         return self.multiply_by_system_jacobian_transpose(state, dc.body_forces) + dc.mobility_forces
 
     # ------------------------------------------------------------------ jacobians
+    @compiled_outside_traces
     def calc_system_jacobian(self, state: State) -> Float[Array, "nb*6 nu"]:
         """``J`` (nb*6, nu): body spatial velocities ``V_GB = J u`` stacked by body, each
         ``[w; v of body origin]`` in Ground (needs Position)."""
@@ -302,6 +316,7 @@ class SimbodyMatterSubsystem(Subsystem):
         J = rz.frame_jacobians(self._model(state), state, np.arange(topo.nb))
         return J.reshape(topo.nb * 6, topo.nu)
 
+    @compiled_outside_traces
     def multiply_by_system_jacobian_transpose(self, state: State, body_forces: Any) -> Float[Array, " nu"]:
         """``J^T F`` for body forces ``[torque about origin; force]`` (nb, 6) (Position)."""
         state.require(Stage.POSITION, "multiply_by_system_jacobian_transpose")
@@ -349,6 +364,7 @@ class SimbodyMatterSubsystem(Subsystem):
         """``Jdot_S u`` (3,): the station's acceleration at ``udot = 0``."""
         return self.calc_bias_for_frame_jacobian(state, body, station)[3:]
 
+    @compiled_outside_traces
     def calc_bias_for_system_jacobian(self, state: State) -> Float[Array, " nb*6"]:
         """``Jdot u`` (nb*6,): body accelerations at ``udot = 0``, stacked (Velocity)."""
         state.require(Stage.VELOCITY, "calc_bias_for_system_jacobian")
@@ -356,6 +372,7 @@ class SimbodyMatterSubsystem(Subsystem):
         return classical_acceleration(self._velocity_bias(state), vc.V_O, pc.p_GB).reshape(-1)
 
     # ------------------------------------------------------------------ kinematic maps
+    @compiled_outside_traces
     def calc_qdot(self, state: State, u: Any = None) -> Float[Array, " nq"]:
         """``qdot = N(q) u`` (needs Position); default ``u`` is the State's."""
         state.require(Stage.POSITION, "calc_qdot")
@@ -364,6 +381,7 @@ class SimbodyMatterSubsystem(Subsystem):
 
     multiply_by_n = calc_qdot
 
+    @compiled_outside_traces
     def calc_qdotdot(self, state: State, udot: Any) -> Float[Array, " nq"]:
         """``qdotdot = Ndot u + N udot`` (needs Velocity)."""
         state.require(Stage.VELOCITY, "calc_qdotdot")
@@ -374,27 +392,32 @@ class SimbodyMatterSubsystem(Subsystem):
         """Total mass of the mobilized bodies."""
         return jnp.sum(state.instance["matter"]["mass"][1:])
 
+    @compiled_outside_traces
     def calc_system_mass_center_location_in_ground(self, state: State) -> Float[Array, " 3"]:
         """System center of mass in Ground (needs Position)."""
         pc = state.position_cache
         m = state.instance["matter"]["mass"]
         return jnp.sum(m[1:, None] * pc.com_G[1:], axis=0) / jnp.sum(m[1:])
 
+    @compiled_outside_traces
     def calc_system_mass_center_velocity_in_ground(self, state: State) -> Float[Array, " 3"]:
         """Velocity of the system center of mass (needs Velocity)."""
         return self.calc_system_momentum_about_ground_origin(state)[3:] / self.calc_system_mass(state)
 
+    @compiled_outside_traces
     def calc_system_momentum_about_ground_origin(self, state: State) -> Float[Array, " 6"]:
         """``[angular momentum about Ground's origin; linear momentum]`` (Velocity)."""
         pc, vc = state.position_cache, state.velocity_cache
         return jnp.sum(sp.inertia_times(pc.inertia_O[1:], vc.V_O[1:]), axis=0)
 
+    @compiled_outside_traces
     def calc_system_central_momentum(self, state: State) -> Float[Array, " 6"]:
         """Momentum with the angular part about the system center of mass (Velocity)."""
         h = self.calc_system_momentum_about_ground_origin(state)
         c = self.calc_system_mass_center_location_in_ground(state)
         return jnp.concatenate([h[:3] - jnp.cross(c, h[3:]), h[3:]])
 
+    @compiled_outside_traces
     def calc_kinetic_energy(self, state: State) -> Float[Array, ""]:
         """Kinetic energy ``1/2 sum V^T I V`` plus the armature's ``1/2 sum a u^2``, which is
         ``1/2 u^T M u`` (needs Velocity)."""

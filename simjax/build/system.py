@@ -27,6 +27,7 @@ from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model, constraint_param_slots, stack_transforms
 from ..model.state import StageError, State
 from . import diagnose as dg
+from ._compiled import compiled_outside_traces
 
 _uids = itertools.count(1)
 
@@ -458,14 +459,17 @@ class MultibodySystem:
         return state
 
     # ------------------------------------------------------------------ reports
+    @compiled_outside_traces
     def calc_kinetic_energy(self, state: State) -> Float[Array, ""]:
         """Kinetic energy ``1/2 u^T M u`` (needs Velocity)."""
         return self.get_matter_subsystem().calc_kinetic_energy(state)
 
+    @compiled_outside_traces
     def calc_potential_energy(self, state: State) -> Float[Array, ""]:
         """Potential energy of every force element and force subsystem (needs Position)."""
         return calc_potential_energy(self.model_for(state), state)
 
+    @compiled_outside_traces
     def calc_energy(self, state: State) -> Float[Array, ""]:
         """Kinetic plus potential energy (needs Velocity)."""
         return self.calc_kinetic_energy(state) + self.calc_potential_energy(state)
