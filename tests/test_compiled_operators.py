@@ -50,6 +50,12 @@ def _operators(system, matter, body):
         "get_body_transform": (body.get_body_transform, ()),
         "get_mobilizer_velocity": (body.get_mobilizer_velocity, ()),
         "find_station_acceleration_in_ground": (body.find_station_acceleration_in_ground, (station,)),
+        "calc_residual_force": (matter.calc_residual_force, (jnp.ones(4), None, jnp.arange(4.0))),
+        "calc_acceleration": (matter.calc_acceleration, (jnp.ones(4),)),
+        "calc_station_jacobian (a body)": (matter.calc_station_jacobian, (body, station)),
+        "calc_frame_jacobian (an index)": (matter.calc_frame_jacobian, (body.index, station)),
+        "calc_bias_for_station_jacobian": (matter.calc_bias_for_station_jacobian, (body, station)),
+        "calc_constraint_error_norms": (system.calc_constraint_error_norms, ()),
     }
 
 

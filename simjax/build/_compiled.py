@@ -14,6 +14,7 @@ traced into the caller's program.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,9 +27,20 @@ def _traced(args: Any) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
 
 
-def compiled_outside_traces(method: _F) -> _F:
-    """Decorate a method whose arguments after ``self`` are States, arrays or None."""
-    jitted = jax.jit(method, static_argnums=0)
+def compiled_outside_traces(method: _F | None = None, *, static: tuple[str, ...] = ()) -> Any:
+    """Decorate a method whose arguments after ``self`` are States, arrays or None, and
+    the arguments named in ``static`` (a body or its index: hashable, part of the compiled
+    program's key)."""
+    if method is None:
+        return functools.partial(compiled_outside_traces, static=static)
+    return _compiled(method, static)
+
+
+def _compiled(method: _F, static: tuple[str, ...]) -> _F:
+    # Both given, jax.jit does not map names to positions itself.
+    names = list(inspect.signature(method).parameters)
+    argnums = (0, *(names.index(n) for n in static))
+    jitted = jax.jit(method, static_argnums=argnums, static_argnames=static)
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -266,6 +266,7 @@ class SimbodyMatterSubsystem(Subsystem):
             return state.dynamics_cache.a_bias
         return rz.velocity_bias(self._model(state), state, state.position_cache, state.velocity_cache)
 
+    @compiled_outside_traces
     def calc_residual_force(
         self,
         state: State,
@@ -286,6 +287,7 @@ class SimbodyMatterSubsystem(Subsystem):
 
     calc_residual_force_ignoring_constraints = calc_residual_force
 
+    @compiled_outside_traces
     def calc_acceleration(
         self, state: State, applied_mobility_forces: Any = None, applied_body_forces: Any = None
     ) -> Float[Array, " nu"]:
@@ -327,6 +329,7 @@ class SimbodyMatterSubsystem(Subsystem):
 
     calc_tree_equivalent_mobility_forces = multiply_by_system_jacobian_transpose
 
+    @compiled_outside_traces(static=("body",))
     def calc_frame_jacobian(
         self, state: State, body: MobilizedBody | int, frame_origin: Any = None
     ) -> Float[Array, "6 nu"]:
@@ -340,12 +343,14 @@ class SimbodyMatterSubsystem(Subsystem):
         r = pc.p_GB[b] + pc.R_GB[b] @ st
         return rz.frame_jacobians(self._model(state), state, np.array([b]), r[None])[0]
 
+    @compiled_outside_traces(static=("body",))
     def calc_station_jacobian(
         self, state: State, body: MobilizedBody | int, station: Any
     ) -> Float[Array, "3 nu"]:
         """``J_S`` (3, nu): Ground velocity of a body station = ``J_S u`` (Position)."""
         return self.calc_frame_jacobian(state, body, station)[3:]
 
+    @compiled_outside_traces(static=("body",))
     def calc_bias_for_frame_jacobian(
         self, state: State, body: MobilizedBody | int, frame_origin: Any = None
     ) -> Float[Array, " 6"]:
@@ -358,6 +363,7 @@ class SimbodyMatterSubsystem(Subsystem):
         A = classical_acceleration(self._velocity_bias(state)[b][None], vc.V_O[b][None], r[None])[0]
         return A
 
+    @compiled_outside_traces(static=("body",))
     def calc_bias_for_station_jacobian(
         self, state: State, body: MobilizedBody | int, station: Any
     ) -> Float[Array, " 3"]:

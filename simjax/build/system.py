@@ -394,6 +394,7 @@ class MultibodySystem:
             return s
         return s, RESULTS.where(rq == RESULTS.successful, ru, rq)
 
+    @compiled_outside_traces
     def calc_constraint_error_norms(self, state: State) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """RMS of the position errors and of the velocity errors (Simbody's default norm;
         quaternion rows excluded). Needs Velocity."""
