@@ -20,11 +20,9 @@ from typing import Any, TypeVar
 
 import jax
 
+from .diagnose import _concrete
+
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _traced(args: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
 
 
 def compiled_outside_traces(method: _F | None = None, *, static: tuple[str, ...] = ()) -> Any:
@@ -44,7 +42,7 @@ def _compiled(method: _F, static: tuple[str, ...]) -> _F:
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _traced((args, kwargs)):
+        if not _concrete((args, kwargs)):
             return method(self, *args, **kwargs)
         return jitted(self, *args, **kwargs)
 

@@ -247,7 +247,7 @@ class MultibodySystem:
                 "this State was made by a different System; use the State returned by this "
                 "System's realize_topology()"
             )
-        if not self._traced and any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state)):
+        if not self._traced and not dg._concrete(state):
             self._traced = True
         if self._model is None or state.topology_version != self._version:
             raise TopologyError(

@@ -14,7 +14,7 @@ import numpy as np
 from .. import _spatial as sp
 from .._stage import Stage
 from .mobilizers import AbstractMobilizer
-from .state import Cache, State
+from .state import Cache, State, _replace
 from .topology import Topology
 
 
@@ -319,13 +319,6 @@ def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.
     v_p = V_O[:, 3:] + jnp.cross(w, p)
     a_p = A_O[:, 3:] + jnp.cross(alpha, p) + jnp.cross(w, v_p)
     return jnp.concatenate([alpha, a_p], axis=1)
-
-
-def _replace(module: Any, **kw: Any) -> Any:
-    new = object.__new__(type(module))
-    for f in type(module).__dataclass_fields__:
-        object.__setattr__(new, f, kw.get(f, getattr(module, f)))
-    return new
 
 
 def _with_stage(state: State, stage: Stage, cache: Cache) -> State:

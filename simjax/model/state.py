@@ -187,10 +187,10 @@ class State(eqx.Module):
 
     # ------------------------------------------------------------------ invalidation
     def _fall_to(self, stage: Stage, **changes: Any) -> State:
-        # Top-level fields replaced directly (``_set_static``), not with ``eqx.tree_at``:
+        # Top-level fields replaced directly (``_replace``), not with ``eqx.tree_at``:
         # this runs in users' Python loops, where flattening the State cost ~0.3 ms a call.
         new_stage = Stage(min(int(self.stage), int(stage)))
-        return _set_static(self, stage=new_stage, cache=_cache_up_to(self.cache, new_stage), **changes)
+        return _replace(self, stage=new_stage, cache=_cache_up_to(self.cache, new_stage), **changes)
 
     def with_time(self, t: Any) -> State:
         """New State at time ``t``; the stage falls back to Instance."""
@@ -360,27 +360,22 @@ def _entry(entry: _E | None) -> _E:
 
 def _cache_up_to(cache: Cache, stage: Stage) -> Cache:
     """``Cache.up_to`` without the Module constructor's checks (a frozen dataclass copy)."""
-    keep = {
-        "position": Stage.POSITION,
-        "velocity": Stage.VELOCITY,
-        "dynamics": Stage.DYNAMICS,
-        "acceleration": Stage.ACCELERATION,
-    }
-    new = object.__new__(Cache)
-    for f in Cache.__dataclass_fields__:
-        if f in keep:
-            value = getattr(cache, f) if stage >= keep[f] else None
-        else:  # subsystems: {stage value: entries}
-            value = {k: v for k, v in cache.subsystems.items() if k <= stage}
-        object.__setattr__(new, f, value)
-    return new
+    return _replace(
+        cache,
+        position=cache.position if stage >= Stage.POSITION else None,
+        velocity=cache.velocity if stage >= Stage.VELOCITY else None,
+        dynamics=cache.dynamics if stage >= Stage.DYNAMICS else None,
+        acceleration=cache.acceleration if stage >= Stage.ACCELERATION else None,
+        subsystems={k: v for k, v in cache.subsystems.items() if k <= stage},
+    )
 
 
-def _set_static(state: State, **kw: Any) -> State:
-    # eqx.Module is a frozen dataclass; static fields are not leaves, so replace directly.
-    new = object.__new__(State)
-    for f in State.__dataclass_fields__:
-        object.__setattr__(new, f, kw.get(f, getattr(state, f)))
+def _replace(module: Any, **kw: Any) -> Any:
+    """A copy of a frozen dataclass (an ``eqx.Module``: State, Cache, the stage caches) with
+    fields replaced, without the Module constructor's checks (fast in Python loops)."""
+    new = object.__new__(type(module))
+    for f in type(module).__dataclass_fields__:
+        object.__setattr__(new, f, kw.get(f, getattr(module, f)))
     return new
 
 
