@@ -5,8 +5,10 @@ Frames: tree quantities are in Ground axes about Ground's origin (spatial vector
 Per-mobilizer work (X_FM, H, N and their derivatives) is joint-local: it is done for all
 bodies of one kind at once with ``vmap``, outside the tree recursion.
 
-Algorithm: composite-rigid-body mass matrix plus recursive Newton-Euler bias forces and a
-dense Cholesky solve (Featherstone (2008), ch. 6), in Ground coordinates as in MJX.
+Algorithm (Featherstone (2008), chs. 5-7), in Ground coordinates as in MJX: recursive
+Newton-Euler bias forces, then ``udot = M^-1 (tau - bias)`` by the articulated-body
+recursion (``simjax.tree.articulated``); the composite-rigid-body mass matrix and its dense
+Cholesky where ``M`` itself is needed (constraints, the matter operators, derivatives).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..model.state import (
     State,
     VelocityCache,
 )
-from ..tree import factor as _factor
+from ..tree import articulated as _articulated
 from ..tree import traversal as _tree
 from ..tree.kinds import joint_inputs, map_kinds, no_q, place
 from .forces import calc_forces
@@ -225,14 +227,6 @@ def symmetric_from_upper(U: jax.Array) -> jax.Array:
     return U + U.T - jnp.diag(jnp.diagonal(U))
 
 
-def _composite_forces(topo, pos: PositionCache) -> jax.Array:
-    """``F_k = Ic_{b(k)} cdof_k`` (nu, 6): each dof's motion times the composite inertia at its
-    body (sums of parameters, welded bodies folded in); ``M[a, k] = cdof_a . F_k`` for ``a``
-    an ancestor-or-self of k."""
-    crb = _tree.inward_to_dofs(topo, pos.moving_inertia_O)
-    return sp.inertia_times(crb, pos.cdof)
-
-
 def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Array:
     """The upper triangle ``U`` of the mass matrix (zeros below the diagonal; ``M = U + U^T -
     diag(U)``), what ``solve_mass_matrix_upper`` factors.
@@ -242,60 +236,47 @@ def mass_matrix_upper(model: Model, state: State, pos: PositionCache) -> jax.Arr
     order LAPACK's Cholesky reads: no symmetrising pass and no layout copy before the
     factorisation (at B = 1024 they cost more than the product itself)."""
     topo = model.topology(state.use_euler_angles)
+    return _mass_matrix_upper(topo, pos.cdof, pos.moving_inertia_O, _armature(topo, state, pos.cdof.dtype))
+
+
+def _armature(topo, state: State, dtype) -> jax.Array:
+    return jnp.broadcast_to(jnp.asarray(state.instance["matter"]["armature"], dtype), (topo.nu,))
+
+
+def _mass_matrix_upper(topo, cdof: jax.Array, inertia: jax.Array, armature: jax.Array) -> jax.Array:
     if topo.nu == 0:
-        return jnp.zeros((0, 0), pos.p_GB.dtype)
-    F = _composite_forces(topo, pos)
-    GT = pos.cdof @ F.T  # GT[j, i] = cdof_j . Ic_{b(i)} cdof_i
-    armature = jnp.asarray(state.instance["matter"]["armature"], GT.dtype)
+        return jnp.zeros((0, 0), cdof.dtype)
+    crb = _tree.inward_to_dofs(topo, inertia)
+    F = sp.inertia_times(crb, cdof)  # F_k = Ic_{b(k)} cdof_k, welded bodies folded in
+    GT = cdof @ F.T  # GT[j, i] = cdof_j . Ic_{b(i)} cdof_i
     return jnp.where(np.asarray(topo.mass_matrix_mask).T, GT, 0.0) + jnp.diag(armature)
-
-
-def mass_matrix_paths(model: Model, state: State, pos: PositionCache) -> jax.Array:
-    """The mass matrix in path form (``simjax.tree.factor``): ``Hp[k, t] = M[k, a]`` for
-    ``a = topo.dof_tree.paths[k, t]``, dof k's ancestor ``t`` levels up (``t = 0``: the
-    diagonal), zero past its root, (nu, D). The composite-rigid-body entries
-    ``cdof_a . Ic cdof_k`` of only those pairs: one gather and one product."""
-    topo = model.topology(state.use_euler_angles)
-    F = _composite_forces(topo, pos)
-    cz = jnp.concatenate([pos.cdof, jnp.zeros((1, 6), pos.cdof.dtype)])
-    Hp = (cz[topo.dof_tree.paths] * F[:, None, :]).sum(-1)
-    armature = jnp.asarray(state.instance["matter"]["armature"], Hp.dtype)
-    return jnp.concatenate([Hp[:, :1] + armature[:, None], Hp[:, 1:]], axis=1)
 
 
 def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array) -> jax.Array:
     """``M^-1 rhs`` (rhs a vector (nu,) or a matrix (nu, k)) for forward dynamics and the
-    matter operators that solve with ``M``: the tree-sparse ``L^T L`` factorization where
-    ``simjax.tree.factor.use_tree_factorization`` says it pays (trees, short chains), else
-    the dense Cholesky of ``mass_matrix_upper``. Derivatives go through the dense Cholesky
-    either way (the sparse path is for evaluation: batched forward dynamics, rollouts)."""
+    matter operators that solve with ``M``: by the articulated-body recursion in Ground's
+    frame (``simjax.tree.articulated``), linear in the number of bodies. Derivatives go
+    through the dense Cholesky's rule (``x' = M^-1 (rhs' - M' x)``, ``M`` from
+    ``mass_matrix_upper``): the same numbers, and a derivative program as compact as a
+    dense solve's (the recursion's unrolled levels, differentiated, compile longer)."""
     topo = model.topology(state.use_euler_angles)
-    if _factor.use_tree_factorization(topo):
-        return _solve_paths(topo, mass_matrix_paths(model, state, pos), rhs)
-    return solve_mass_matrix_upper(mass_matrix_upper(model, state, pos), rhs)
-
-
-def _solve_paths(topo, Hp: jax.Array, rhs: jax.Array) -> jax.Array:
-    """``_factor.solve_paths`` differentiated through the dense matrix and
-    ``_cholesky_solve``'s rule (``x' = M^-1 (rhs' - M' x)``): the same numbers, and a
-    derivative program as compact as the dense path's (the sparse solve's unrolled levels,
-    differentiated, compiled ~1.6x longer)."""
+    if topo.nu == 0:
+        return rhs
+    armature = _armature(topo, state, rhs.dtype)
 
     @jax.custom_jvp
-    def solve(Hp, rhs):
+    def solve(cdof, inertia, armature, rhs):
         # ``0 * rhs +``: under ``vmap`` the unrolled solve's result can carry its batch
         # axis elsewhere than the rule's, which reverse mode of a batched custom_jvp then
         # mis-broadcasts (jax 0.10); starting from rhs gives it rhs's batch axis. Fused away.
-        return 0.0 * rhs + _factor.solve_paths(topo, Hp, rhs)
+        return 0.0 * rhs + _articulated.solve(topo, cdof, inertia, armature, rhs)
 
     @solve.defjvp
     def _jvp(primals, tangents):
-        Hp, rhs = primals
-        dHp, drhs = tangents
-        M, dM = _factor.dense_from_paths(topo, Hp), _factor.dense_from_paths(topo, dHp)
-        return jax.jvp(_cholesky_solve, (M, rhs), (dM, drhs))
+        dense = lambda c, i, a, r: _cholesky_solve_upper(_mass_matrix_upper(topo, c, i, a), r)
+        return jax.jvp(dense, primals, tangents)
 
-    return solve(Hp, rhs)
+    return solve(pos.cdof, pos.moving_inertia_O, armature, rhs)
 
 
 def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:

@@ -33,48 +33,26 @@ class KindGroup:
 
 @dataclass(frozen=True, eq=False)
 class DofTree:
-    """The generalized speeds as a tree of their own, for factoring the mass matrix with
-    its branch-induced sparsity (``simjax.tree.factor``).
+    """The generalized speeds as a tree of their own, for the articulated-body solve
+    (``simjax.tree.articulated``): a body with several dofs is a chain of dofs.
 
     A dof's parent is the dof before it on its body, or the last dof of its nearest
     ancestor body that has any (-1: none). In a tree ``M[i, j]`` is nonzero only where
-    one of i, j is an ancestor-or-self of the other, and the factor ``L`` of ``M = L^T L``
-    has the same pattern (no fill-in).
+    one of i, j is an ancestor-or-self of the other.
 
     Attributes:
         parent: Each dof's parent dof, (nu,).
         depth: Each dof's depth (0 for dofs without a parent), (nu,).
         levels: The dofs of each depth, ``levels[d]`` (W_d,), in increasing order.
         pos: Each dof's position on its level, (nu,).
-        paths: Each dof's path to the root: itself, its parent, ..., (nu, D) padded with
-            ``nu``; ``paths[k, t]`` is the ancestor ``t`` levels above k.
-        descendants: For each dof, its strict descendants by level: ``{depth: positions}``.
+        children: Each dof's children, in increasing order.
     """
 
     parent: np.ndarray
     depth: np.ndarray
     levels: tuple[np.ndarray, ...]
     pos: np.ndarray
-    paths: np.ndarray
-    descendants: tuple[dict[int, tuple[int, ...]], ...]
-
-    @cached_property
-    def dense_index(self) -> np.ndarray:
-        """For each entry of the dense (nu, nu) matrix, its index in the flattened path form
-        (``nu * D``: an entry outside the pattern, zero)."""
-        nu, D = self.paths.shape
-        idx = np.full((nu, nu), nu * D)
-        k, t = np.nonzero(self.paths < nu)
-        a = self.paths[k, t]
-        idx[k, a] = idx[a, k] = k * D + t
-        return idx
-
-    @property
-    def path_flops(self) -> int:
-        """Multiply-adds of the sparse factorization, ``sum(m_k^2) / 2`` over the dofs'
-        path lengths ``m_k`` (a dense Cholesky takes ``nu^3 / 3``)."""
-        m = self.depth + 1
-        return int((m * m).sum()) // 2
+    children: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,17 +133,8 @@ class Topology:
         pos = np.zeros(nu, dtype=int)
         for lev in levels:
             pos[lev] = np.arange(len(lev))
-        paths = np.full((nu, D), nu, dtype=int)
-        desc: list[dict[int, list[int]]] = [{} for _ in range(nu)]
-        for k in range(nu):
-            a, t = k, 0
-            while a >= 0:
-                paths[k, t] = a
-                if t:
-                    desc[a].setdefault(int(depth[k]), []).append(int(pos[k]))
-                a, t = parent[a], t + 1
-        descendants = tuple({d: tuple(v) for d, v in sorted(x.items())} for x in desc)
-        return DofTree(parent, depth, levels, pos, paths, descendants)
+        children = tuple(tuple(int(c) for c in np.nonzero(parent == k)[0]) for k in range(nu))
+        return DofTree(parent, depth, levels, pos, children)
 
     @cached_property
     def qslot_body(self) -> np.ndarray:
