@@ -38,6 +38,33 @@ def test_dense_and_scan_sums_agree(nb):
     np.testing.assert_allclose(traversal.outward_sum(topo, x, dense=False), want, atol=1e-13)
 
 
+@pytest.mark.parametrize("nb", [12, 40])
+def test_unrolled_level_sums_equal_the_dense_ones_and_differentiate_like_them(nb):
+    """On branched trees the default sums run level by level, unrolled; they equal the dense
+    products, and their derivatives (the dense products' by a custom JVP) equal them too, in
+    both modes."""
+    parent = (-1,) + tuple((b - 1) // 3 for b in range(1, nb))  # Ground, then three children each
+    topo = Topology(parent, (None,) + (mz.Pin(),) * (nb - 1), tuple(f"b{i}" for i in range(nb)))
+    assert traversal._unrolled(topo, None) and not traversal._unrolled(topo, True)
+    x = jax.random.normal(jax.random.PRNGKey(nb), (nb, 2, 3))
+    dense = {
+        traversal.outward_sum: lambda x: traversal.outward_sum(topo, x, dense=True),
+        traversal.inward_to_dofs: lambda x: traversal.inward_to_dofs(topo, x, dense=True),
+    }
+    for fn, want in dense.items():
+        got = jax.jit(lambda x, fn=fn: fn(topo, x))
+        np.testing.assert_allclose(got(x), want(x), atol=1e-13)
+        dx = jax.random.normal(jax.random.PRNGKey(nb + 1), x.shape)
+        np.testing.assert_allclose(jax.jvp(got, (x,), (dx,))[1], want(dx), atol=1e-13)
+        w = jax.random.normal(jax.random.PRNGKey(nb + 2), want(x).shape)
+        g = jax.grad(lambda x, fn=fn: jnp.vdot(w, fn(topo, x)))(x)
+        np.testing.assert_allclose(g, jax.grad(lambda x: jnp.vdot(w, want(x)))(x), atol=1e-13)
+    chain = Topology(
+        tuple(range(-1, nb - 1)), (None,) + (mz.Pin(),) * (nb - 1), tuple(f"b{i}" for i in range(nb))
+    )
+    assert not traversal._unrolled(chain, None)  # chains keep the dense product
+
+
 def _random_rotations(n: int, seed: int) -> np.ndarray:
     q = np.random.default_rng(seed).normal(size=(n, 4))
     return np.stack([np.asarray(quat_to_rot(jnp.asarray(x / np.linalg.norm(x)))) for x in q])

@@ -27,10 +27,64 @@ from ..model.topology import Topology
 # Above this many bodies the O(nb^2) dense ancestor sums give way to level scans. The
 # choice is made per call from the (static) topology, so it is part of what jit traces.
 DENSE_MAX_BODIES = 160
+# Branched trees of at least this many bodies (at least two per depth level on average) sum
+# level by level, unrolled (``_unrolled``); chains and small trees keep the dense product.
+UNROLLED_MIN_BODIES = 12
 
 
 def _use_dense(topo: Topology, dense: bool | None) -> bool:
     return topo.nb <= DENSE_MAX_BODIES if dense is None else bool(dense)
+
+
+def _unrolled(topo: Topology, dense: bool | None) -> bool:
+    """Whether the default sums (``dense=None``) run level by level, unrolled: one kernel per
+    depth level against the dense product's ``nb^2`` work, which pays on branched trees
+    (B = 1024: TALOS with its hands 18.6 -> 13.3 µs of forward dynamics per state, the
+    humanoid 7.0 -> 6.2) and not on chains (a 50-link chain 15.6 -> 17.4;
+    ``benchmarks/RESULTS.md``, 2026-11-29)."""
+    nb = topo.nb
+    return dense is None and UNROLLED_MIN_BODIES <= nb <= DENSE_MAX_BODIES and 2 * int(topo.depth.max()) <= nb
+
+
+def _level_rows(topo: Topology) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The bodies of each depth (``[Ground], level 1, ...``), each body's position on its
+    level, and each body's row in the levels' concatenation."""
+    depth = np.asarray(topo.depth)
+    rows = [np.nonzero(depth == d)[0] for d in range(int(depth.max()) + 1)]
+    pos = np.zeros(topo.nb, dtype=int)
+    for r in rows:
+        pos[r] = np.arange(len(r))
+    start = np.cumsum([0] + [len(r) for r in rows])
+    return rows, pos, start[depth] + pos
+
+
+def _linear(levels, dense):
+    """``levels`` (the unrolled evaluation of a linear map) with ``dense``'s derivative, so
+    derivative programs keep the dense product (compact, and its transpose is one product)."""
+    f = jax.custom_jvp(levels)
+    f.defjvp(lambda primals, tangents: (levels(*primals), dense(*tangents)))
+    return f
+
+
+def _outward_levels(topo: Topology, x: jax.Array) -> jax.Array:
+    rows, pos, order = _level_rows(topo)
+    par = np.asarray(topo.parent)
+    out = [jnp.zeros((1,) + x.shape[1:], x.dtype), x[rows[1]]] if len(rows) > 1 else [x[:1] * 0]
+    for d in range(2, len(rows)):
+        out.append(jax.lax.optimization_barrier(x[rows[d]] + out[d - 1][pos[par[rows[d]]]]))
+    return jnp.concatenate(out)[order]
+
+
+def _inward_levels(topo: Topology, x: jax.Array) -> jax.Array:
+    rows, pos, order = _level_rows(topo)
+    children: list[list[int]] = [[] for _ in range(topo.nb)]
+    for b in range(1, topo.nb):
+        children[topo.parent[b]].append(b)
+    out: list[jax.Array] = [x[:0]] * len(rows)
+    for d in range(len(rows) - 1, -1, -1):
+        sums = [sum((out[d + 1][pos[c]] for c in children[b]), x[b]) for b in rows[d]]
+        out[d] = jax.lax.optimization_barrier(jnp.stack(sums))
+    return jnp.concatenate(out)[order]
 
 
 def _pad(x: jax.Array, row: jax.Array) -> jax.Array:
@@ -172,8 +226,12 @@ def outward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.
     """``out[b] = sum of x[a]`` over a = b and its ancestors (Ground excluded). x: (nb, ...).
 
     ``dense``: one matmul with the 0/1 ancestor matrix (True) or a scan over depth levels
-    (False); by default dense up to ``DENSE_MAX_BODIES`` bodies."""
+    (False); by default level by level, unrolled, on branched trees (``_unrolled``), else
+    dense up to ``DENSE_MAX_BODIES`` bodies."""
     nb = topo.nb
+    if _unrolled(topo, dense):
+        A = np.asarray(topo.ancestor)
+        return _linear(lambda x: _outward_levels(topo, x), lambda x: _body_matmul(A, x))(x)
     if _use_dense(topo, dense):
         return _body_matmul(np.asarray(topo.ancestor), x)
     body, par = topo.levels
@@ -265,6 +323,10 @@ def inward_to_dofs(topo: Topology, x: jax.Array, dense: bool | None = None) -> j
     in with ``fold_welded``) over its body and the body's moving descendants. Dense: one
     (nu, nm) matmul; else a level scan of the moving tree and a gather."""
     mt = topo.moving_tree
+    A = mt.inward_ancestor[np.asarray(mt.dof_body)]
+    if _unrolled(mt, dense):
+        db = np.asarray(mt.dof_body)
+        return _linear(lambda x: _inward_levels(mt, x)[db], lambda x: _body_matmul(A, x))(x)
     if _use_dense(mt, dense):
-        return _body_matmul(mt.inward_ancestor[np.asarray(mt.dof_body)], x)
+        return _body_matmul(A, x)
     return gather_dofs(mt, inward_sum(mt, x, dense))
