@@ -190,8 +190,8 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
     w = np.linalg.eigvalsh(0.5 * (M + M.T)) if M.size else np.zeros(0)
     a = realize(model, d, Stage.ACCELERATION)
     ac = a.acceleration_cache
-    # Singular to round-off: udot is not finite or, where LAPACK's factorisation happened to
-    # pass (a pivot of round-off size; seen on some CPUs at an exact gimbal lock), meaningless.
+    # Singular to round-off: udot is not finite or, where the solve's pivots happened to pass
+    # its test (a pivot of round-off size), meaningless.
     if M.size and w[0] <= 1e-14 * max(1.0, float(w[-1])):
         return (
             f"Acceleration stage: the mass matrix is singular (smallest eigenvalue {w[0]:.3g}), "

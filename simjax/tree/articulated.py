@@ -22,10 +22,10 @@ in) on its last dof and none on the others. With ``s_k`` the dof's motion (``cdo
 The levels are unrolled (static slices, no gathers over the tree) with an
 ``optimization_barrier`` after each, so each level is one or two kernels and XLA does not
 copy a level's arithmetic into deeper consumers. The program grows with the depth of the
-dof tree, not with the batch. Measured in ``benchmarks/RESULTS.md`` (2026-11-30): at B = 1024
-it is faster than the dense Cholesky on deep chains (a 50-link chain's forward dynamics
-24.5 -> 15.6 µs per state) and than the tree-sparse ``L^T L`` factorization it replaced on
-branched trees (TALOS with its hands 18.0 -> 15.0 µs).
+dof tree, not with the batch. Measured in ``benchmarks/RESULTS.md`` (2026-11-29, fifth
+stop): at B = 1024 it is faster than the dense Cholesky on deep chains (a 50-link chain's
+forward dynamics 24.5 -> 15.6 µs per state) and than the tree-sparse ``L^T L``
+factorization it replaced on branched trees (TALOS with its hands 18.0 -> 15.0 µs).
 """
 
 from __future__ import annotations
