@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -32,20 +33,20 @@ class KindGroup:
 
 
 @dataclass(frozen=True, eq=False)
-class DofTree:
-    """The generalized speeds as a tree of their own, for the articulated-body solve
-    (``simjax.tree.articulated``): a body with several dofs is a chain of dofs.
-
-    A dof's parent is the dof before it on its body, or the last dof of its nearest
-    ancestor body that has any (-1: none). In a tree ``M[i, j]`` is nonzero only where
-    one of i, j is an ancestor-or-self of the other.
+class LevelTree:
+    """A tree by depth levels, for passes unrolled level by level: the bodies
+    (``Topology.body_tree``, Ground the root) or the generalized speeds
+    (``Topology.dof_tree``: a dof's parent is the dof before it on its body, or the last
+    dof of its nearest ancestor body that has any; in a tree ``M[i, j]`` is nonzero only
+    where one of i, j is an ancestor-or-self of the other).
 
     Attributes:
-        parent: Each dof's parent dof, (nu,).
-        depth: Each dof's depth (0 for dofs without a parent), (nu,).
-        levels: The dofs of each depth, ``levels[d]`` (W_d,), in increasing order.
-        pos: Each dof's position on its level, (nu,).
-        children: Each dof's children, in increasing order.
+        parent: Each node's parent, -1 at a root, (n,); parents come before children.
+        depth: Each node's depth (0 at a root), (n,).
+        levels: The nodes of each depth, ``levels[d]`` (W_d,), in increasing order.
+        pos: Each node's position on its level, (n,).
+        children: Each node's children, in increasing order.
+        row: Each node's row in the levels' concatenation ``levels[0], levels[1], ...``.
     """
 
     parent: np.ndarray
@@ -53,6 +54,23 @@ class DofTree:
     levels: tuple[np.ndarray, ...]
     pos: np.ndarray
     children: tuple[tuple[int, ...], ...]
+    row: np.ndarray
+
+    @classmethod
+    def of(cls, parent: Any) -> LevelTree:
+        """The levels of the tree with these parents (each before its children)."""
+        parent = np.asarray(parent, dtype=int)
+        n = len(parent)
+        depth = np.zeros(n, dtype=int)
+        for k in range(n):
+            depth[k] = depth[parent[k]] + 1 if parent[k] >= 0 else 0
+        levels = tuple(np.nonzero(depth == d)[0] for d in range(int(depth.max()) + 1 if n else 0))
+        pos = np.zeros(n, dtype=int)
+        for lev in levels:
+            pos[lev] = np.arange(len(lev))
+        children = tuple(tuple(int(c) for c in np.nonzero(parent == k)[0]) for k in range(n))
+        start = np.cumsum([0] + [len(lev) for lev in levels])
+        return cls(parent, depth, levels, pos, children, start[depth] + pos)
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,16 +128,12 @@ class Topology:
         return np.repeat(np.arange(self.nb), self.nu_body).astype(int)
 
     @cached_property
-    def dof_tree(self) -> DofTree:
-        """The generalized speeds as a tree (``DofTree``)."""
+    def dof_tree(self) -> LevelTree:
+        """The generalized speeds as a tree (``LevelTree``)."""
         db = self.dof_body
-        nu = len(db)
-        last: dict[int, int] = {}
-        for k in range(nu):
-            last[int(db[k])] = k
-        parent = np.full(nu, -1, dtype=int)
-        depth = np.zeros(nu, dtype=int)
-        for k in range(nu):
+        last: dict[int, int] = {int(b): k for k, b in enumerate(db)}
+        parent = np.full(len(db), -1, dtype=int)
+        for k in range(len(db)):
             if k > 0 and db[k - 1] == db[k]:
                 parent[k] = k - 1
             else:
@@ -127,14 +141,12 @@ class Topology:
                 while b > 0 and b not in last:
                     b = self.parent[b]
                 parent[k] = last[b] if b > 0 else -1
-            depth[k] = depth[parent[k]] + 1 if parent[k] >= 0 else 0
-        D = int(depth.max()) + 1 if nu else 0
-        levels = tuple(np.nonzero(depth == d)[0] for d in range(D))
-        pos = np.zeros(nu, dtype=int)
-        for lev in levels:
-            pos[lev] = np.arange(len(lev))
-        children = tuple(tuple(int(c) for c in np.nonzero(parent == k)[0]) for k in range(nu))
-        return DofTree(parent, depth, levels, pos, children)
+        return LevelTree.of(parent)
+
+    @cached_property
+    def body_tree(self) -> LevelTree:
+        """The bodies as a tree by depth levels (``LevelTree``; Ground the root)."""
+        return LevelTree.of(self.parent)
 
     @cached_property
     def qslot_body(self) -> np.ndarray:

@@ -138,7 +138,7 @@ def solve(
         x = y - _dot6(W, a_p)
         x, a = jax.lax.optimization_barrier((x, a_p + _times(cdof[dofs], x)))
         xs.append(x)
-    x = jnp.concatenate(xs)[np.argsort(np.concatenate(tree.levels))]
+    x = jnp.concatenate(xs)[tree.row]
     # The pivots are those of an LDL^T factorization of M, so each lies between M's
     # smallest and largest eigenvalues: a pivot at or below SINGULAR_RTOL epsilons of the
     # largest means cond(M) >= 1 / (SINGULAR_RTOL eps), M singular to working precision

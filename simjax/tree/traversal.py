@@ -46,18 +46,6 @@ def _unrolled(topo: Topology, dense: bool | None) -> bool:
     return dense is None and UNROLLED_MIN_BODIES <= nb <= DENSE_MAX_BODIES and 2 * int(topo.depth.max()) <= nb
 
 
-def _level_rows(topo: Topology) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """The bodies of each depth (``[Ground], level 1, ...``), each body's position on its
-    level, and each body's row in the levels' concatenation."""
-    depth = np.asarray(topo.depth)
-    rows = [np.nonzero(depth == d)[0] for d in range(int(depth.max()) + 1)]
-    pos = np.zeros(topo.nb, dtype=int)
-    for r in rows:
-        pos[r] = np.arange(len(r))
-    start = np.cumsum([0] + [len(r) for r in rows])
-    return rows, pos, start[depth] + pos
-
-
 def _linear(levels, dense):
     """``levels`` (the unrolled evaluation of a linear map) with ``dense``'s derivative, so
     derivative programs keep the dense product (compact, and its transpose is one product)."""
@@ -67,24 +55,20 @@ def _linear(levels, dense):
 
 
 def _outward_levels(topo: Topology, x: jax.Array) -> jax.Array:
-    rows, pos, order = _level_rows(topo)
-    par = np.asarray(topo.parent)
-    out = [jnp.zeros((1,) + x.shape[1:], x.dtype), x[rows[1]]] if len(rows) > 1 else [x[:1] * 0]
-    for d in range(2, len(rows)):
-        out.append(jax.lax.optimization_barrier(x[rows[d]] + out[d - 1][pos[par[rows[d]]]]))
-    return jnp.concatenate(out)[order]
+    t = topo.body_tree
+    out = [jnp.zeros((1,) + x.shape[1:], x.dtype), x[t.levels[1]]]
+    for lev in t.levels[2:]:
+        out.append(jax.lax.optimization_barrier(x[lev] + out[-1][t.pos[t.parent[lev]]]))
+    return jnp.concatenate(out)[t.row]
 
 
 def _inward_levels(topo: Topology, x: jax.Array) -> jax.Array:
-    rows, pos, order = _level_rows(topo)
-    children: list[list[int]] = [[] for _ in range(topo.nb)]
-    for b in range(1, topo.nb):
-        children[topo.parent[b]].append(b)
-    out: list[jax.Array] = [x[:0]] * len(rows)
-    for d in range(len(rows) - 1, -1, -1):
-        sums = [sum((out[d + 1][pos[c]] for c in children[b]), x[b]) for b in rows[d]]
+    t = topo.body_tree
+    out: list[jax.Array] = [x[:0]] * len(t.levels)
+    for d in range(len(t.levels) - 1, -1, -1):
+        sums = [sum((out[d + 1][t.pos[c]] for c in t.children[b]), x[b]) for b in t.levels[d]]
         out[d] = jax.lax.optimization_barrier(jnp.stack(sums))
-    return jnp.concatenate(out)[order]
+    return jnp.concatenate(out)[t.row]
 
 
 def _pad(x: jax.Array, row: jax.Array) -> jax.Array:
