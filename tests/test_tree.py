@@ -240,6 +240,22 @@ def test_moving_tree_sums_equal_the_full_tree_sums(parent, kinds, dense):
     np.testing.assert_allclose(traversal.moving_rows(topo, y), np.asarray(y)[topo.moving])
 
 
+def test_sum_dofs_adds_each_bodys_dofs_and_is_zero_on_bodies_without():
+    """``sum_dofs`` (static slices) equals a scatter-add by ``dof_body`` on a tree with
+    bodies of one, two, three and six dofs, welds and Ground; its derivative is the
+    transposed gather."""
+    parent = (-1, 0, 1, 1, 3, 2, 5)
+    mobs = (None, mz.Free(), mz.Weld(), mz.Ball(), mz.Pin(), mz.Universal(), mz.Weld())
+    topo = Topology(parent, mobs, tuple(f"b{i}" for i in range(len(parent))))
+    x = jax.random.normal(jax.random.PRNGKey(3), (topo.nu, 2, 3))
+    want = jax.ops.segment_sum(x, np.asarray(topo.dof_body), num_segments=topo.nb)
+    np.testing.assert_allclose(traversal.sum_dofs(topo, x), want, atol=1e-14)
+    assert topo.body_dofs.shape == (6, topo.nb)
+    y = jax.random.normal(jax.random.PRNGKey(4), (topo.nb, 2, 3))
+    _, vjp = jax.vjp(lambda x: traversal.sum_dofs(topo, x), x)
+    np.testing.assert_allclose(vjp(y)[0], np.asarray(y)[topo.dof_body], atol=1e-14)
+
+
 def test_transform_inertia_parameters():
     """An inertia moved by (R, p) equals the one built from the moved mass center and
     rotated central inertia; composite (summed) and massless inertias transform linearly."""

@@ -128,6 +128,14 @@ class Topology:
         return np.repeat(np.arange(self.nb), self.nu_body).astype(int)
 
     @cached_property
+    def body_dofs(self) -> np.ndarray:
+        """``body_dofs[j, b]``: the j-th generalized speed of body b, or ``nu`` past its last
+        (Ground and welded bodies have none), shape (max dofs of a body, nb)."""
+        start = np.concatenate([[0], np.cumsum(self.nu_body)[:-1]]).astype(int)
+        j = np.arange(int(self.nu_body.max(initial=0)))[:, None]
+        return np.where(j < self.nu_body[None, :], start[None, :] + j, self.nu)
+
+    @cached_property
     def dof_tree(self) -> LevelTree:
         """The generalized speeds as a tree (``LevelTree``)."""
         db = self.dof_body

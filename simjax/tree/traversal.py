@@ -255,8 +255,15 @@ def gather_dofs(topo: Topology, x: jax.Array) -> jax.Array:
 
 
 def sum_dofs(topo: Topology, x: jax.Array) -> jax.Array:
-    """Per-dof array (nu, ...) -> per-body sums (nb, ...)."""
-    return jax.ops.segment_sum(x, np.asarray(topo.dof_body), num_segments=topo.nb)
+    """Per-dof array (nu, ...) -> per-body sums (nb, ...). A body's dofs are consecutive, so
+    each body's row is a sum of static slices and the rows one stack, a single elementwise
+    kernel; a ``segment_sum`` is a scatter, which XLA:CPU runs as a loop."""
+    zero = jnp.zeros(x.shape[1:], x.dtype)
+    rows = []
+    for dofs in topo.body_dofs.T:
+        part = [x[k] for k in dofs if k < topo.nu]
+        rows.append(sum(part[1:], part[0]) if part else zero)
+    return jnp.stack(rows)
 
 
 # ----------------------------------------------------------------- the moving tree
