@@ -101,8 +101,9 @@ def test_singular_mass_matrix_is_not_finite(case):
 
 @pytest.mark.parametrize("name", ["random_tree", "humanoid"])
 def test_forward_dynamics_and_its_derivatives(name):
-    """udot through the recursion equals the dense Cholesky's; its JVP (and, on the
-    humanoid, its gradient: the same rule transposed) equals central differences."""
+    """``forward_solve`` equals the dense Cholesky (which a single state solves by); forward
+    dynamics' JVP (and, on the humanoid, its gradient: the same rule transposed) equals
+    central differences."""
     system, model, state, topo = _tree_model() if name == "random_tree" else _spec_model(name)
     pos = state.position_cache
     state = system.realize(state, sj.Stage.DYNAMICS)
@@ -118,6 +119,35 @@ def test_forward_dynamics_and_its_derivatives(name):
     if name == "humanoid":
         w = jnp.asarray(rng.normal(size=topo.nu))
         np.testing.assert_allclose(jax.jit(jax.grad(lambda e: w @ f(e)))(0.0), w @ tangent, rtol=1e-9)
+
+
+@pytest.mark.parametrize("batch", [2, 4, 9])
+def test_batches_solve_by_the_recursion_and_single_states_by_cholesky(batch):
+    """Under ``vmap`` of at least ``ARTICULATED_MIN_BATCH`` states forward dynamics solves by
+    the recursion (no Cholesky in its program), a single state and smaller batches by the
+    dense Cholesky; the results agree to round-off. The batched JVP equals central
+    differences, and a gradient through the batch equals the per-state gradients."""
+    system, model, state, topo = _spec_model("humanoid")
+    rng = np.random.default_rng(batch)
+    Q = state.q[None] + 0.3 * jnp.asarray(rng.normal(size=(batch, state.nq)))
+    U = jnp.asarray(rng.normal(size=(batch, topo.nu)))
+    f = lambda q, u: system.realize(state.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot
+    one = jax.jit(f)
+    want = np.stack([one(q, u) for q, u in zip(Q, U)])
+    np.testing.assert_allclose(jax.jit(jax.vmap(f))(Q, U), want, rtol=1e-10, atol=1e-10)
+    batched_text = str(jax.make_jaxpr(jax.vmap(f))(Q, U))
+    assert ("cholesky" in batched_text) == (batch < rz.ARTICULATED_MIN_BATCH)
+    assert "cholesky" in str(jax.make_jaxpr(f)(Q[0], U[0]))
+    dQ = jnp.asarray(rng.normal(size=Q.shape))
+    g = jax.jit(lambda e: jax.vmap(f)(Q + e * dQ, U))
+    _, tangent = jax.jvp(g, (0.0,), (1.0,))
+    fd = fd_jacobian(lambda e: np.asarray(g(e[0])).ravel(), np.zeros(1), eps=1e-6)[:, 0]
+    np.testing.assert_allclose(np.ravel(tangent), fd, rtol=1e-5, atol=1e-6 * np.abs(fd).max())
+    W = jnp.asarray(rng.normal(size=U.shape))
+    grads = jax.jit(jax.grad(lambda Q: jnp.sum(W * jax.vmap(f)(Q, U))))(Q)
+    for i in range(batch):
+        gi = jax.grad(lambda q, i=i: W[i] @ f(q, U[i]))(Q[i])
+        np.testing.assert_allclose(grads[i], gi, rtol=1e-9, atol=1e-11 * np.abs(gi).max())
 
 
 def test_matter_operators_solve_through_it(case):

@@ -213,7 +213,7 @@ class SimbodyMatterSubsystem(Subsystem):
 
     def _solve_m(self, state: State, rhs: jax.Array, caller: str) -> jax.Array:
         """``M^-1 rhs`` (a vector or a matrix) by forward dynamics' solve (``rz.forward_solve``:
-        the articulated-body recursion, linear in the number of bodies)."""
+        the articulated-body recursion for a batch, a dense Cholesky for one state)."""
         state.require(Stage.POSITION, caller)
         return rz.forward_solve(self._model(state), state, state.position_cache, rhs)
 
@@ -239,7 +239,7 @@ class SimbodyMatterSubsystem(Subsystem):
     @compiled_outside_traces
     def multiply_by_m_inv(self, state: State, v: Any) -> Float[Array, " nu *k"]:
         """``M^-1 v`` (needs Position): v a vector (nu,) or a matrix (nu, k), solved as forward
-        dynamics solves (the articulated-body recursion over the tree).
+        dynamics solves (the articulated-body recursion over the tree for a batch).
         Simbody ``multiplyByMInv``."""
         return self._solve_m(state, jnp.asarray(v, state.q.dtype), "multiply_by_m_inv")
 

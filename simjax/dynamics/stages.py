@@ -6,9 +6,10 @@ Per-mobilizer work (X_FM, H, N and their derivatives) is joint-local: it is done
 bodies of one kind at once with ``vmap``, outside the tree recursion.
 
 Algorithm (Featherstone (2008), chs. 5-7), in Ground coordinates as in MJX: recursive
-Newton-Euler bias forces, then ``udot = M^-1 (tau - bias)`` by the articulated-body
-recursion (``simjax.tree.articulated``); the composite-rigid-body mass matrix and its dense
-Cholesky where ``M`` itself is needed (constraints, the matter operators, derivatives).
+Newton-Euler bias forces, then ``udot = M^-1 (tau - bias)`` (``forward_solve``): for a
+batch by the articulated-body recursion (``simjax.tree.articulated``), for a single state by
+the dense Cholesky of the composite-rigid-body mass matrix, which also serves where ``M``
+itself is needed (constraints, derivatives).
 """
 
 from __future__ import annotations
@@ -252,28 +253,53 @@ def _mass_matrix_upper(topo, cdof: jax.Array, inertia: jax.Array, armature: jax.
     return jnp.where(np.asarray(topo.mass_matrix_mask).T, GT, 0.0) + jnp.diag(armature)
 
 
+# Batches of at least this many states solve by the articulated-body recursion
+# (``forward_solve``); fewer, and single states, by the dense Cholesky.
+ARTICULATED_MIN_BATCH = 4
+
+
 def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array) -> jax.Array:
     """``M^-1 rhs`` (rhs a vector (nu,) or a matrix (nu, k)) for forward dynamics and the
-    matter operators that solve with ``M``: by the articulated-body recursion in Ground's
-    frame (``simjax.tree.articulated``), linear in the number of bodies. Derivatives go
-    through the dense Cholesky's rule (``x' = M^-1 (rhs' - M' x)``, ``M`` from
-    ``mass_matrix_upper``): the same numbers, and a derivative program as compact as a
-    dense solve's (the recursion's unrolled levels, differentiated, compile longer)."""
+    matter operators that solve with ``M``.
+
+    Which solve depends on the batch, known to a ``custom_vmap`` rule: under ``vmap`` of at
+    least ``ARTICULATED_MIN_BATCH`` states, the articulated-body recursion in Ground's frame
+    (``simjax.tree.articulated``), linear in the number of bodies; a single state (or a
+    small batch) by a dense Cholesky of the composite-rigid-body ``M``, a few large kernels
+    where the recursion is many small ones. Measured in ``benchmarks/RESULTS.md``
+    (2026-11-29, sixth stop). Derivatives go through the dense Cholesky's rule (``x' = M^-1
+    (rhs' - M' x)``, ``M`` from ``mass_matrix_upper``) either way: the same numbers to
+    round-off, and a derivative program as compact as a dense solve's."""
     topo = model.topology(state.use_euler_angles)
     if topo.nu == 0:
         return rhs
     armature = _armature(topo, state, rhs.dtype)
+
+    def dense(cdof, inertia, armature, rhs):
+        return _cholesky_solve_upper(_mass_matrix_upper(topo, cdof, inertia, armature), rhs)
+
+    @jax.custom_batching.custom_vmap
+    def primal(cdof, inertia, armature, rhs):
+        return dense(cdof, inertia, armature, rhs)
+
+    @primal.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        axes = tuple(0 if b else None for b in in_batched)
+        if axis_size >= ARTICULATED_MIN_BATCH:
+            one = lambda *a: _articulated.solve(topo, *a)
+        else:
+            one = dense
+        return jax.vmap(one, in_axes=axes)(*args), True
 
     @jax.custom_jvp
     def solve(cdof, inertia, armature, rhs):
         # ``0 * rhs +``: under ``vmap`` the unrolled solve's result can carry its batch
         # axis elsewhere than the rule's, which reverse mode of a batched custom_jvp then
         # mis-broadcasts (jax 0.10); starting from rhs gives it rhs's batch axis. Fused away.
-        return 0.0 * rhs + _articulated.solve(topo, cdof, inertia, armature, rhs)
+        return 0.0 * rhs + primal(cdof, inertia, armature, rhs)
 
     @solve.defjvp
     def _jvp(primals, tangents):
-        dense = lambda c, i, a, r: _cholesky_solve_upper(_mass_matrix_upper(topo, c, i, a), r)
         return jax.jvp(dense, primals, tangents)
 
     return solve(pos.cdof, pos.moving_inertia_O, armature, rhs)
