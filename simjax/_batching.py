@@ -127,3 +127,20 @@ def vmap(
         return out
 
     return batched
+
+
+def chunked(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``fun`` (of arrays) whose ``jax.vmap`` runs as ``sj.vmap`` does, in chunks of
+    ``AUTO_CHUNK_SIZE`` on a single CPU device (a ``custom_vmap`` rule): for kernels whose
+    intermediates outgrow the cache when a plain ``jax.vmap`` batches them whole.
+    ``custom_vmap`` functions have no reverse mode, so use it as a ``custom_jvp``'s primal
+    (whose rule differentiates something else), never differentiated itself."""
+    f = jax.custom_batching.custom_vmap(fun)
+
+    @f.def_vmap
+    def _rule(axis_size: int, in_batched: Sequence[Any], *args: Any) -> tuple[Any, Any]:
+        axes = tuple(0 if b else None for b in in_batched)  # (array arguments: one flag each)
+        out = vmap(fun, in_axes=axes)(*args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return f

@@ -9,6 +9,7 @@ import pytest
 from helpers import random_tree
 
 import simjax as sj
+from simjax import _batching
 
 jax.config.update("jax_enable_x64", True)
 
@@ -51,6 +52,30 @@ def test_sj_vmap_equals_jax_vmap_in_chunks_with_a_remainder_and_shared_arguments
     # pytrees out: a whole realized State per member
     st = jax.jit(sj.vmap(lambda s: system.realize(s, sj.Stage.VELOCITY), chunk_size=64))(batch)
     np.testing.assert_allclose(np.asarray(st.u), np.asarray(batch.u), rtol=0, atol=0)
+
+
+def test_chunked_kernels_run_in_chunks_under_a_plain_jax_vmap():
+    """``_batching.chunked(fun)`` (the articulated solve's and the unrolled tree sums'
+    primal) under a plain ``jax.vmap`` of 300 members equals ``jax.vmap(fun)``, with an
+    unbatched argument too; on a single CPU device its program loops over chunks, and 100
+    members are one vmap. As a ``custom_jvp``'s primal it differentiates by the rule in both
+    modes, batched."""
+    fun = lambda x, y: jnp.sin(x) * y
+    f = _batching.chunked(fun)
+    rng = np.random.default_rng(0)
+    x, y = jnp.asarray(rng.normal(size=(300, 3))), jnp.asarray(rng.normal(size=3))
+    batched = jax.vmap(f, in_axes=(0, None))
+    np.testing.assert_allclose(batched(x, y), jnp.sin(x) * y[None], rtol=1e-15)
+    np.testing.assert_allclose(jax.vmap(f)(x, x), jnp.sin(x) * x, rtol=1e-15)
+    if jax.default_backend() == "cpu" and jax.device_count() == 1:
+        assert _has_loop(jax.make_jaxpr(batched)(x, y))
+    assert not _has_loop(jax.make_jaxpr(batched)(x[:100], y))
+    g = jax.custom_jvp(f)
+    g.defjvp(lambda p, t: jax.jvp(fun, p, t))
+    grad = jax.grad(lambda x: jnp.sum(jax.vmap(g, in_axes=(0, None))(x, y)))(x)
+    np.testing.assert_allclose(grad, jnp.cos(x) * y[None], rtol=1e-14)
+    _, tangent = jax.jvp(lambda x: jax.vmap(g, in_axes=(0, None))(x, y), (x,), (jnp.ones_like(x),))
+    np.testing.assert_allclose(tangent, jnp.cos(x) * y[None], rtol=1e-14)
 
 
 def test_sj_vmap_differentiates_in_both_modes_like_jax_vmap():

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _batching
 from .. import _spatial as sp
 from ..model.model import Model
 from ..model.state import (
@@ -285,11 +286,12 @@ def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array
     @primal.def_vmap
     def _batched(axis_size, in_batched, *args):
         axes = tuple(0 if b else None for b in in_batched)
-        if axis_size >= ARTICULATED_MIN_BATCH:
-            one = lambda *a: _articulated.solve(topo, *a)
-        else:
-            one = dense
-        return jax.vmap(one, in_axes=axes)(*args), True
+        if axis_size < ARTICULATED_MIN_BATCH:
+            return jax.vmap(dense, in_axes=axes)(*args), True
+        # In chunks of ``sj.vmap``'s size on a CPU, so a plain ``jax.vmap`` over a large
+        # batch keeps the recursion's working set in cache as ``sj.vmap`` does.
+        one = lambda *a: _articulated.solve(topo, *a)
+        return _batching.vmap(one, in_axes=axes)(*args), True
 
     @jax.custom_jvp
     def solve(cdof, inertia, armature, rhs):

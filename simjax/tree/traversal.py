@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _batching
 from .. import _spatial as sp
 from ..model.topology import Topology
 
@@ -49,7 +50,7 @@ def _unrolled(topo: Topology, dense: bool | None) -> bool:
 def _linear(levels, dense):
     """``levels`` (the unrolled evaluation of a linear map) with ``dense``'s derivative, so
     derivative programs keep the dense product (compact, and its transpose is one product)."""
-    f = jax.custom_jvp(levels)
+    f = jax.custom_jvp(_batching.chunked(levels))
     f.defjvp(lambda primals, tangents: (levels(*primals), dense(*tangents)))
     return f
 
