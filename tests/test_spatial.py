@@ -113,36 +113,3 @@ def test_skew_is_the_cross_product_and_batches():
     np.testing.assert_allclose(jnp.einsum("...ij,...j->...i", S, b), jnp.cross(a, b), atol=1e-14)
     np.testing.assert_allclose(S[1, 0], sp.skew(a[1, 0]), atol=0)
     np.testing.assert_allclose(S, -jnp.swapaxes(S, -1, -2), atol=0)
-
-
-@pytest.mark.parametrize("scale", [1e-6, 1.0, 10.0, 1e3, 1e7])
-def test_cos_sin_is_within_a_few_ulps_of_numpy_and_differentiates_exactly(scale):
-    """``sp.cos_sin`` (range reduction by pi/2 in four parts, Taylor polynomials) against
-    numpy's cos and sin over +-scale: within 3 ulps (numpy's own error included); the
-    quadrant boundaries; NaN for non-finite input and beyond ``COS_SIN_LIMIT``; first and
-    second derivatives equal -sin/cos and -cos/-sin; float32 (XLA's own) within 2 float32
-    epsilons; an integer angle."""
-    x = np.random.default_rng(0).uniform(-scale, scale, 100_000)
-    c, s = jax.jit(sp.cos_sin)(x)
-    for got, want in ((c, np.cos(x)), (s, np.sin(x))):
-        ulps = np.abs(np.asarray(got) - want) / np.spacing(np.abs(want))
-        assert ulps.max() <= 3
-    k = np.arange(-8, 9)
-    c, s = sp.cos_sin(k * np.pi / 4)
-    np.testing.assert_allclose(c, np.cos(k * np.pi / 4), rtol=0, atol=4e-16)
-    np.testing.assert_allclose(s, np.sin(k * np.pi / 4), rtol=0, atol=4e-16)
-    assert np.isnan(np.asarray(sp.cos_sin(jnp.asarray([np.inf, -np.inf, np.nan, 1e11, -2e10])))).all()
-    assert np.isfinite(np.asarray(sp.cos_sin(jnp.asarray([1.3e10, -1.3e10])))).all()
-    t = jnp.asarray(np.linspace(-scale, scale, 9))
-    dc = jax.vmap(jax.grad(lambda a: sp.cos_sin(a)[0]))(t)
-    ds = jax.vmap(jax.grad(lambda a: sp.cos_sin(a)[1]))(t)
-    np.testing.assert_allclose(dc, -np.sin(t), rtol=0, atol=4e-16)
-    np.testing.assert_allclose(ds, np.cos(t), rtol=0, atol=4e-16)
-    ddc = jax.vmap(jax.grad(jax.grad(lambda a: sp.cos_sin(a)[0])))(t)
-    np.testing.assert_allclose(ddc, -np.cos(t), rtol=0, atol=4e-16)
-    x32 = np.random.default_rng(1).uniform(-min(scale, 100.0), min(scale, 100.0), 10_000).astype(np.float32)
-    c32, s32 = sp.cos_sin(jnp.asarray(x32))
-    assert c32.dtype == jnp.float32
-    for got, want in ((c32, np.cos(x32.astype(float))), (s32, np.sin(x32.astype(float)))):
-        np.testing.assert_allclose(np.asarray(got, float), want, rtol=0, atol=2 * np.finfo(np.float32).eps)
-    np.testing.assert_allclose(sp.cos_sin(2), (np.cos(2.0), np.sin(2.0)), rtol=1e-15)

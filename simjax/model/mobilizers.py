@@ -733,8 +733,7 @@ def _rotation_product(angles: Sequence[Any], table: Any, dtype: Any):
     chained 3x3 products compile to a kernel each."""
     w = jnp.ones((), dtype)
     for t in angles:
-        c, s = sp.cos_sin(t)
-        e = jnp.stack([jnp.ones((), dtype), c, s])
+        e = jnp.stack([jnp.ones((), dtype), jnp.cos(t), jnp.sin(t)])
         w = w[..., None] * e.reshape((1,) * w.ndim + (3,))
     return jnp.sum(w[..., None, None] * jnp.asarray(table, dtype), axis=tuple(range(len(angles))))
 
