@@ -97,7 +97,7 @@ def realize_position(model: Model, state: State) -> PositionCache:
         R_GB, p_GB = _tree.from_moving_poses(topo, R_m, p_m, R_rel, p_rel)
         P_rel, c_rel = jax.vmap(body_inertia)(R_rel, p_rel, mass, com, G_Bo)
         moving_inertia = jax.vmap(sp.transform_inertia_parameters)(R_m, p_m, _tree.fold_welded(topo, P_rel))
-        com_G = p_m[row] + jnp.einsum("bij,bj->bi", R_m[row], c_rel)
+        com_G = sp.take_rows(p_m, row) + jnp.einsum("bij,bj->bi", sp.take_rows(R_m, row), c_rel)
         inertia_O = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)[0]
         com_M = c_rel
     else:
@@ -105,7 +105,7 @@ def realize_position(model: Model, state: State) -> PositionCache:
         inertia_O, com_G = jax.vmap(body_inertia)(R_GB, p_GB, mass, com, G_Bo)  # about Ground's origin
         moving_inertia, com_M = inertia_O, com
     db = np.asarray(topo.moving_tree.dof_body)
-    cdof = jax.vmap(_phi)(R_m[db], p_m[db], S_B) if nu else S_B
+    cdof = jax.vmap(_phi)(sp.take_rows(R_m, db), sp.take_rows(p_m, db), S_B) if nu else S_B
     qs = np.asarray(topo.quaternion_slots)
     qerr = (sp.safe_norm(q[qs]) - 1.0) if len(qs) else jnp.zeros(0, dt)
     return PositionCache(
@@ -407,7 +407,12 @@ def qdotdot(model: Model, state: State, udot: jax.Array) -> jax.Array:
         _, dN = jax.jvp(lambda x: mob.N(x, par), (qq,), (qd,))
         return dN @ uu + Nq @ ud
 
-    inputs = lambda g: (q[g.q_idx], u[g.u_idx], udot[g.u_idx], joint_inputs(state, g, "params")[0])
+    inputs = lambda g: (
+        sp.take_rows(q, g.q_idx),
+        sp.take_rows(u, g.u_idx),
+        sp.take_rows(udot, g.u_idx),
+        joint_inputs(state, g, "params")[0],
+    )
     parts = [(g.q_idx, r) for g, r in map_kinds(topo, one, inputs, skip=no_q)]
     return place(topo.nq, parts, jnp.zeros((), dt))
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _spatial as sp
 from ..model.state import State
 from ..model.topology import KindGroup, Topology
 
@@ -29,13 +30,13 @@ def joint_inputs(state: State, g: KindGroup, *names: str) -> tuple[jax.Array, ..
     out: list[jax.Array] = []
     for n in names:
         if n == "q":
-            out.append(state.q[g.q_idx])
+            out.append(sp.take_rows(state.q, g.q_idx))
         elif n == "u":
-            out.append(state.u[g.u_idx])
+            out.append(sp.take_rows(state.u, g.u_idx))
         elif n == "params":
-            out.append(inst["mobilizer_params"][b][:, : g.mobilizer.n_params])
+            out.append(sp.take_rows(inst["mobilizer_params"], b)[:, : g.mobilizer.n_params])
         elif n == "frames":
-            out += [inst["X_PF_R"][b], inst["X_PF_p"][b], inst["X_BM_R"][b], inst["X_BM_p"][b]]
+            out += [sp.take_rows(inst[k], b) for k in ("X_PF_R", "X_PF_p", "X_BM_R", "X_BM_p")]
         else:
             raise ValueError(f"joint_inputs: unknown input {n!r}")
     return tuple(out)
@@ -73,4 +74,4 @@ def place(n: int, parts: list[tuple[np.ndarray, jax.Array]], fill: jax.Array) ->
     rows = [jnp.reshape(v, (len(i),) + fill.shape).astype(fill.dtype) for i, (_, v) in zip(idx, parts)]
     if rows and np.array_equal(src, np.arange(n)):  # the parts fill every row, in order: no gather
         return jnp.concatenate(rows) if len(rows) > 1 else rows[0]
-    return jnp.concatenate([*rows, fill[None]])[src]
+    return sp.take_rows(jnp.concatenate([*rows, fill[None]]), src)

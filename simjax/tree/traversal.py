@@ -57,10 +57,11 @@ def _linear(levels, dense):
 
 def _outward_levels(topo: Topology, x: jax.Array) -> jax.Array:
     t = topo.body_tree
-    out = [jnp.zeros((1,) + x.shape[1:], x.dtype), x[t.levels[1]]]
+    take = sp.take_rows
+    out = [jnp.zeros((1,) + x.shape[1:], x.dtype), take(x, t.levels[1])]
     for lev in t.levels[2:]:
-        out.append(jax.lax.optimization_barrier(x[lev] + out[-1][t.pos[t.parent[lev]]]))
-    return jnp.concatenate(out)[t.row]
+        out.append(jax.lax.optimization_barrier(take(x, lev) + take(out[-1], t.pos[t.parent[lev]])))
+    return take(jnp.concatenate(out), t.row)
 
 
 def _inward_levels(topo: Topology, x: jax.Array) -> jax.Array:
@@ -69,7 +70,7 @@ def _inward_levels(topo: Topology, x: jax.Array) -> jax.Array:
     for d in range(len(t.levels) - 1, -1, -1):
         sums = [sum((out[d + 1][t.pos[c]] for c in t.children[b]), x[b]) for b in t.levels[d]]
         out[d] = jax.lax.optimization_barrier(jnp.stack(sums))
-    return jnp.concatenate(out)[t.row]
+    return sp.take_rows(jnp.concatenate(out), t.row)
 
 
 def _pad(x: jax.Array, row: jax.Array) -> jax.Array:
@@ -88,7 +89,8 @@ def compose_outward(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[j
     """
     if topo.has_welds:
         mv = topo.moving
-        R_m, p_m, R_rel, p_rel = compose_moving(topo, R_PB[mv], p_PB[mv], R_PB, p_PB)
+        R_PM, p_PM = sp.take_rows(R_PB, mv), sp.take_rows(p_PB, mv)
+        R_m, p_m, R_rel, p_rel = compose_moving(topo, R_PM, p_PM, R_PB, p_PB)
         return from_moving_poses(topo, R_m, p_m, R_rel, p_rel)
     if topo.compose_by_doubling:
         return _compose_doubling(topo, R_PB, p_PB)
@@ -111,21 +113,23 @@ def compose_moving(
     (``compose_outward``)."""
     dt = p_PM.dtype
     mv, wl, src = topo.moving, topo.welded, topo.weld_index
-    Rc = jnp.concatenate([jnp.eye(3, dtype=dt)[None], R_PW[wl]])
-    pc = jnp.concatenate([jnp.zeros((1, 3), dt), p_PW[wl]])
+    take = sp.take_rows
+    Rc = jnp.concatenate([jnp.eye(3, dtype=dt)[None], take(R_PW, wl)])
+    pc = jnp.concatenate([jnp.zeros((1, 3), dt), take(p_PW, wl)])
     Rc, pc = _compose_jumps(topo.weld_jumps, Rc, pc)  # compact rows: 0, then the welded bodies
-    R_rel, p_rel = Rc[src], pc[src]
+    R_rel, p_rel = take(Rc, src), take(pc, src)
     # Local poses of the moving bodies in the moving tree: through the weld chain above.
     R_loc, p_loc = R_PM, p_PM
     below = topo.below_weld
     if len(below):
         w, k = src[np.asarray(topo.parent)[below]], topo.moving_row[below]
-        R_b = sp.small_matmul(Rc[w], R_PM[k])
-        p_b = pc[w] + jnp.einsum("kij,kj->ki", Rc[w], p_PM[k])
+        Rw = take(Rc, w)
+        R_b = sp.small_matmul(Rw, take(R_PM, k))
+        p_b = take(pc, w) + jnp.einsum("kij,kj->ki", Rw, take(p_PM, k))
         rows = np.arange(len(mv))
         rows[k] = len(mv) + np.arange(len(below))
-        R_loc = jnp.concatenate([R_loc, R_b])[rows]
-        p_loc = jnp.concatenate([p_loc, p_b])[rows]
+        R_loc = take(jnp.concatenate([R_loc, R_b]), rows)
+        p_loc = take(jnp.concatenate([p_loc, p_b]), rows)
     R_m, p_m = compose_outward(topo.moving_tree, R_loc, p_loc)
     return R_m, p_m, R_rel, p_rel
 
@@ -138,11 +142,12 @@ def from_moving_poses(
     if not topo.has_welds:
         return R_m, p_m
     wl, row, src = topo.welded, topo.moving_row, topo.body_order
-    Ra, pa = R_m[row[wl]], p_m[row[wl]]
-    R_w = sp.small_matmul(Ra, R_rel[wl])
-    p_w = pa + jnp.einsum("wij,wj->wi", Ra, p_rel[wl])
+    take = sp.take_rows
+    Ra, pa = take(R_m, row[wl]), take(p_m, row[wl])
+    R_w = sp.small_matmul(Ra, take(R_rel, wl))
+    p_w = pa + jnp.einsum("wij,wj->wi", Ra, take(p_rel, wl))
     # Rows back in body order: one concatenation and one static gather.
-    return jnp.concatenate([R_m, R_w])[src], jnp.concatenate([p_m, p_w])[src]
+    return take(jnp.concatenate([R_m, R_w]), src), take(jnp.concatenate([p_m, p_w]), src)
 
 
 def _compose_doubling(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -164,13 +169,13 @@ def _compose_jumps(jumps: np.ndarray, R_PB: jax.Array, p_PB: jax.Array) -> tuple
     last = (np.arange(4) == 3)[None, None]
     for jump in np.asarray(jumps):
         idx = np.nonzero(jump)[0]
-        Xa = X[jump[idx]]
+        Xa = sp.take_rows(X, jump[idx])
         # The bodies that move on this round take their new row from the products' rows
-        # (a concatenation and a static gather, which XLA fuses; no scatter).
+        # (a concatenation and static slices or a gather, which XLA fuses; no scatter).
         rows = np.arange(len(jump))
         rows[idx] = len(jump) + np.arange(len(idx))
-        Xn = sp.small_matmul(Xa[..., :3], X[idx]) + jnp.where(last, Xa, 0.0)
-        X = jnp.concatenate([X, Xn])[rows]
+        Xn = sp.small_matmul(Xa[..., :3], sp.take_rows(X, idx)) + jnp.where(last, Xa, 0.0)
+        X = sp.take_rows(jnp.concatenate([X, Xn]), rows)
     return X[..., :3], X[..., 3]
 
 
@@ -252,7 +257,7 @@ def inward_sum(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.A
 
 def gather_dofs(topo: Topology, x: jax.Array) -> jax.Array:
     """Per-body array (nb, ...) -> per-dof array (nu, ...) of each dof's body."""
-    return x[np.asarray(topo.dof_body)]
+    return sp.take_rows(x, topo.dof_body)
 
 
 def sum_dofs(topo: Topology, x: jax.Array) -> jax.Array:
@@ -276,7 +281,7 @@ def sum_dofs(topo: Topology, x: jax.Array) -> jax.Array:
 
 def moving_rows(topo: Topology, x: jax.Array) -> jax.Array:
     """Per-body array (nb, ...) -> the moving bodies' rows (nm, ...)."""
-    return x[topo.moving] if topo.has_welds else x
+    return sp.take_rows(x, topo.moving) if topo.has_welds else x
 
 
 def moving_to_bodies(topo: Topology, x: jax.Array) -> jax.Array:
@@ -285,7 +290,7 @@ def moving_to_bodies(topo: Topology, x: jax.Array) -> jax.Array:
     if not topo.has_welds:
         return x
     zeros = jnp.zeros((len(topo.welded),) + x.shape[1:], x.dtype)
-    return jnp.concatenate([x, zeros])[topo.body_order]
+    return sp.take_rows(jnp.concatenate([x, zeros]), topo.body_order)
 
 
 def fold_welded(topo: Topology, x: jax.Array) -> jax.Array:
@@ -307,7 +312,7 @@ def outward_from_moving(topo: Topology, x: jax.Array, dense: bool | None = None)
     none). The moving tree's ``outward_sum`` (dense or by levels), gathered to every body."""
     if not topo.has_welds:
         return outward_sum(topo, x, dense)
-    return outward_sum(topo.moving_tree, x, dense)[topo.moving_row]
+    return sp.take_rows(outward_sum(topo.moving_tree, x, dense), topo.moving_row)
 
 
 def inward_to_dofs(topo: Topology, x: jax.Array, dense: bool | None = None) -> jax.Array:
@@ -318,7 +323,7 @@ def inward_to_dofs(topo: Topology, x: jax.Array, dense: bool | None = None) -> j
     A = mt.inward_ancestor[np.asarray(mt.dof_body)]
     if _unrolled(mt, dense):
         db = np.asarray(mt.dof_body)
-        return _linear(lambda x: _inward_levels(mt, x)[db], lambda x: _body_matmul(A, x))(x)
+        return _linear(lambda x: sp.take_rows(_inward_levels(mt, x), db), lambda x: _body_matmul(A, x))(x)
     if _use_dense(mt, dense):
         return _body_matmul(A, x)
     return gather_dofs(mt, inward_sum(mt, x, dense))
