@@ -1,5 +1,6 @@
-"""Both traversal paths of ``simjax.tree`` (dense ancestor matmuls for small trees, level
-scans above ``DENSE_MAX_BODIES``) give the same sums and poses, and a model above the
+"""The traversal paths of ``simjax.tree`` (sums of rows up to ``SUM_BY_ROWS_MAX`` bodies,
+dense ancestor matmuls for small trees, unrolled levels, level scans above
+``DENSE_MAX_BODIES``) give the same sums and poses, and a model above the
 threshold (which takes the scan path) has the dynamics of the same model forced dense."""
 
 import jax
@@ -36,6 +37,14 @@ def test_dense_and_scan_sums_agree(nb):
             want[b] += np.asarray(x[a])
             a = parent[a]
     np.testing.assert_allclose(traversal.outward_sum(topo, x, dense=False), want, atol=1e-13)
+    # Up to SUM_BY_ROWS_MAX bodies the dense form is sums of rows (no dot), and differentiates
+    # as the matmul with the ancestor matrix does.
+    dense = lambda x: traversal.outward_sum(topo, x, dense=True)
+    assert ("dot_general" in str(jax.make_jaxpr(dense)(x))) == (nb > traversal.SUM_BY_ROWS_MAX)
+    A = jnp.asarray(topo.ancestor, x.dtype)
+    g = jax.grad(lambda x: jnp.sum(jnp.sin(dense(x))))(x)
+    g_want = jax.grad(lambda x: jnp.sum(jnp.sin(jnp.einsum("ab,b...->a...", A, x))))(x)
+    np.testing.assert_allclose(g, g_want, atol=1e-13)
 
 
 @pytest.mark.parametrize("nb", [12, 40])
