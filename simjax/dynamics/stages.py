@@ -40,22 +40,26 @@ def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
     # X_PB = X_PF X_FM X_MB, X_MB = inverse(X_BM).
     R_MB = X_BM_R.T
     p_MB = -sp.matvec_fused(R_MB, X_BM_p)
-    R_PM = sp.matmul_fused(X_PF_R, R_FM)
-    p_PM = X_PF_p + sp.matvec_fused(X_PF_R, p_FM)
-    R_PB = sp.matmul_fused(R_PM, R_MB)
-    p_PB = p_PM + sp.matvec_fused(R_PM, p_MB)
+    # Products of a rotation with a rotation and a vector side by side, as one [R | p] (3, 4):
+    # on XLA:CPU each reduction costs a single-state call ~0.3 µs besides its kernel.
+    X_PM = sp.matmul_fused(X_PF_R, jnp.concatenate([R_FM, p_FM[:, None]], axis=1))
+    R_PM, p_PM = X_PM[:, :3], X_PF_p + X_PM[:, 3]
+    X_PB = sp.matmul_fused(R_PM, jnp.concatenate([R_MB, p_MB[:, None]], axis=1))
+    R_PB, p_PB = X_PB[:, :3], p_PM + X_PB[:, 3]
     # Relative velocity in B axes at B origin: w_B = R_FB^T w_F; v_B = R_FB^T v_F - w_B x p_BM.
     R_FB = sp.matmul_fused(R_FM, R_MB)
-    w_B = sp.matmul_fused(R_FB.T, H[:3])
-    v_B = sp.matmul_fused(R_FB.T, H[3:]) - jnp.cross(w_B.T, X_BM_p).T
+    nu = H.shape[1]
+    WV = sp.matmul_fused(R_FB.T, jnp.concatenate([H[:3], H[3:]], axis=1))
+    w_B = WV[:, :nu]
+    v_B = WV[:, nu:] - jnp.cross(w_B.T, X_BM_p).T
     S_B = jnp.concatenate([w_B, v_B], axis=0)
     return R_PB, p_PB, S_B
 
 
 def _phi(R: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
     """Body-frame motion vector(s) m (..., 6) at the body origin -> Ground about origin."""
-    w = sp.matvec_fused(R, m[..., :3])
-    v = sp.matvec_fused(R, m[..., 3:])
+    wv = sp.matmul_fused(R, jnp.stack([m[..., :3], m[..., 3:]], axis=-1))  # one reduction
+    w, v = wv[..., 0], wv[..., 1]
     return jnp.concatenate([w, v - jnp.cross(w, p)], axis=-1)
 
 
@@ -78,8 +82,9 @@ def realize_position(model: Model, state: State) -> PositionCache:
         """Spatial inertia about the origin of the frame where B has pose (R, p), and the
         mass center there."""
         Ic_B = m * (G + sp.matmul_fused(sp.skew(c), sp.skew(c)))  # inertia about com, in B
-        c_G = p + sp.matvec_fused(R, c)
-        return sp.inertia_parameters(m, c_G, sp.matmul_fused(sp.matmul_fused(R, Ic_B), R.T)), c_G
+        RIc = sp.matmul_fused(R, jnp.concatenate([Ic_B, c[:, None]], axis=1))  # [R Ic_B | R c]
+        c_G = p + RIc[:, 3]
+        return sp.inertia_parameters(m, c_G, sp.matmul_fused(RIc[:, :3], R.T)), c_G
 
     if topo.has_welds:
         # The moving tree (``Topology.moving``): welded bodies' poses relative to their
