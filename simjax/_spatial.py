@@ -21,8 +21,15 @@ from jaxtyping import Array, ArrayLike, Float
 
 
 def safe_norm(x: Float[Array, " ..."], axis: int = -1) -> Float[Array, " ..."]:
-    """Euclidean norm whose gradient is zero (not NaN) at ``x = 0``."""
-    sq = jnp.sum(x * x, axis=axis, keepdims=True)
+    """Euclidean norm whose gradient is zero (not NaN) at ``x = 0``. Over up to four entries
+    (vectors, quaternions) the squares are added, not reduced: a reduction costs a
+    single-state call on XLA:CPU about 0.3 µs besides its kernel."""
+    n = x.shape[axis]
+    if n <= 4:
+        parts = jnp.split(x * x, n, axis=axis) if n else [jnp.sum(x * x, axis=axis, keepdims=True)]
+        sq = sum(parts[1:], parts[0])
+    else:
+        sq = jnp.sum(x * x, axis=axis, keepdims=True)
     is_zero = sq == 0
     sq_safe = jnp.where(is_zero, 1.0, sq)
     return jnp.squeeze(jnp.where(is_zero, 0.0, jnp.sqrt(sq_safe)), axis=axis)
