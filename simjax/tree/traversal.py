@@ -151,7 +151,7 @@ def from_moving_poses(
     Ra, pa = take(R_m, row[wl]), take(p_m, row[wl])
     R_w = sp.small_matmul(Ra, take(R_rel, wl))
     p_w = pa + jnp.einsum("wij,wj->wi", Ra, take(p_rel, wl))
-    # Rows back in body order: one concatenation and one static gather.
+    # Rows back in body order: one concatenation, then static slices or one gather.
     return take(jnp.concatenate([R_m, R_w]), src), take(jnp.concatenate([p_m, p_w]), src)
 
 
