@@ -285,14 +285,12 @@ def gather_dofs(topo: Topology, x: jax.Array) -> jax.Array:
 
 def sum_dofs(topo: Topology, x: jax.Array) -> jax.Array:
     """Per-dof array (nu, ...) -> per-body sums (nb, ...). A body's dofs are consecutive, so
-    each body's row is a sum of static slices and the rows one stack, a single elementwise
-    kernel; a ``segment_sum`` is a scatter, which XLA:CPU runs as a loop."""
-    zero = jnp.zeros(x.shape[1:], x.dtype)
-    rows = []
-    for dofs in topo.body_dofs.T:
-        part = [x[k] for k in dofs if k < topo.nu]
-        rows.append(sum(part[1:], part[0]) if part else zero)
-    return jnp.stack(rows)
+    each body's row is a sum of static slices (``_sum_rows``) and the rows one stack, a single
+    elementwise kernel; a ``segment_sum`` is a scatter, which XLA:CPU runs as a loop."""
+    dofs = topo.body_dofs
+    A = np.zeros((topo.nb, topo.nu + 1))
+    A[np.broadcast_to(np.arange(topo.nb), dofs.shape), dofs] = 1.0  # column nu: "no dof"
+    return _sum_rows(A[:, : topo.nu], x)
 
 
 # ----------------------------------------------------------------- the moving tree
