@@ -9,6 +9,7 @@ NaN-safe gradients at singular points use the double-``where`` trick, kept here 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import equinox as eqx
@@ -110,6 +111,87 @@ def vee(m: Float[Array, "3 3"]) -> Float[Array, " 3"]:
 
 
 # ----------------------------------------------------------------------------- rotations
+
+
+def _split_half_pi(bits: int) -> tuple[float, ...]:
+    """pi/2 as three floats of ``bits`` significant bits each and a rounded remainder:
+    ``k * part`` is exact for integers ``k`` below ``2**(p - bits)`` (p the significand's
+    bits), so ``x - k pi/2`` is reduced without cancellation error (Cody and Waite)."""
+    # pi/2 to 60 digits, as an exact fraction.
+    rest = Fraction("1.57079632679489661923132169163975144209858469968755291048747")
+    parts = []
+    for _ in range(3):
+        _, e = math.frexp(float(rest))
+        part = math.floor(rest * 2 ** (bits - e)) / Fraction(2 ** (bits - e))
+        parts.append(float(part))
+        rest -= part
+    parts.append(float(rest))
+    return tuple(parts)
+
+
+# Exact products for |k| < 2**33 in float64, so angles up to 2**33 pi/2 (1.35e10 rad).
+_HALF_PI_PARTS = _split_half_pi(20)
+COS_SIN_LIMIT = 2.0**33 * math.pi / 2
+# Taylor coefficients of sin and cos in r^2, highest first: on |r| <= pi/4 the first
+# omitted terms (r^19/19!, r^20/20!) are below 1e-19, far under double precision's 1.1e-16.
+_SIN_TAYLOR = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(8, 0, -1))
+_COS_TAYLOR = tuple((-1) ** k / math.factorial(2 * k) for k in range(9, 0, -1))
+
+
+def _horner(coeffs: tuple[float, ...], x: jax.Array) -> jax.Array:
+    out = jnp.full_like(x, coeffs[0])
+    for c in coeffs[1:]:
+        out = out * x + c
+    return out
+
+
+@jax.custom_jvp
+def cos_sin(a: Any) -> tuple[jax.Array, jax.Array]:
+    """``(cos a, sin a)`` elementwise, in float64 by arithmetic only: ``a`` reduced by
+    multiples of pi/2 (``_HALF_PI_PARTS``), then Taylor polynomials on ``|r| <= pi/4`` and
+    the quadrant's signs and swap. Within 2 ulps of the exact values; NaN at or beyond
+    ``COS_SIN_LIMIT`` (2**33 pi/2, 1.35e10 rad), where the reduction would be meaningless.
+    Float32 and narrower use ``jnp.cos``/``jnp.sin``.
+
+    Why: XLA:CPU evaluates its float64 sine and cosine one element at a time (a scalar libm
+    call each); these polynomials vectorise. Used for the joint angles of the kinds with
+    ``X_FM_terms`` (Pin, Screw, Cylinder), under ``computed_once``: XLA counts the
+    polynomials as cheap and would otherwise compute them again in every kernel that reads
+    them (``benchmarks/RESULTS.md``, 2026-11-29, sixth and eighth stops)."""
+    a = jnp.asarray(a)
+    a = a.astype(jnp.result_type(a, float))  # (an integer angle: the default float)
+    if a.dtype.itemsize < 8:  # float32 and narrower: XLA's own (fast on a GPU)
+        return jnp.cos(a), jnp.sin(a)
+    k = jnp.round(a * (2 / math.pi))
+    r = a
+    for part in _HALF_PI_PARTS:
+        r = r - k * part
+    r2 = r * r
+    s = r * _horner(_SIN_TAYLOR + (1.0,), r2)
+    c = _horner(_COS_TAYLOR + (1.0,), r2)
+    q = jnp.mod(k, 4)
+    swap = (q == 1) | (q == 3)
+    cos_a = jnp.where(swap, s, c) * jnp.where((q == 1) | (q == 2), -1.0, 1.0)
+    sin_a = jnp.where(swap, c, s) * jnp.where(q >= 2, -1.0, 1.0)
+    # Beyond COS_SIN_LIMIT the reduction would lose every digit: NaN, not a wrong number
+    # (such an angle is a simulation that diverged; ``simulate`` then reports it).
+    within = jnp.abs(a) < COS_SIN_LIMIT
+    return jnp.where(within, cos_a, jnp.nan), jnp.where(within, sin_a, jnp.nan)
+
+
+@cos_sin.defjvp
+def _cos_sin_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    c, s = cos_sin(a)
+    return (c, s), (-s * da, c * da)
+
+
+def computed_once(x: jax.Array) -> jax.Array:
+    """``x`` itself (bit for bit where finite; NaN where infinite), ending in a division by
+    one: XLA counts a division as expensive and so computes it in a kernel of its own,
+    rather than again inside every kernel that broadcasts ``x``, as it does with cheap
+    elementwise work (``cos_sin``'s polynomials, a joint's rotation from them)."""
+    return x / (1.0 + 0.0 * x)
 
 
 def rot_x(a: Any) -> Float[Array, "3 3"]:

@@ -1,5 +1,7 @@
 """User-defined mobilizers against the built-ins they imitate; fitting q and u per kind."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -333,3 +335,49 @@ def test_qdot_is_u_flag_matches_N(kind):
         N = mob.N(q, params)
         assert mob.qdot_is_u == (N is None)
         assert topo.qdot_is_u == (N is None)
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "Weld"])
+def test_X_FM_terms_weighted_equal_X_FM_and_the_pose_path_equals_the_joint_path(kind):
+    """Kinds with ``has_X_FM_terms`` (Pin, Slider, Screw, Cylinder, Translation): the terms
+    weighted by ``X_FM_weights`` equal ``X_FM`` at random q (first weight 1), the kinds have
+    a fixed motion subspace (``no_velocity_product``, which the pose path relies on), and the
+    Position stage's poses and motion subspaces from the terms equal the joint-by-joint ones
+    (``_joint_local``), with their q-derivatives. Other kinds refuse the methods."""
+    from simjax.dynamics.stages import _joint_local, _kind_poses
+    from simjax.tree.kinds import joint_inputs
+
+    rng = np.random.default_rng(abs(hash(kind)) % 2**32)
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    make_mobod(kind, matter.Ground(), rng)
+    s0 = system.realize_topology()
+    s = s0.with_q(s0.q + jnp.asarray(rng.normal(size=s0.nq)) * 2.0)
+    topo = system.model_for(s).topology(False)
+    (g,) = topo.groups
+    mob = g.mobilizer
+    q, params, *frames = joint_inputs(s, g, "q", "params", "frames")
+    marked = kind in ("Pin", "Slider", "Screw", "Cylinder", "Translation")
+    assert mob.has_X_FM_terms == marked
+    if not marked:
+        with pytest.raises(TypeError, match="has no X_FM_terms"):
+            mob.X_FM_weights(q[0])
+        return
+    assert mob.no_velocity_product
+    w = mob.X_FM_weights(q[0])
+    R_k, p_k = mob.X_FM_terms(params[0])
+    R, p = mob.X_FM(q[0], params[0])
+    assert float(w[0]) == 1.0
+    np.testing.assert_allclose(jnp.einsum("k,kij->ij", w, R_k), R, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(jnp.einsum("k,ki->i", w, p_k), p, rtol=0, atol=1e-15)
+
+    def by_terms(qq):
+        return _kind_poses(topo, s.with_q(qq))[0][1]
+
+    def by_joint(qq):
+        return jax.vmap(partial(_joint_local, mob))(*joint_inputs(s.with_q(qq), g, "q", "params", "frames"))
+
+    for a, b in zip(by_terms(s.q), by_joint(s.q)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+    for a, b in zip(jax.jacfwd(by_terms)(s.q), jax.jacfwd(by_joint)(s.q)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)

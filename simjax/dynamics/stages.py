@@ -14,6 +14,8 @@ itself is needed (constraints, derivatives).
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -56,6 +58,50 @@ def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
     return R_PB, p_PB, S_B
 
 
+def _joint_terms(mob, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
+    """A kind with ``X_FM_terms``: ``X_PB = X_PF X_FM(q) X_MB`` as (k, 3, 3) and (k, 3) terms
+    weighted by ``mob.X_FM_weights(q)``, and its motion subspace ``S_B``, fixed in B for these
+    kinds (``no_velocity_product``). None of it depends on q: for a batch of states sharing
+    the model it is computed once, and each state pays a weighted sum of k terms."""
+    R_k, p_k = mob.X_FM_terms(params)
+    R_MB = X_BM_R.T
+    p_MB = -R_MB @ X_BM_p
+    R_PB = X_PF_R @ R_k @ R_MB
+    # p_PB = p_PF + R_PF (p_FM + R_FM p_MB), the constant p_PF with the first weight (1).
+    p_PB = jnp.einsum("ij,kj->ki", X_PF_R, p_k + R_k @ p_MB).at[0].add(X_PF_p)
+    q0 = jnp.asarray(mob.default_q(), p_PB.dtype)
+    S_B = _joint_local(mob, q0, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p)[2]
+    return R_PB, p_PB, S_B
+
+
+def _weighted(w: list[jax.Array], terms: jax.Array) -> jax.Array:
+    """``terms[:, 0] + sum_k w[k - 1] terms[:, k]`` for weights (n,) each and terms
+    (n, k, ...), as elementwise products and additions (one fused kernel; no reduction)."""
+    out = terms[:, 0]
+    for k, wk in enumerate(w, start=1):
+        out = out + wk.reshape((-1,) + (1,) * (terms.ndim - 2)) * terms[:, k]
+    return out
+
+
+def _kind_poses(topo, state):
+    """``[(group, (R_PB, p_PB, S_B))]`` for every kind group: per joint, or from the constant
+    terms of kinds with ``X_FM_terms`` (``_joint_terms``)."""
+    out = []
+    for g in topo.groups:
+        mob = g.mobilizer
+        if mob.has_X_FM_terms and mob.no_velocity_product:
+            q, params, *frames = joint_inputs(state, g, "q", "params", "frames")
+            R_k, p_k, S_B = jax.vmap(partial(_joint_terms, mob))(params, *frames)
+            w = jax.vmap(mob.X_FM_weights)(q)
+            w = [sp.computed_once(w[:, k]) for k in range(1, w.shape[1])]
+            out.append((g, (_weighted(w, R_k), _weighted(w, p_k), S_B)))
+        else:
+            out.append(
+                (g, jax.vmap(partial(_joint_local, mob))(*joint_inputs(state, g, "q", "params", "frames")))
+            )
+    return out
+
+
 def _phi(R: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
     """Body-frame motion vector(s) m (..., 6) at the body origin -> Ground about origin."""
     wv = sp.matmul_fused(R, jnp.stack([m[..., :3], m[..., 3:]], axis=-1))  # one reduction
@@ -70,8 +116,7 @@ def realize_position(model: Model, state: State) -> PositionCache:
     q = state.q
     nb, nu = topo.nb, topo.nu
     dt = q.dtype if jnp.issubdtype(q.dtype, jnp.floating) else jnp.result_type(float)
-    inputs = lambda g: joint_inputs(state, g, "q", "params", "frames")
-    kinds = list(map_kinds(topo, _joint_local, inputs))
+    kinds = _kind_poses(topo, state)
     R_PB = place(nb, [(g.bodies, R) for g, (R, _, _) in kinds], jnp.eye(3, dtype=dt))
     p_PB = place(nb, [(g.bodies, p) for g, (_, p, _) in kinds], jnp.zeros(3, dt))
     S_parts = [(g.u_idx, jnp.swapaxes(S, 1, 2)) for g, (_, _, S) in kinds if g.mobilizer.nu]

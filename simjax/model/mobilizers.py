@@ -55,6 +55,10 @@ class AbstractMobilizer(abc.ABC):
     # angular velocity that turns it (Ball: ``w x w = 0``). The Dynamics stage then skips
     # it; ``tests/test_mobilizers.py`` checks every kind's flag against autodiff.
     no_velocity_product: ClassVar[bool] = False
+    # True where ``X_FM`` is a sum of constant terms weighted by functions of q
+    # (``X_FM_weights``, ``X_FM_terms``): the tree code then composes the terms with the
+    # joint frames once, outside a batch over states, leaving per state a weighted sum.
+    has_X_FM_terms: ClassVar[bool] = False
 
     # --- definition ---------------------------------------------------------------
     @abc.abstractmethod
@@ -64,6 +68,15 @@ class AbstractMobilizer(abc.ABC):
     def N(self, q: jax.Array, params: jax.Array) -> jax.Array | None:
         """``qdot = N(q) u``; ``None`` means identity (``qdot == u``)."""
         return None
+
+    def X_FM_weights(self, q: jax.Array) -> jax.Array:
+        """(k,) weights of ``X_FM_terms``, the first one 1 (kinds with ``has_X_FM_terms``):
+        ``R_FM = sum_k w_k R_k`` and ``p_FM = sum_k w_k p_k``."""
+        raise TypeError(f"{self.kind} has no X_FM_terms (has_X_FM_terms is False)")
+
+    def X_FM_terms(self, params: jax.Array) -> Rp:
+        """(k, 3, 3) and (k, 3) constant terms of ``X_FM`` (see ``X_FM_weights``)."""
+        raise TypeError(f"{self.kind} has no X_FM_terms (has_X_FM_terms is False)")
 
     @property
     def qdot_is_u(self) -> bool:
@@ -139,6 +152,18 @@ def _e(i: int, v: jax.Array) -> jax.Array:
     return jnp.zeros(3, dtype=v.dtype).at[i].set(v)
 
 
+# ``rot_z(t) = Z + cos t (I - Z) + sin t [z]x`` with ``Z = z z^T``: the terms of a rotation
+# about z, weighted by ``(1, cos t, sin t)``.
+_ROT_Z_TERMS = np.stack(
+    [np.diag([0.0, 0.0, 1.0]), np.diag([1.0, 1.0, 0.0]), np.cross(np.eye(3), [0.0, 0.0, 1.0])]
+)
+
+
+def _terms(R: np.ndarray, p: np.ndarray, params: jax.Array) -> Rp:
+    dt = params.dtype if jnp.issubdtype(params.dtype, jnp.floating) else jnp.result_type(float)
+    return jnp.asarray(R, dt), jnp.asarray(p, dt)
+
+
 # ----------------------------------------------------------------------------- 1-dof
 
 
@@ -150,9 +175,17 @@ class Pin(AbstractMobilizer):
     nu: ClassVar[int] = 1
     n_angles: ClassVar[int] = 1
     no_velocity_product: ClassVar[bool] = True
+    has_X_FM_terms: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return sp.rot_z(q[0]), _zero3(q)
+
+    def X_FM_weights(self, q):
+        c, s = sp.cos_sin(q[0])
+        return jnp.stack([jnp.ones((), c.dtype), c, s])
+
+    def X_FM_terms(self, params):
+        return _terms(_ROT_Z_TERMS, np.zeros((3, 3)), params)
 
     def H_FM(self, q, params):
         z = jnp.zeros((), q.dtype)
@@ -170,9 +203,16 @@ class Slider(AbstractMobilizer):
     nq: ClassVar[int] = 1
     nu: ClassVar[int] = 1
     no_velocity_product: ClassVar[bool] = True
+    has_X_FM_terms: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return jnp.eye(3, dtype=q.dtype), _e(0, q[0])
+
+    def X_FM_weights(self, q):
+        return jnp.stack([jnp.ones((), q.dtype), q[0]])
+
+    def X_FM_terms(self, params):
+        return _terms(np.stack([np.eye(3), np.zeros((3, 3))]), np.array([[0.0, 0, 0], [1, 0, 0]]), params)
 
     def H_FM(self, q, params):
         z = jnp.zeros((), q.dtype)
@@ -192,6 +232,7 @@ class Screw(AbstractMobilizer):
     n_angles: ClassVar[int] = 1
     n_params: ClassVar[int] = 1
     no_velocity_product: ClassVar[bool] = True
+    has_X_FM_terms: ClassVar[bool] = True
     pitch: float = 0.0
 
     def default_params(self):
@@ -199,6 +240,14 @@ class Screw(AbstractMobilizer):
 
     def X_FM(self, q, params):
         return sp.rot_z(q[0]), _e(2, params[0] * q[0])
+
+    def X_FM_weights(self, q):
+        c, s = sp.cos_sin(q[0])
+        return jnp.stack([jnp.ones((), c.dtype), c, s, q[0].astype(c.dtype)])
+
+    def X_FM_terms(self, params):
+        R, p = _terms(np.concatenate([_ROT_Z_TERMS, np.zeros((1, 3, 3))]), np.zeros((4, 3)), params)
+        return R, p.at[3, 2].set(params[0])
 
     def q_to_fit_transform(self, R, p, params):
         ang = jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1])
@@ -232,9 +281,19 @@ class Cylinder(AbstractMobilizer):
     nu: ClassVar[int] = 2
     n_angles: ClassVar[int] = 1
     no_velocity_product: ClassVar[bool] = True
+    has_X_FM_terms: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return sp.rot_z(q[0]), _e(2, q[1])
+
+    def X_FM_weights(self, q):
+        c, s = sp.cos_sin(q[0])
+        return jnp.stack([jnp.ones((), c.dtype), c, s, q[1].astype(c.dtype)])
+
+    def X_FM_terms(self, params):
+        p = np.zeros((4, 3))
+        p[3, 2] = 1.0
+        return _terms(np.concatenate([_ROT_Z_TERMS, np.zeros((1, 3, 3))]), p, params)
 
     def q_to_fit_transform(self, R, p, params):
         return jnp.stack([jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1]), p[2]])
@@ -301,9 +360,16 @@ class Translation(AbstractMobilizer):
     nq: ClassVar[int] = 3
     nu: ClassVar[int] = 3
     no_velocity_product: ClassVar[bool] = True
+    has_X_FM_terms: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return jnp.eye(3, dtype=q.dtype), q
+
+    def X_FM_weights(self, q):
+        return jnp.concatenate([jnp.ones(1, q.dtype), q])
+
+    def X_FM_terms(self, params):
+        return _terms(np.concatenate([np.eye(3)[None], np.zeros((3, 3, 3))]), np.eye(4, 3, -1), params)
 
     def H_FM(self, q, params):
         return jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)])
