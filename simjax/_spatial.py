@@ -169,7 +169,8 @@ def cos_sin(a: Any) -> tuple[jax.Array, jax.Array]:
     r2 = r * r
     s = r * _horner(_SIN_TAYLOR + (1.0,), r2)
     c = _horner(_COS_TAYLOR + (1.0,), r2)
-    q = jnp.mod(k, 4)
+    # The quadrant k mod 4, exactly, by floor (a float remainder is a scalar libm call).
+    q = k - 4.0 * jnp.floor(k * 0.25)
     swap = (q == 1) | (q == 3)
     cos_a = jnp.where(swap, s, c) * jnp.where((q == 1) | (q == 2), -1.0, 1.0)
     sin_a = jnp.where(swap, c, s) * jnp.where(q >= 2, -1.0, 1.0)
@@ -487,6 +488,11 @@ def shift_force_to_origin(F: Float[Array, " 6"], p: Float[Array, " 3"]) -> Float
     return jnp.concatenate([F[:3] + jnp.cross(p, F[3:]), F[3:]])
 
 
+def _upper_entries(J: Float[Array, "3 3"]) -> Float[Array, " 6"]:
+    """``[Jxx, Jxy, Jyy, Jxz, Jyz, Jzz]`` of a symmetric 3x3, as four slices, concatenated."""
+    return jnp.concatenate([J[0, :2], J[1, 1:2], J[:2, 2], J[2, 2:]])
+
+
 def inertia_parameters(
     mass: Float[Array, ""], com: Float[Array, " 3"], I_com: Float[Array, "3 3"]
 ) -> Float[Array, " 10"]:
@@ -496,9 +502,7 @@ def inertia_parameters(
     Pinocchio's order). The 6x6 matrix (``inertia_matrix``) in 10 numbers
     instead of 36, and linear in them: sums of inertias are sums of parameters."""
     J = I_com + mass * (jnp.dot(com, com) * jnp.eye(3, dtype=com.dtype) - jnp.outer(com, com))
-    return jnp.concatenate(
-        [mass[None], mass * com, jnp.stack([J[0, 0], J[0, 1], J[1, 1], J[0, 2], J[1, 2], J[2, 2]])]
-    )
+    return jnp.concatenate([mass[None], mass * com, _upper_entries(J)])
 
 
 def transform_inertia_parameters(
@@ -516,9 +520,7 @@ def transform_inertia_parameters(
     eye = jnp.eye(3, dtype=P.dtype)
     J = R @ J @ R.T + m * (jnp.dot(p, p) * eye - jnp.outer(p, p))
     J = J + 2.0 * jnp.dot(p, Rh) * eye - jnp.outer(p, Rh) - jnp.outer(Rh, p)
-    return jnp.concatenate(
-        [m[None], m * p + Rh, jnp.stack([J[0, 0], J[0, 1], J[1, 1], J[0, 2], J[1, 2], J[2, 2]])]
-    )
+    return jnp.concatenate([m[None], m * p + Rh, _upper_entries(J)])
 
 
 def _rotational_entries(P: Float[Array, "... 10"]) -> tuple[Any, ...]:
