@@ -95,7 +95,6 @@ def solve(
     if nu == 0:
         return rhs
     carried = _carried_rows(topo.moving_tree)
-    I_m = sp.inertia_matrix(inertia)
     n_lev = len(tree.levels)
     rows = lambda x: [jax.lax.index_in_dim(x, i, keepdims=False) for i in range(x.shape[0])]
     P: list[list[jax.Array]] = [[] for _ in range(n_lev)]
@@ -105,15 +104,13 @@ def solve(
     z0 = jnp.zeros((6,) + rhs.shape[1:], rhs.dtype)
     for lev in range(n_lev - 1, -1, -1):
         dofs = tree.levels[lev]
-        IA = jnp.stack(
-            [
-                _sum(
-                    [I_m[r] for r in carried[k]] + [P[lev + 1][tree.pos[c]] for c in tree.children[k]],
-                    I_m[0],
-                )
-                for k in dofs
-            ]
-        )
+        # The level's own inertias as 6x6 matrices here, from their ten parameters (linear in
+        # them): XLA builds them inside the level's kernel rather than writing every body's
+        # 36 entries to memory first.
+        IA = sp.inertia_matrix(jnp.stack([_sum([inertia[r] for r in carried[k]], inertia[0]) for k in dofs]))
+        kids = [[P[lev + 1][tree.pos[c]] for c in tree.children[k]] for k in dofs]
+        if any(kids):
+            IA = IA + jnp.stack([_sum(kc, IA[0]) for kc in kids])
         z = jnp.stack([_sum([Z[lev + 1][tree.pos[c]] for c in tree.children[k]], z0) for k in dofs])
         s = cdof[dofs]
         U = (IA * s[:, None, :]).sum(-1)
