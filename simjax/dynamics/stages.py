@@ -35,9 +35,22 @@ from ..tree.kinds import joint_inputs, map_kinds, no_q, place
 from .forces import calc_forces
 
 
+def _X_FM(mob, q, params):
+    """``mob.X_FM``; for kinds with ``X_FM_terms`` their weighted sum, each weight computed
+    once (``sp.computed_once``) rather than once per matrix entry."""
+    if not mob.has_X_FM_terms:
+        return mob.X_FM(q, params)
+    R_k, p_k = mob.X_FM_terms(params)
+    w = mob.X_FM_weights(q)
+    w = [sp.computed_once(w[k]) for k in range(1, w.shape[0])]
+    return sum((wk * R for wk, R in zip(w, R_k[1:])), R_k[0]), sum(
+        (wk * p for wk, p in zip(w, p_k[1:])), p_k[0]
+    )
+
+
 def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
     """One mobilizer: X_PB and the motion subspace S_B (6, nu) in B at B's origin."""
-    R_FM, p_FM = mob.X_FM(q, params)
+    R_FM, p_FM = _X_FM(mob, q, params)
     H = mob.H_FM(q, params)  # (6, nu) in F at M origin
     # X_PB = X_PF X_FM X_MB, X_MB = inverse(X_BM).
     R_MB = X_BM_R.T
@@ -83,23 +96,56 @@ def _weighted(w: list[jax.Array], terms: jax.Array) -> jax.Array:
     return out
 
 
+def _weighted_poses(mob, q, R_k, p_k):
+    """``(R_PB, p_PB)`` of a kind group from its terms and coordinates (``_joint_terms``)."""
+    w = jax.vmap(mob.X_FM_weights)(q)
+    w = [sp.computed_once(w[:, k]) for k in range(1, w.shape[1])]
+    return _weighted(w, R_k), _weighted(w, p_k)
+
+
+def _terms_poses(mob, q, params, *frames):
+    """A kind group's ``(R_PB, p_PB, S_B)`` from the constant terms (``_joint_terms``)."""
+    R_k, p_k, S_B = jax.vmap(partial(_joint_terms, mob))(params, *frames)
+    return (*_weighted_poses(mob, q, R_k, p_k), S_B)
+
+
+def _group_poses(mob, q, params, *frames):
+    """A kind group's ``(R_PB, p_PB, S_B)``. For kinds with ``X_FM_terms``, which way depends
+    on the batch, known to a ``custom_vmap`` rule: from the constant terms where the model's
+    numbers (``params``, the joint frames) are shared by the batch (computed once, each
+    state a weighted sum of them), joint by joint where every member has its own (a batch
+    of whole States), whose terms would cost each member more than its joint. Derivatives
+    go through the terms (``jax.jvp``): the same numbers to round-off."""
+    by_joint = lambda *a: jax.vmap(partial(_joint_local, mob))(*a)
+    if not (mob.has_X_FM_terms and mob.no_velocity_product):
+        return by_joint(q, params, *frames)
+    by_terms = partial(_terms_poses, mob)
+    primal = jax.custom_batching.custom_vmap(by_terms)
+
+    @primal.def_vmap
+    def _batched(axis_size, in_batched, q, params, *frames):
+        axes = tuple(0 if b else None for b in in_batched)
+        if any(in_batched[1:]):
+            return jax.vmap(by_joint, in_axes=axes)(q, params, *frames), (True, True, True)
+        R_k, p_k, S_B = jax.vmap(partial(_joint_terms, mob))(params, *frames)  # once
+        R, p = jax.vmap(lambda qq: _weighted_poses(mob, qq, R_k, p_k))(q)
+        return (R, p, S_B), (True, True, False)
+
+    @jax.custom_jvp
+    def poses(*args):
+        return primal(*args)
+
+    @poses.defjvp
+    def _jvp(primals, tangents):
+        return jax.jvp(by_terms, primals, tangents)
+
+    return poses(q, params, *frames)
+
+
 def _kind_poses(topo, state):
-    """``[(group, (R_PB, p_PB, S_B))]`` for every kind group: per joint, or from the constant
-    terms of kinds with ``X_FM_terms`` (``_joint_terms``)."""
-    out = []
-    for g in topo.groups:
-        mob = g.mobilizer
-        if mob.has_X_FM_terms and mob.no_velocity_product:
-            q, params, *frames = joint_inputs(state, g, "q", "params", "frames")
-            R_k, p_k, S_B = jax.vmap(partial(_joint_terms, mob))(params, *frames)
-            w = jax.vmap(mob.X_FM_weights)(q)
-            w = [sp.computed_once(w[:, k]) for k in range(1, w.shape[1])]
-            out.append((g, (_weighted(w, R_k), _weighted(w, p_k), S_B)))
-        else:
-            out.append(
-                (g, jax.vmap(partial(_joint_local, mob))(*joint_inputs(state, g, "q", "params", "frames")))
-            )
-    return out
+    """``[(group, (R_PB, p_PB, S_B))]`` for every kind group (``_group_poses``)."""
+    inputs = lambda g: joint_inputs(state, g, "q", "params", "frames")
+    return [(g, _group_poses(g.mobilizer, *inputs(g))) for g in topo.groups]
 
 
 def _phi(R: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
