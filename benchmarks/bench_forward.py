@@ -26,7 +26,10 @@ a change of machine load hits them alike. The same random states are used by all
 (mapped between layouts by ``tests/oracle_models.py``), and simjax's ``udot`` is checked
 against Pinocchio's. ``--chunk N`` also times ``jit(sj.vmap(f, chunk_size=N))`` (a loop
 over chunks of N states, each a vmap: ``lax.map(f, batch, batch_size=N)``), with its ratio
-to Pinocchio too.
+to Pinocchio too, and the same chunks over ``(q, u)`` with one State's model numbers shared
+by the batch (``in_axes=(0, 0, None)``; "model shared"): a batch of whole States gives every
+member its own copy of the joint frames and inertias, which simjax must then treat as
+different per member.
 
 ``--compile-scan`` instead measures compile time of the batched call for pin chains of
 ``--depths`` links (default 5 10 20 50 100) at batch ``--scan-batch`` (default 1024).
@@ -236,6 +239,20 @@ def simjax_forward(system, chunk: int | None = None):
     return jax.jit(sj.vmap(one, chunk_size=chunk))
 
 
+def simjax_forward_shared(system, chunk: int):
+    """``jit(sj.vmap(f, in_axes=(0, 0, None)))`` of ``f(q, u, s0)``: a batch over the
+    coordinates and speeds only, one State's model numbers (joint frames, inertias) shared
+    by every member, as when a user maps over ``q`` and ``u`` with one model."""
+    import jax
+
+    import simjax as sj
+
+    def one(q, u, s0):
+        return system.realize(s0.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot
+
+    return jax.jit(sj.vmap(one, in_axes=(0, 0, None), chunk_size=chunk))
+
+
 def batch_states(s0, Q, U):
     """Batch of States (every leaf stacked) from arrays Q (B, nq), U (B, nu)."""
     import jax
@@ -379,6 +396,12 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
             chunked, _, _ = compile_simjax(system, batch, 1, args.chunk)
             np.testing.assert_allclose(np.asarray(chunked(batch)), udot, rtol=1e-6, atol=1e-6)
             fns["chunked"] = lambda c=chunked, b=batch: jax.block_until_ready(c(b))
+            # The same chunks over (q, u) only, the model's numbers shared by the batch (an
+            # unbatched argument): what a user mapping over coordinates with one model runs.
+            shared = simjax_forward_shared(system, args.chunk)
+            qb, ub = batch.q, batch.u
+            np.testing.assert_allclose(np.asarray(shared(qb, ub, s0)), udot, rtol=1e-6, atol=1e-6)
+            fns["shared"] = lambda c=shared, a=qb, b=ub: jax.block_until_ready(c(a, b, s0))
         if "pinocchio" in peers:
             fns["pinocchio"] = pinocchio_loop(
                 peers["pinocchio"], peer_qv["pinocchio"][0][:B], peer_qv["pinocchio"][1][:B]
@@ -417,6 +440,7 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
             row["chunk"] = args.chunk
             if "pinocchio" in t:
                 row["chunked_ratio_vs_pinocchio"] = t["pinocchio"] / t["chunked"]
+                row["shared_ratio_vs_pinocchio"] = t["pinocchio"] / t["shared"]
         if "pinocchio" in peers:
             # Accuracy check of simjax against Pinocchio at up to 8 of the states.
             pm = peers["pinocchio"]
@@ -639,8 +663,8 @@ def compile_table(rows: list[dict]) -> str:
 def chunk_table(rows: list[dict]) -> str:
     lines = [
         "| model | B | jax.vmap µs/state | sj.vmap (chunks) µs/state | chunk | chunked/vmap throughput "
-        "| chunked vs Pinocchio |",
-        "|---|---|---|---|---|---|---|",
+        "| chunked vs Pinocchio | sj.vmap, model shared, µs/state | shared vs Pinocchio |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "chunked_us_per_state" in r:
@@ -648,7 +672,9 @@ def chunk_table(rows: list[dict]) -> str:
                 f"| {r['model']} | {r['batch']} | {r['simjax_us_per_state']:.2f} "
                 f"| {r['chunked_us_per_state']:.2f} | {r['chunk']} "
                 f"| {r['simjax_us_per_state'] / r['chunked_us_per_state']:.2f}x "
-                f"| {r.get('chunked_ratio_vs_pinocchio', float('nan')):.2f}x |"
+                f"| {r.get('chunked_ratio_vs_pinocchio', float('nan')):.2f}x "
+                f"| {r.get('shared_us_per_state', float('nan')):.2f} "
+                f"| {r.get('shared_ratio_vs_pinocchio', float('nan')):.2f}x |"
             )
     return "\n".join(lines)
 
