@@ -41,11 +41,8 @@ def _X_FM(mob, q, params):
     if not mob.has_X_FM_terms:
         return mob.X_FM(q, params)
     R_k, p_k = mob.X_FM_terms(params)
-    w = mob.X_FM_weights(q)
-    w = [sp.computed_once(w[k]) for k in range(1, w.shape[0])]
-    return sum((wk * R for wk, R in zip(w, R_k[1:])), R_k[0]), sum(
-        (wk * p for wk, p in zip(w, p_k[1:])), p_k[0]
-    )
+    R, p = _weighted_poses(mob, q[None], R_k[None], p_k[None])  # as a group of one
+    return R[0], p[0]
 
 
 def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p):
