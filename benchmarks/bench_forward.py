@@ -8,7 +8,10 @@ For each model and batch size B, times (side by side, in one process):
   each from cold JAX caches (``jax.clear_caches()``; simjax's persistent compilation cache is
   off in this process and in the benchmarks that import this module, so that a compile is
   never a cache hit: set ``SIMJAX_COMPILATION_CACHE=1`` to measure a warm cache).
-* Pinocchio: ``pin.aba(model, data, q, v, tau)`` in a Python loop over the B states.
+* Pinocchio: ``pin.aba(model, data, q, v, tau)`` in a Python loop over the B states; with
+  ``--pinocchio-cpp`` also the same ``pinocchio::aba`` looped in C++ (``pinocchio_cpp.py``:
+  Pinocchio's headers compiled here with ``-O3``, called once per batch), the
+  peer without the binding's cost per call (about 0.5 µs here).
 * MuJoCo: ``d.qpos[:] = q; d.qvel[:] = v; mujoco.mj_forward(m, d)`` in a Python loop.
 * MJX (``--mjx``; ``pip install mujoco-mjx``): the same MuJoCo model (contacts, equality
   constraints, springs and dampers off: the models are contact-free) under
@@ -94,6 +97,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--float32", action="store_true", help="simjax in float32 (peers stay float64)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--no-peers", action="store_true", help="time simjax only")
+    p.add_argument(
+        "--pinocchio-cpp",
+        action="store_true",
+        help="also time pinocchio::aba looped in C++ (needs a C++ compiler and pip install cmeel-eigen)",
+    )
     p.add_argument("--compile-scan", action="store_true", help="compile time vs chain depth only")
     p.add_argument("--depths", type=int, nargs="+", default=[5, 10, 20, 50, 100])
     p.add_argument("--scan-batch", type=int, default=1024)
@@ -309,6 +317,34 @@ def pinocchio_loop(pm, Q, V):
     return run
 
 
+def pinocchio_cpp_loop(pm, Qp, Vp, batch: int):
+    """``pinocchio::aba`` over the first ``batch`` states, looped in C++ (``pinocchio_cpp.py``);
+    its accelerations are checked against ``pin.aba``'s from Python first."""
+    import pinocchio as pin
+    import pinocchio_cpp
+
+    loop = pinocchio_cpp.AbaLoop(pm.model)
+    Q, V = np.ascontiguousarray(Qp[:batch]), np.ascontiguousarray(Vp[:batch])
+    n = min(batch, 8)
+    tau = np.zeros(pm.model.nv)
+    ref = np.stack([pin.aba(pm.model, pm.data, Q[i], V[i], tau) for i in range(n)])
+    err = max_rel_err(loop(Q[:n], V[:n]), ref)
+    if err > 1e-11:
+        raise RuntimeError(f"Pinocchio's C++ loop differs from pin.aba by {err:.1e} (relative)")
+    return lambda: loop(Q, V)
+
+
+def pinocchio_cpp_info() -> str:
+    """Build the C++ peer now (once; cached) and say how; exits with the reason if it cannot."""
+    import pinocchio_cpp
+
+    try:
+        lib = pinocchio_cpp.build()
+    except pinocchio_cpp.Unavailable as e:
+        sys.exit(f"--pinocchio-cpp: {e}")
+    return f"{lib.name}, built with {pinocchio_cpp.compile_flags()}"
+
+
 def mujoco_loop(mm, Q, V):
     import mujoco
 
@@ -406,6 +442,8 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
             fns["pinocchio"] = pinocchio_loop(
                 peers["pinocchio"], peer_qv["pinocchio"][0][:B], peer_qv["pinocchio"][1][:B]
             )
+        if "pinocchio" in peers and args.pinocchio_cpp:
+            fns["pinocchio_cpp"] = pinocchio_cpp_loop(peers["pinocchio"], *peer_qv["pinocchio"][:2], B)
         if "mujoco" in peers:
             fns["mujoco"] = mujoco_loop(peers["mujoco"], peer_qv["mujoco"][0][:B], peer_qv["mujoco"][1][:B])
         mjx_row: dict = {}
@@ -434,13 +472,14 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
         for name, sec in t.items():
             row[f"{name}_us_per_state"] = 1e6 * sec / B
             row[f"{name}_states_per_s"] = B / sec
-            if name in peers or name == "mjx":
+            if name in peers or name in ("mjx", "pinocchio_cpp"):
                 row[f"ratio_vs_{name}"] = sec / t["simjax"]
         if "chunked" in t:
             row["chunk"] = args.chunk
-            if "pinocchio" in t:
-                row["chunked_ratio_vs_pinocchio"] = t["pinocchio"] / t["chunked"]
-                row["shared_ratio_vs_pinocchio"] = t["pinocchio"] / t["shared"]
+            for peer in ("pinocchio", "pinocchio_cpp"):
+                if peer in t:
+                    row[f"chunked_ratio_vs_{peer}"] = t[peer] / t["chunked"]
+                    row[f"shared_ratio_vs_{peer}"] = t[peer] / t["shared"]
         if "pinocchio" in peers:
             # Accuracy check of simjax against Pinocchio at up to 8 of the states.
             pm = peers["pinocchio"]
@@ -597,7 +636,7 @@ def fmt_rate(x: float) -> str:
     return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
 
 
-PEER_LABELS = {"pinocchio": "pin", "mujoco": "mujoco", "mjx": "mjx"}
+PEER_LABELS = {"pinocchio": "pin", "pinocchio_cpp": "pin C++", "mujoco": "mujoco", "mjx": "mjx"}
 
 
 def throughput_table(rows: list[dict]) -> str:
@@ -661,21 +700,31 @@ def compile_table(rows: list[dict]) -> str:
 
 
 def chunk_table(rows: list[dict]) -> str:
-    lines = [
+    cpp = any("shared_ratio_vs_pinocchio_cpp" in r for r in rows)
+    head = (
         "| model | B | jax.vmap µs/state | sj.vmap (chunks) µs/state | chunk | chunked/vmap throughput "
-        "| chunked vs Pinocchio | sj.vmap, model shared, µs/state | shared vs Pinocchio |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        "| chunked vs Pinocchio | sj.vmap, model shared, µs/state | shared vs Pinocchio |"
+    )
+    if cpp:
+        head += " chunked vs Pinocchio C++ | shared vs Pinocchio C++ |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    nan = float("nan")
     for r in rows:
         if "chunked_us_per_state" in r:
-            lines.append(
+            line = (
                 f"| {r['model']} | {r['batch']} | {r['simjax_us_per_state']:.2f} "
                 f"| {r['chunked_us_per_state']:.2f} | {r['chunk']} "
                 f"| {r['simjax_us_per_state'] / r['chunked_us_per_state']:.2f}x "
-                f"| {r.get('chunked_ratio_vs_pinocchio', float('nan')):.2f}x "
-                f"| {r.get('shared_us_per_state', float('nan')):.2f} "
-                f"| {r.get('shared_ratio_vs_pinocchio', float('nan')):.2f}x |"
+                f"| {r.get('chunked_ratio_vs_pinocchio', nan):.2f}x "
+                f"| {r.get('shared_us_per_state', nan):.2f} "
+                f"| {r.get('shared_ratio_vs_pinocchio', nan):.2f}x |"
             )
+            if cpp:
+                line += (
+                    f" {r.get('chunked_ratio_vs_pinocchio_cpp', nan):.2f}x"
+                    f" | {r.get('shared_ratio_vs_pinocchio_cpp', nan):.2f}x |"
+                )
+            lines.append(line)
     return "\n".join(lines)
 
 
@@ -691,6 +740,7 @@ def info_block(info: dict) -> str:
             f"simjax {info['simjax']}, pinocchio {info['pinocchio']}, mujoco {info['mujoco']}, "
             f"mujoco-mjx {info.get('mujoco_mjx')}",
             f"- simjax dtype: {info['dtype']} (Pinocchio and MuJoCo: float64)",
+            *([f"- Pinocchio C++ loop: {info['pinocchio_cpp']}"] if info.get("pinocchio_cpp") else []),
             f"- XLA_FLAGS: {info['XLA_FLAGS'] or '(unset)'}",
             f"- command: python benchmarks/{info.get('script', 'bench_forward.py')} {' '.join(info['argv'])}",
         ]
@@ -709,6 +759,8 @@ def main(argv=None) -> None:
     info = machine_info(dtype)
     info["cpu_async_dispatch"] = not args.sync_dispatch
     info["argv"] = sys.argv[1:] if argv is None else list(argv)
+    if getattr(args, "pinocchio_cpp", False):
+        info["pinocchio_cpp"] = pinocchio_cpp_info()
     print(info_block(info), flush=True)
     warm_up()
     result: dict = {"info": info}

@@ -9,7 +9,9 @@ no couplers on either side. For each batch size B, side by side in one process, 
 * simjax: ``jit(vmap((q, u) -> realize(state, Stage.ACCELERATION).udot))`` over B states;
   compile time (first call) reported apart;
 * Pinocchio: ``pin.aba(model, data, q, v, -damping * v)`` in a Python loop over the same B
-  states (the URDFs' joint damping, which simjax models as mobility dampers).
+  states (the URDFs' joint damping, which simjax models as mobility dampers); with
+  ``--pinocchio-cpp`` also the same ``pinocchio::aba`` looped in C++ (``pinocchio_cpp.py``),
+  without the binding's cost per call.
 
 simjax's ``udot`` is checked against Pinocchio's at the first 8 states. ``--chunk N`` also
 times ``jit(sj.vmap(..., chunk_size=N))`` (the batch in chunks of N states) and its ratio.
@@ -45,10 +47,15 @@ def main(argv=None) -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where JAX runs simjax")
     ap.add_argument("--chunk", type=int, default=None, help="also time sj.vmap in chunks of CHUNK states")
+    ap.add_argument(
+        "--pinocchio-cpp",
+        action="store_true",
+        help="also time pinocchio::aba looped in C++ (needs a C++ compiler and pip install cmeel-eigen)",
+    )
     args = ap.parse_args(argv)
 
     import jax
-    from bench_forward import machine_info, max_rel_err, select_device, time_interleaved
+    from bench_forward import machine_info, max_rel_err, pinocchio_cpp_info, select_device, time_interleaved
 
     select_device(args.device)
     jax.config.update("jax_enable_x64", True)
@@ -67,6 +74,9 @@ def main(argv=None) -> None:
 
     import simjax as sj
 
+    cpp_info = pinocchio_cpp_info() if args.pinocchio_cpp else None
+    if cpp_info:
+        import pinocchio_cpp
     root = _installed_robots() or _cached_robots()
     rng = np.random.default_rng(0)
     rows = []
@@ -113,6 +123,15 @@ def main(argv=None) -> None:
             ]
             err = max_rel_err(np.asarray(udot[:n]), np.stack(refs))
             fns = {"simjax": lambda q=q, u=u: jax.block_until_ready(f(q, u)), "pinocchio": pin_loop}
+            if cpp_info:
+                loop = pinocchio_cpp.AbaLoop(r.pin, damping=np.asarray(r.pin.damping))
+                Qp = np.stack([qp for qp, _, _, _ in pins[:B]])
+                Vp = np.stack([vp for _, vp, _, _ in pins[:B]])
+                ref = np.stack([np.asarray(pin.aba(r.pin, r.data, Qp[i], Vp[i], taus[i])) for i in range(n)])
+                cpp_err = max_rel_err(loop(Qp[:n], Vp[:n]), ref)
+                if cpp_err > 1e-11:
+                    raise RuntimeError(f"{key}: Pinocchio's C++ loop differs from pin.aba by {cpp_err:.1e}")
+                fns["pinocchio_cpp"] = lambda loop=loop, a=Qp, b=Vp: loop(a, b)
             if fc is not None and B > args.chunk:
                 np.testing.assert_allclose(np.asarray(fc(q, u)), udot, rtol=1e-9, atol=1e-9)
                 fns["chunked"] = lambda q=q, u=u: jax.block_until_ready(fc(q, u))
@@ -133,6 +152,13 @@ def main(argv=None) -> None:
                     chunked_us_per_state=1e6 * t["chunked"] / B,
                     chunked_ratio_vs_pinocchio=t["pinocchio"] / t["chunked"],
                 )
+            if "pinocchio_cpp" in t:
+                row.update(
+                    pinocchio_cpp_us_per_state=1e6 * t["pinocchio_cpp"] / B,
+                    ratio_vs_pinocchio_cpp=t["pinocchio_cpp"] / t["simjax"],
+                )
+                if "chunked" in t:
+                    row["chunked_ratio_vs_pinocchio_cpp"] = t["pinocchio_cpp"] / t["chunked"]
             rows.append(row)
             print(
                 f"{key:7s} nu={r.nu:3d} B={B:5d}: first call {t_first:5.1f} s, simjax "
@@ -147,8 +173,19 @@ def main(argv=None) -> None:
                     f"throughput vs pinocchio {row['chunked_ratio_vs_pinocchio']:.2f}x",
                     flush=True,
                 )
+            if "pinocchio_cpp" in t:
+                best = row.get("chunked_ratio_vs_pinocchio_cpp", row["ratio_vs_pinocchio_cpp"])
+                print(
+                    f"{'':7s} pinocchio looped in C++: {row['pinocchio_cpp_us_per_state']:6.2f} us/state; "
+                    f"throughput vs it: simjax {row['ratio_vs_pinocchio_cpp']:.2f}x"
+                    + (f", sj.vmap in chunks {best:.2f}x" if "chunked" in t else ""),
+                    flush=True,
+                )
     if args.json:
-        args.json.write_text(json.dumps({"info": machine_info("float64"), "rows": rows}, indent=1))
+        info = machine_info("float64")
+        if cpp_info:
+            info["pinocchio_cpp"] = cpp_info
+        args.json.write_text(json.dumps({"info": info, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

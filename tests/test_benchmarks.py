@@ -63,6 +63,45 @@ def test_bench_forward_mjx_peer_agrees(tmp_path):
     assert row["max_rel_err_mjx_vs_simjax"] < 1e-10
 
 
+def _pinocchio_cpp():
+    spec = importlib.util.spec_from_file_location("pinocchio_cpp", ROOT / "benchmarks" / "pinocchio_cpp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.oracle
+def test_bench_forward_pinocchio_cpp_peer_agrees(tmp_path):
+    """Pinocchio's ``aba`` looped in C++ (built once, about a minute; cached): the benchmark
+    checks its accelerations against ``pin.aba``'s from Python (1e-11) and fails otherwise."""
+    pytest.importorskip("pinocchio")
+    why = _pinocchio_cpp().missing()
+    if why is not None:
+        pytest.skip(f"the C++ peer cannot be built here: {why}")
+    out = tmp_path / "cpp.json"
+    run_bench(
+        "--models", "chain7", "humanoid", "--batches", "3", "--repeats", "1", "--min-time", "0.001",
+        "--pinocchio-cpp", "--json", str(out),
+    )  # fmt: skip
+    res = json.loads(out.read_text())
+    assert "pinocchio_aba_loop" in res["info"]["pinocchio_cpp"]
+    for row in res["throughput"]:
+        assert row["pinocchio_cpp_us_per_state"] > 0 and row["ratio_vs_pinocchio_cpp"] > 0
+
+
+@pytest.mark.oracle
+def test_bench_forward_pinocchio_cpp_without_a_compiler_says_so():
+    pytest.importorskip("pinocchio")
+    env_cxx = {"CXX": "/nonexistent/c++"}
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--models", "chain7", "--batches", "2", "--pinocchio-cpp"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, **env_cxx},
+    )  # fmt: skip
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "--pinocchio-cpp:" in r.stderr
+    assert "/nonexistent/c++" in r.stderr or "cmeel-eigen" in r.stderr, r.stderr[-2000:]
+
+
 def test_bench_forward_gpu_request_without_gpu_says_so():
     r = run_bench("--device", "gpu", "--models", "chain7", "--batches", "2", check=False)
     if r.returncode == 0:
