@@ -92,6 +92,25 @@ def matmul_fused(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Floa
     return (a[..., :, :, None] * b[..., None, :, :]).sum(-2)
 
 
+def matmul_const(a: Float[Array, "... n k"], c: np.ndarray) -> Float[Array, "... n m"]:
+    """``a @ c`` for a constant ``c`` (k, m) with at most one nonzero entry per column (a
+    signed selection: a rotation about an axis's terms, an identity, a zero), as ``a``'s
+    columns picked and scaled: no products with zeros, no reduction."""
+    c = np.asarray(c)
+    if (np.count_nonzero(c, axis=0) > 1).any():
+        return jnp.einsum("...ik,kj->...ij", a, jnp.asarray(c, a.dtype))
+    cols = []
+    for j in range(c.shape[1]):
+        (nz,) = np.nonzero(c[:, j])
+        if nz.size == 0:
+            cols.append(jnp.zeros_like(a[..., 0]))
+        else:
+            v = float(c[nz[0], j])
+            col = a[..., nz[0]]
+            cols.append(col if v == 1.0 else -col if v == -1.0 else v * col)
+    return jnp.stack(cols, axis=-1)
+
+
 def matvec_fused(a: Float[Array, "... n k"], v: Float[Array, "... k"]) -> Float[Array, "... n"]:
     """``a @ v`` as ``matmul_fused`` computes it (a broadcast product summed)."""
     return (a * v[..., None, :]).sum(-1)

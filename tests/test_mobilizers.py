@@ -343,8 +343,9 @@ def test_X_FM_terms_weighted_equal_X_FM_and_the_pose_path_equals_the_joint_path(
     weighted by ``X_FM_weights`` equal ``X_FM`` at random q (first weight 1), the kinds have
     a fixed motion subspace (``no_velocity_product``, which the pose path relies on), and the
     Position stage's poses and motion subspaces from the terms equal the joint-by-joint ones
-    (``_joint_local``), with their q-derivatives. Other kinds refuse the methods."""
-    from simjax.dynamics.stages import _joint_local, _kind_poses
+    and the general products (``_joint_local(..., terms=False)``), with their q-derivatives.
+    Other kinds refuse the methods."""
+    from simjax.dynamics.stages import _constant_terms, _joint_local, _kind_poses
     from simjax.tree.kinds import joint_inputs
 
     rng = np.random.default_rng(abs(hash(kind)) % 2**32)
@@ -374,13 +375,19 @@ def test_X_FM_terms_weighted_equal_X_FM_and_the_pose_path_equals_the_joint_path(
     def by_terms(qq):
         return _kind_poses(topo, s.with_q(qq))[0][1]
 
-    def by_joint(qq):
-        return jax.vmap(partial(_joint_local, mob))(*joint_inputs(s.with_q(qq), g, "q", "params", "frames"))
+    def by_joint(qq, terms=True):
+        one = partial(_joint_local, mob, terms=terms)
+        return jax.vmap(one)(*joint_inputs(s.with_q(qq), g, "q", "params", "frames"))
 
-    for a, b in zip(by_terms(s.q), by_joint(s.q)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
-    for a, b in zip(jax.jacfwd(by_terms)(s.q), jax.jacfwd(by_joint)(s.q)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+    # Against the general products (``terms=False``: X_FM, H_FM at q, 3x3 products), both
+    # the shared-model terms and the joint-by-joint columns (``_X_PM_from_terms``).
+    general = partial(by_joint, terms=False)
+    for f in (by_terms, by_joint):
+        for a, b in zip(f(s.q), general(s.q)):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+        for a, b in zip(jax.jacfwd(f)(s.q), jax.jacfwd(general)(s.q)):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+    assert _constant_terms(mob, params[0])
 
 
 def test_kind_poses_agree_batched_either_way_and_differentiate():

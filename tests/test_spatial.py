@@ -181,6 +181,21 @@ def test_cos_sin_is_within_a_few_ulps_of_numpy_and_differentiates_exactly(scale)
     np.testing.assert_allclose(sp.cos_sin(2), (np.cos(2.0), np.sin(2.0)), rtol=1e-15)
 
 
+def test_matmul_const_equals_the_product_and_has_no_reduction():
+    """``sp.matmul_const(a, c)``: ``a @ c`` for a constant ``c`` with at most one nonzero per
+    column (columns of ``a`` picked and scaled; a zero column, a -1, a 2.5), batched, with the
+    derivative of the product; a ``c`` with a fuller column falls back to the product."""
+    a = jnp.asarray(np.random.default_rng(3).normal(size=(4, 3, 3)))
+    sel = np.array([[0.0, -1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.5]])
+    for c in (sel, np.diag([1.0, 1.0, 0.0]), np.cross(np.eye(3), [0.0, 0.0, 1.0]), np.ones((3, 2))):
+        np.testing.assert_allclose(sp.matmul_const(a, c), np.asarray(a) @ c, rtol=0, atol=1e-15)
+        t = jnp.ones_like(a)
+        dout = jax.jvp(lambda x: sp.matmul_const(x, c), (a,), (t,))[1]
+        np.testing.assert_allclose(dout, np.asarray(t) @ c, rtol=0, atol=1e-15)
+    hlo = jax.jit(lambda x: sp.matmul_const(x, sel)).lower(a).as_text()
+    assert "reduce" not in hlo and "dot_general" not in hlo
+
+
 def test_computed_once_is_the_value_in_a_kernel_of_its_own():
     """``sp.computed_once(x)`` is ``x`` bit for bit (NaN where infinite), its derivative is
     the identity, and XLA computes the polynomials of ``cos_sin`` under it once, in their own
