@@ -345,7 +345,7 @@ def test_X_FM_terms_weighted_equal_X_FM_and_the_pose_path_equals_the_joint_path(
     Position stage's poses and motion subspaces from the terms equal the joint-by-joint ones
     and the general products (``_joint_local(..., terms=False)``), with their q-derivatives.
     Other kinds refuse the methods."""
-    from simjax.dynamics.stages import _constant_terms, _joint_local, _kind_poses
+    from simjax.dynamics.stages import _joint_local, _kind_poses
     from simjax.tree.kinds import joint_inputs
 
     rng = np.random.default_rng(abs(hash(kind)) % 2**32)
@@ -361,6 +361,7 @@ def test_X_FM_terms_weighted_equal_X_FM_and_the_pose_path_equals_the_joint_path(
     marked = kind in ("Pin", "Slider", "Screw", "Cylinder", "Translation")
     assert mob.has_X_FM_terms == marked
     if not marked:
+        assert mob.X_FM_rotation_terms is None
         with pytest.raises(TypeError, match="has no X_FM_terms"):
             mob.X_FM_weights(q[0])
         return
@@ -387,7 +388,10 @@ def test_X_FM_terms_weighted_equal_X_FM_and_the_pose_path_equals_the_joint_path(
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
         for a, b in zip(jax.jacfwd(f)(s.q), jax.jacfwd(general)(s.q)):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
-    assert _constant_terms(mob, params[0])
+    np.testing.assert_array_equal(mob.X_FM_rotation_terms, R_k)  # constants, for any params
+    H = mob.H_FM(q[0], params[0])
+    for part in (H[:3], H[3:]):  # H invariant under R_FM, its angular and linear rows
+        np.testing.assert_allclose(R.T @ part, part, rtol=0, atol=1e-15)
 
 
 def test_kind_poses_agree_batched_either_way_and_differentiate():

@@ -59,6 +59,12 @@ class AbstractMobilizer(abc.ABC):
     # (``X_FM_weights``, ``X_FM_terms``): the tree code then composes the terms with the
     # joint frames once, outside a batch over states, leaving per state a weighted sum.
     has_X_FM_terms: ClassVar[bool] = False
+    # ``X_FM_terms``' rotations (k, 3, 3) where they are constants for every ``params`` (all
+    # kinds with terms so far), known while tracing: joint by joint, ``R_PF R_k`` is then
+    # ``R_PF``'s columns picked and scaled (``stages._X_PM_from_terms``). None otherwise.
+    # A kind that sets it also has ``R_FM^T H_FM = H_FM`` (it rotates about the axis it
+    # moves along, if at all), so its motion subspace in B needs no ``R_FM``.
+    X_FM_rotation_terms: ClassVar[np.ndarray | None] = None
 
     # --- definition ---------------------------------------------------------------
     @abc.abstractmethod
@@ -159,6 +165,10 @@ _ROT_Z_TERMS = np.stack(
 )
 
 
+_ROT_Z_AND_TRANSLATION_TERMS = np.concatenate([_ROT_Z_TERMS, np.zeros((1, 3, 3))])
+_IDENTITY_TERMS = {k: np.concatenate([np.eye(3)[None], np.zeros((k - 1, 3, 3))]) for k in (2, 4)}
+
+
 def _terms(R: np.ndarray, p: np.ndarray, params: jax.Array) -> Rp:
     dt = params.dtype if jnp.issubdtype(params.dtype, jnp.floating) else jnp.result_type(float)
     return jnp.asarray(R, dt), jnp.asarray(p, dt)
@@ -183,6 +193,8 @@ class Pin(AbstractMobilizer):
     def X_FM_weights(self, q):
         c, s = sp.cos_sin(q[0])
         return jnp.stack([jnp.ones((), c.dtype), c, s])
+
+    X_FM_rotation_terms: ClassVar[np.ndarray | None] = _ROT_Z_TERMS
 
     def X_FM_terms(self, params):
         return _terms(_ROT_Z_TERMS, np.zeros((3, 3)), params)
@@ -211,8 +223,10 @@ class Slider(AbstractMobilizer):
     def X_FM_weights(self, q):
         return jnp.stack([jnp.ones((), q.dtype), q[0]])
 
+    X_FM_rotation_terms: ClassVar[np.ndarray | None] = _IDENTITY_TERMS[2]
+
     def X_FM_terms(self, params):
-        return _terms(np.stack([np.eye(3), np.zeros((3, 3))]), np.array([[0.0, 0, 0], [1, 0, 0]]), params)
+        return _terms(_IDENTITY_TERMS[2], np.array([[0.0, 0, 0], [1, 0, 0]]), params)
 
     def H_FM(self, q, params):
         z = jnp.zeros((), q.dtype)
@@ -245,8 +259,10 @@ class Screw(AbstractMobilizer):
         c, s = sp.cos_sin(q[0])
         return jnp.stack([jnp.ones((), c.dtype), c, s, q[0].astype(c.dtype)])
 
+    X_FM_rotation_terms: ClassVar[np.ndarray | None] = _ROT_Z_AND_TRANSLATION_TERMS
+
     def X_FM_terms(self, params):
-        R, p = _terms(np.concatenate([_ROT_Z_TERMS, np.zeros((1, 3, 3))]), np.zeros((4, 3)), params)
+        R, p = _terms(_ROT_Z_AND_TRANSLATION_TERMS, np.zeros((4, 3)), params)
         return R, p.at[3, 2].set(params[0])
 
     def q_to_fit_transform(self, R, p, params):
@@ -290,10 +306,12 @@ class Cylinder(AbstractMobilizer):
         c, s = sp.cos_sin(q[0])
         return jnp.stack([jnp.ones((), c.dtype), c, s, q[1].astype(c.dtype)])
 
+    X_FM_rotation_terms: ClassVar[np.ndarray | None] = _ROT_Z_AND_TRANSLATION_TERMS
+
     def X_FM_terms(self, params):
         p = np.zeros((4, 3))
         p[3, 2] = 1.0
-        return _terms(np.concatenate([_ROT_Z_TERMS, np.zeros((1, 3, 3))]), p, params)
+        return _terms(_ROT_Z_AND_TRANSLATION_TERMS, p, params)
 
     def q_to_fit_transform(self, R, p, params):
         return jnp.stack([jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1]), p[2]])
@@ -368,8 +386,10 @@ class Translation(AbstractMobilizer):
     def X_FM_weights(self, q):
         return jnp.concatenate([jnp.ones(1, q.dtype), q])
 
+    X_FM_rotation_terms: ClassVar[np.ndarray | None] = _IDENTITY_TERMS[4]
+
     def X_FM_terms(self, params):
-        return _terms(np.concatenate([np.eye(3)[None], np.zeros((3, 3, 3))]), np.eye(4, 3, -1), params)
+        return _terms(_IDENTITY_TERMS[4], np.eye(4, 3, -1), params)
 
     def H_FM(self, q, params):
         return jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)])
