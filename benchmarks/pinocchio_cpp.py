@@ -158,3 +158,19 @@ class AbaLoop:
         if getattr(self, "_handle", None):
             self._lib.sj_pin_free(self._handle)
             self._handle = None
+
+
+def checked_loop(model, data, Q: np.ndarray, V: np.ndarray, damping=None, n: int = 8, rtol: float = 1e-11):
+    """An :class:`AbaLoop` whose accelerations at the first ``n`` states equal ``pin.aba``'s
+    from Python (``tau = -damping * v``) to ``rtol`` (relative to the largest); an error
+    otherwise, so a benchmark never times a loop that computes something else."""
+    import pinocchio as pin
+
+    loop = AbaLoop(model, damping=damping)
+    n = min(n, len(Q))
+    d = np.zeros(model.nv) if damping is None else np.asarray(damping)
+    ref = np.stack([np.asarray(pin.aba(model, data, Q[i], V[i], -d * V[i])) for i in range(n)])
+    err = np.abs(loop(Q[:n], V[:n]) - ref).max() / max(np.abs(ref).max(), 1e-300)
+    if err > rtol:
+        raise RuntimeError(f"Pinocchio's C++ loop differs from pin.aba by {err:.1e} (relative)")
+    return loop

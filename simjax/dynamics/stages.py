@@ -82,8 +82,7 @@ def _X_PM_from_terms(mob, q, params, X_PF_R, X_PF_p, R_MB):
     whole States pays this (its own frames); at B = 1024 it measured ~10% faster than the
     general products on a 50-link chain (the humanoid and chain7 within noise)."""
     R_k = mob.X_FM_rotation_terms
-    w = mob.X_FM_weights(q)
-    w = [sp.computed_once(w[k]) for k in range(1, w.shape[0])]
+    w = _weights_once(mob.X_FM_weights(q))
     R_PM = sp.matmul_const(X_PF_R, R_k[0])
     for k, wk in enumerate(w, start=1):
         R_PM = R_PM + wk * sp.matmul_const(X_PF_R, R_k[k])
@@ -118,9 +117,14 @@ def _weighted(w: list[jax.Array], terms: jax.Array) -> jax.Array:
 
 def _weighted_poses(mob, q, R_k, p_k):
     """``(R_PB, p_PB)`` of a kind group from its terms and coordinates (``_joint_terms``)."""
-    w = jax.vmap(mob.X_FM_weights)(q)
-    w = [sp.computed_once(w[:, k]) for k in range(1, w.shape[1])]
+    w = _weights_once(jax.vmap(mob.X_FM_weights)(q))
     return _weighted(w, R_k), _weighted(w, p_k)
+
+
+def _weights_once(w: jax.Array) -> list[jax.Array]:
+    """The weights ``w[..., k]`` past the first (which is 1), each through ``sp.computed_once``
+    so that it is computed once rather than inside every kernel that broadcasts it."""
+    return [sp.computed_once(w[..., k]) for k in range(1, w.shape[-1])]
 
 
 def _terms_poses(mob, q, params, *frames):
