@@ -116,6 +116,17 @@ def matvec_fused(a: Float[Array, "... n k"], v: Float[Array, "... k"]) -> Float[
     return (a * v[..., None, :]).sum(-1)
 
 
+def cross(a: Float[Array, "... 3"], b: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+    """``jnp.cross`` of 3-vectors (broadcast), from one ``unstack`` of each operand. Reverse
+    mode then gathers each operand's cotangent with one ``stack``; ``jnp.cross`` indexes
+    each component, whose transposes are a zero-padded copy per component, added up, and on
+    XLA:CPU each pad ended a fused kernel (a constrained rollout's gradient: ``RESULTS.md``)."""
+    a, b = jnp.broadcast_arrays(a, b)
+    a0, a1, a2 = jnp.unstack(a, axis=-1)
+    b0, b1, b2 = jnp.unstack(b, axis=-1)
+    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+
+
 def skew(v: Float[Array, "... 3"]) -> Float[Array, "... 3 3"]:
     """Cross-product matrix: ``skew(a) @ b == cross(a, b)`` (leading axes broadcast)."""
     x, y, z = v[..., 0], v[..., 1], v[..., 2]
@@ -297,7 +308,7 @@ def space_fixed(angles: Any, seq: str = "xyz") -> Float[Array, "3 3"]:
 
 def quat_to_rot(q: Float[Array, " 4"]) -> Float[Array, "3 3"]:
     """Rotation matrix of a quaternion ``[w, x, y, z]``; it is normalised first."""
-    w, x, y, z = safe_normalize(q)
+    w, x, y, z = jnp.unstack(safe_normalize(q))
     return jnp.stack(
         [
             jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
@@ -333,7 +344,7 @@ def quat_mul(a: Float[Array, " 4"], b: Float[Array, " 4"]) -> Float[Array, " 4"]
     """Hamilton product ``a * b`` of ``[w, x, y, z]`` quaternions."""
     aw, av = a[0], a[1:]
     bw, bv = b[0], b[1:]
-    return jnp.concatenate([jnp.stack([aw * bw - av @ bv]), aw * bv + bw * av + jnp.cross(av, bv)])
+    return jnp.concatenate([jnp.stack([aw * bw - av @ bv]), aw * bv + bw * av + cross(av, bv)])
 
 
 def quat_qdot_from_w_parent(q: Float[Array, " 4"], w: Float[Array, " 3"]) -> Float[Array, " 4"]:
@@ -492,19 +503,22 @@ class Rotation:
 
 def cross_motion(v: Float[Array, " 6"], m: Float[Array, " 6"]) -> Float[Array, " 6"]:
     """Spatial motion cross product ``v x m`` (``[angular; linear]``)."""
-    w, vl = v[:3], v[3:]
-    return jnp.concatenate([jnp.cross(w, m[:3]), jnp.cross(w, m[3:]) + jnp.cross(vl, m[:3])])
+    w, vl = jnp.split(v, 2)
+    ma, ml = jnp.split(m, 2)
+    return jnp.concatenate([cross(w, ma), cross(w, ml) + cross(vl, ma)])
 
 
 def cross_force(v: Float[Array, " 6"], f: Float[Array, " 6"]) -> Float[Array, " 6"]:
     """Spatial force cross product ``v x* f`` (``[torque; force]``)."""
-    w, vl = v[:3], v[3:]
-    return jnp.concatenate([jnp.cross(w, f[:3]) + jnp.cross(vl, f[3:]), jnp.cross(w, f[3:])])
+    w, vl = jnp.split(v, 2)
+    fa, fl = jnp.split(f, 2)
+    return jnp.concatenate([cross(w, fa) + cross(vl, fl), cross(w, fl)])
 
 
 def shift_force_to_origin(F: Float[Array, " 6"], p: Float[Array, " 3"]) -> Float[Array, " 6"]:
     """Spatial force applied at point ``p`` -> the same force about the origin."""
-    return jnp.concatenate([F[:3] + jnp.cross(p, F[3:]), F[3:]])
+    torque, force = jnp.split(F, 2)
+    return jnp.concatenate([torque + cross(p, force), force])
 
 
 def _upper_entries(J: Float[Array, "3 3"]) -> Float[Array, " 6"]:
@@ -544,7 +558,7 @@ def transform_inertia_parameters(
 
 def _rotational_entries(P: Float[Array, "... 10"]) -> tuple[Any, ...]:
     """``Jxx, Jxy, Jyy, Jxz, Jyz, Jzz`` of dynamic parameters (``inertia_parameters``)."""
-    return tuple(P[..., i] for i in range(4, 10))
+    return tuple(jnp.unstack(P, axis=-1)[4:])
 
 
 def inertia_times(P: Float[Array, "... 10"], V: Float[Array, "... 6"]) -> Float[Array, "... 6"]:
@@ -552,15 +566,15 @@ def inertia_times(P: Float[Array, "... 10"], V: Float[Array, "... 6"]) -> Float[
     ``[J w + h x v; m v - h x w]`` with ``h = m c``. Elementwise (no matrix product), so
     XLA fuses it with its neighbours; at B = 1024 it made forward dynamics ~10% faster than
     products with the 6x6 matrices."""
-    m, h = P[..., 0:1], P[..., 1:4]
+    m, h, _ = jax.lax.split(P, (1, 3, 6), axis=-1)
     Jxx, Jxy, Jyy, Jxz, Jyz, Jzz = _rotational_entries(P)
-    w, v = V[..., :3], V[..., 3:]
-    wx, wy, wz = w[..., 0], w[..., 1], w[..., 2]
+    w, v = jax.lax.split(V, (3, 3), axis=-1)
+    wx, wy, wz = jnp.unstack(w, axis=-1)
     Jw = jnp.stack(
         [Jxx * wx + Jxy * wy + Jxz * wz, Jxy * wx + Jyy * wy + Jyz * wz, Jxz * wx + Jyz * wy + Jzz * wz],
         axis=-1,
     )
-    return jnp.concatenate([Jw + jnp.cross(h, v), m * v - jnp.cross(h, w)], axis=-1)
+    return jnp.concatenate([Jw + cross(h, v), m * v - cross(h, w)], axis=-1)
 
 
 def inertia_matrix(P: Float[Array, "... 10"]) -> Float[Array, "... 6 6"]:

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.test_util import check_grads
 from scipy.spatial.transform import Rotation as SciRot
 
 import simjax as sj
@@ -194,6 +195,27 @@ def test_matmul_const_equals_the_product_and_has_no_reduction():
         np.testing.assert_allclose(dout, np.asarray(t) @ c, rtol=0, atol=1e-15)
     hlo = jax.jit(lambda x: sp.matmul_const(x, sel)).lower(a).as_text()
     assert "reduce" not in hlo and "dot_general" not in hlo
+
+
+def test_cross_and_inertia_times_reverse_mode_has_no_pads():
+    """``sp.cross`` equals ``jnp.cross`` (broadcast operands, values and both derivatives),
+    and the reverse pass of it and of ``sp.inertia_times`` gathers each operand's cotangent
+    with one stack or concatenation: no ``pad`` (a component's zero-padded cotangent, which
+    ended a fused kernel on XLA:CPU per component)."""
+    rng = np.random.default_rng(5)
+    a, b = jnp.asarray(rng.normal(size=(4, 3))), jnp.asarray(rng.normal(size=(3,)))
+    np.testing.assert_allclose(sp.cross(a, b), np.cross(a, b), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sp.cross(b, a), np.cross(b, a), rtol=0, atol=1e-15)
+    loss = lambda f: lambda x, y: jnp.sum(jnp.sin(f(x, y)))
+    for got, want in zip(jax.grad(loss(sp.cross), (0, 1))(a, b), jax.grad(loss(jnp.cross), (0, 1))(a, b)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    check_grads(sp.cross, (a, b), order=2, modes=("fwd", "rev"))
+    P, V = jnp.asarray(rng.normal(size=(5, 10))), jnp.asarray(rng.normal(size=(5, 6)))
+    for f, args in ((loss(sp.cross), (a, b)), (loss(sp.inertia_times), (P, V))):
+        hlo = jax.jit(jax.grad(f, (0, 1))).lower(*args).as_text()
+        assert " pad(" not in hlo and "stablehlo.pad" not in hlo
+    mat = jax.vmap(lambda p, v: sp.inertia_matrix(p) @ v)(P, V)
+    np.testing.assert_allclose(sp.inertia_times(P, V), mat, rtol=0, atol=1e-14)
 
 
 def test_computed_once_is_the_value_in_a_kernel_of_its_own():

@@ -427,7 +427,7 @@ class MobilizedBody:
         """Ground velocity of a station on this body (needs Velocity)."""
         V = self.get_body_velocity(state)
         r = self.get_body_rotation(state) @ jnp.asarray(station, V.dtype)
-        return V[3:] + jnp.cross(V[:3], r)
+        return V[3:] + sp.cross(V[:3], r)
 
     @compiled_outside_traces
     def find_station_acceleration_in_ground(self, state: State, station: Any) -> Float[Array, " 3"]:
@@ -435,7 +435,7 @@ class MobilizedBody:
         A = self.get_body_acceleration(state)
         V = self.get_body_velocity(state)
         r = self.get_body_rotation(state) @ jnp.asarray(station, V.dtype)
-        return A[3:] + jnp.cross(A[:3], r) + jnp.cross(V[:3], jnp.cross(V[:3], r))
+        return A[3:] + sp.cross(A[:3], r) + sp.cross(V[:3], sp.cross(V[:3], r))
 
     def find_body_transform_in_another_body(self, state: State, other: MobilizedBody) -> sp.Transform:
         """``X_AB`` with A the other body's frame."""

@@ -1093,17 +1093,17 @@ def _rot_rows_derivatives(ctx: ConstraintContext, RB: jax.Array, RF: jax.Array, 
     ``(alpha_F - alpha_B) . (f x b) + (w_F - w_B) . ((w_F x f) x b + f x (w_B x b))``."""
     f, b = RF.T, RB[:, [1, 2, 0]].T  # rows: the paired axes
     wB, wF = ctx.body_angular_velocity(0), ctx.body_angular_velocity(1)
-    fb = jnp.cross(f, b)
+    fb = sp.cross(f, b)
     if order == 1:
         return fb @ (wF - wB)
     alB, alF = ctx.body_acceleration(0)[:3], ctx.body_acceleration(1)[:3]
-    return fb @ (alF - alB) + (jnp.cross(jnp.cross(wF, f), b) + jnp.cross(f, jnp.cross(wB, b))) @ (wF - wB)
+    return fb @ (alF - alB) + (sp.cross(sp.cross(wF, f), b) + sp.cross(f, sp.cross(wB, b))) @ (wF - wB)
 
 
 def _rot_rate_coefficients(RB: jax.Array, RF: jax.Array) -> jax.Array:
     """(3, 2, 6) coefficients of ``_rot_rows``' rates, ``(w_F - w_B) . (f x b)``, with respect
     to ``[w; v]`` of constrained bodies 0 (frame B) and 1 (frame F)."""
-    fb = jnp.cross(RF.T, RB[:, [1, 2, 0]].T)
+    fb = sp.cross(RF.T, RB[:, [1, 2, 0]].T)
     z = jnp.zeros_like(fb)
     return jnp.stack([jnp.concatenate([-fb, z], axis=1), jnp.concatenate([fb, z], axis=1)], axis=1)
 
@@ -1274,7 +1274,7 @@ class NoSlip1D(Constraint):
 
         def material_velocity(i: int) -> jax.Array:
             V = ctx.body_velocity(i)
-            return V[3:] + jnp.cross(V[:3], P - ctx.body_origin_location(i))
+            return V[3:] + sp.cross(V[:3], P - ctx.body_origin_location(i))
 
         return (material_velocity(2) - material_velocity(1)) @ n
 

@@ -27,7 +27,7 @@ from .system import GeneralForceSubsystem
 
 def _scatter_point_forces(nb: int, bodies: np.ndarray, r_G: jax.Array, f: jax.Array) -> jax.Array:
     """Point forces ``f`` (n, 3) at offsets ``r_G`` from each body origin -> (nb, 6)."""
-    F = jnp.concatenate([jnp.cross(r_G, f), f], axis=1)
+    F = jnp.concatenate([sp.cross(r_G, f), f], axis=1)
     return jnp.zeros((nb, 6), f.dtype).at[np.asarray(bodies)].add(F)
 
 
@@ -288,7 +288,7 @@ def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.A
     m = _gravity_masses(ctx, mask)
     f = m[:, None] * g[None, :]
     r = pc.com_G - pc.p_GB
-    return jnp.concatenate([jnp.cross(r, f), f], axis=1)
+    return jnp.concatenate([sp.cross(r, f), f], axis=1)
 
 
 def _no_moving_forces(ctx: Context) -> jax.Array:
@@ -308,7 +308,7 @@ def _gravity_moving(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.A
     mass = _tree.fold_welded(topo, m)
     h_M = _tree.fold_welded(topo, m[:, None] * pc.com_M)
     h = mass[:, None] * pc.moving_p_GB + jnp.einsum("bij,bj->bi", pc.moving_R_GB, h_M)
-    return jnp.concatenate([jnp.cross(h, g), mass[:, None] * g[None, :]], axis=1)
+    return jnp.concatenate([sp.cross(h, g), mass[:, None] * g[None, :]], axis=1)
 
 
 def _gravity_pe(
@@ -448,8 +448,8 @@ class _TwoPoint(Force):
     @classmethod
     def _rel_speed(cls, ctx: Context, b, r1, r2, e):
         V = ctx.V_GB
-        v1 = V[b[:, 0], 3:] + jnp.cross(V[b[:, 0], :3], r1)
-        v2 = V[b[:, 1], 3:] + jnp.cross(V[b[:, 1], :3], r2)
+        v1 = V[b[:, 0], 3:] + sp.cross(V[b[:, 0], :3], r1)
+        v2 = V[b[:, 1], 3:] + sp.cross(V[b[:, 1], :3], r2)
         return jnp.sum((v2 - v1) * e, axis=1)
 
     @classmethod
@@ -1136,8 +1136,8 @@ class LinearBushing(Force):
         b, R_GF, p_GF, p_GM, q = cls._frames(ctx, P, S)
         V = ctx.V_GB
         w1, w2 = V[b[:, 0], :3], V[b[:, 1], :3]
-        vM = V[b[:, 1], 3:] + jnp.cross(w2, p_GM - ctx.p_GB[b[:, 1]])
-        vF_at_M = V[b[:, 0], 3:] + jnp.cross(w1, p_GM - ctx.p_GB[b[:, 0]])
+        vM = V[b[:, 1], 3:] + sp.cross(w2, p_GM - ctx.p_GB[b[:, 1]])
+        vF_at_M = V[b[:, 0], 3:] + sp.cross(w1, p_GM - ctx.p_GB[b[:, 0]])
         # Velocity of M relative to F as seen in F: [w2 - w1; d/dt_F p_FM], in F axes.
         w_rel = jnp.einsum("nji,nj->ni", R_GF, w2 - w1)
         v_rel = jnp.einsum("nji,nj->ni", R_GF, vM - vF_at_M)
@@ -1149,8 +1149,8 @@ class LinearBushing(Force):
         tq = jnp.einsum("nij,nj->ni", R_GF, FM[:, :3])
         fo = jnp.einsum("nij,nj->ni", R_GF, FM[:, 3:])
         nb = ctx.num_bodies
-        F2 = jnp.concatenate([tq + jnp.cross(p_GM - ctx.p_GB[b[:, 1]], fo), fo], axis=1)
-        F1 = jnp.concatenate([-tq - jnp.cross(p_GM - ctx.p_GB[b[:, 0]], fo), -fo], axis=1)
+        F2 = jnp.concatenate([tq + sp.cross(p_GM - ctx.p_GB[b[:, 1]], fo), fo], axis=1)
+        F1 = jnp.concatenate([-tq - sp.cross(p_GM - ctx.p_GB[b[:, 0]], fo), -fo], axis=1)
         F = jnp.zeros((nb, 6), fo.dtype).at[b[:, 1]].add(F2).at[b[:, 0]].add(F1)
         return F, None
 
@@ -1214,7 +1214,7 @@ class DiscreteForces(Force):
         b = _bi(body)
         R = state.position_cache.R_GB[b]
         f = jnp.asarray(force)
-        F = jnp.concatenate([jnp.cross(R @ jnp.asarray(station, f.dtype), f), f])
+        F = jnp.concatenate([sp.cross(R @ jnp.asarray(station, f.dtype), f), f])
         return self.set_all_body_forces(state, self.get_all_body_forces(state).at[b].add(F))
 
     def clear_all_forces(self, state: State) -> State:

@@ -421,7 +421,7 @@ class SimbodyMatterSubsystem(Subsystem):
         """Momentum with the angular part about the system center of mass (Velocity)."""
         h = self.calc_system_momentum_about_ground_origin(state)
         c = self.calc_system_mass_center_location_in_ground(state)
-        return jnp.concatenate([h[:3] - jnp.cross(c, h[3:]), h[3:]])
+        return jnp.concatenate([h[:3] - sp.cross(c, h[3:]), h[3:]])
 
     @compiled_outside_traces
     def calc_kinetic_energy(self, state: State) -> Float[Array, ""]:

@@ -217,7 +217,7 @@ class ConstraintContext:
     def station_velocity(self, body: int, station: Any) -> jax.Array:
         """Velocity in A of a station fixed on the body."""
         j = self._bi(body)
-        return self._kin.v[j] + jnp.cross(self._kin.w[j], self.express_in_ancestor(body, station))
+        return self._kin.v[j] + sp.cross(self._kin.w[j], self.express_in_ancestor(body, station))
 
     # --------------------------------------------------------------- accelerations (in A)
     def body_acceleration(self, body: int) -> jax.Array:
@@ -232,7 +232,7 @@ class ConstraintContext:
         k = self._kin
         r = self.express_in_ancestor(body, station)
         w = k.w[j]
-        return k.a[j] + jnp.cross(k.alpha[j], r) + jnp.cross(w, jnp.cross(w, r))
+        return k.a[j] + sp.cross(k.alpha[j], r) + sp.cross(w, sp.cross(w, r))
 
 
 # ============================================================================ base class
@@ -438,13 +438,13 @@ def _relative(R, p, w, v, alpha, a, level: int = 2):
     if level >= 1:
         wA, vA = w[..., :1, :], v[..., :1, :]
         dw = w[..., 1:, :] - wA
-        y = v[..., 1:, :] - vA - jnp.cross(wA, d)  # origin velocity relative to A, in Ground
+        y = v[..., 1:, :] - vA - sp.cross(wA, d)  # origin velocity relative to A, in Ground
         out[2:4] = toA(dw), toA(y)
     if level >= 2:
         alA, aA = alpha[..., :1, :], a[..., :1, :]
         # d/dt (R_GA^T x) = R_GA^T (xdot - w_A x x): the A-frame derivative of a vector
-        ydot = a[..., 1:, :] - aA - jnp.cross(alA, d) - jnp.cross(wA, v[..., 1:, :] - vA)
-        out[4:] = toA(alpha[..., 1:, :] - alA - jnp.cross(wA, dw)), toA(ydot - jnp.cross(wA, y))
+        ydot = a[..., 1:, :] - aA - sp.cross(alA, d) - sp.cross(wA, v[..., 1:, :] - vA)
+        out[4:] = toA(alpha[..., 1:, :] - alA - sp.cross(wA, dw)), toA(ydot - sp.cross(wA, y))
     return tuple(out)
 
 
@@ -504,7 +504,7 @@ def _to_ground(state: State, g: ConstraintGroup, C: jax.Array) -> jax.Array:
     d = pc.p_GB[g.bodies[:, 1:]] - pc.p_GB[g.bodies[:, :1]]  # (n, k, 3)
     Cw = jnp.einsum("nmki,nli->nmkl", C[..., :3], RA)
     Cv = jnp.einsum("nmki,nli->nmkl", C[..., 3:], RA)
-    CwA = jnp.sum(jnp.cross(Cv, d[:, None]) - Cw, axis=2, keepdims=True)
+    CwA = jnp.sum(sp.cross(Cv, d[:, None]) - Cw, axis=2, keepdims=True)
     CvA = -jnp.sum(Cv, axis=2, keepdims=True)
     return jnp.concatenate([jnp.concatenate([CwA, CvA], axis=-1), jnp.concatenate([Cw, Cv], axis=-1)], axis=2)
 

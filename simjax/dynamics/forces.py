@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .. import _spatial as sp
 from .._stage import Stage
 from ..model.context import Context
 from ..model.model import Model
@@ -40,7 +41,8 @@ class AppliedForces(NamedTuple):
 
 def body_forces_to_origin(F_B: jax.Array, p_GB: jax.Array) -> jax.Array:
     """Simbody body forces ``[torque about B origin; force]`` -> about Ground's origin."""
-    return jnp.concatenate([F_B[:, :3] + jnp.cross(p_GB, F_B[:, 3:]), F_B[:, 3:]], axis=1)
+    torque, force = jnp.split(F_B, 2, axis=1)
+    return jnp.concatenate([torque + sp.cross(p_GB, force), force], axis=1)
 
 
 def fold_body_forces(topo: Topology, F_B: jax.Array, p_GB: jax.Array) -> jax.Array:

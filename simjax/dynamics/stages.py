@@ -68,7 +68,7 @@ def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p, *, terms: bool 
     nu = H.shape[1]
     WV = sp.matmul_fused(R_FB.T, jnp.concatenate([H[:3], H[3:]], axis=1))
     w_B = WV[:, :nu]
-    v_B = WV[:, nu:] - jnp.cross(w_B.T, X_BM_p).T
+    v_B = WV[:, nu:] - sp.cross(w_B.T, X_BM_p).T
     S_B = jnp.concatenate([w_B, v_B], axis=0)
     return R_PB, p_PB, S_B
 
@@ -174,9 +174,9 @@ def _kind_poses(topo, state):
 
 def _phi(R: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
     """Body-frame motion vector(s) m (..., 6) at the body origin -> Ground about origin."""
-    wv = sp.matmul_fused(R, jnp.stack([m[..., :3], m[..., 3:]], axis=-1))  # one reduction
-    w, v = wv[..., 0], wv[..., 1]
-    return jnp.concatenate([w, v - jnp.cross(w, p)], axis=-1)
+    wv = sp.matmul_fused(R, jnp.stack(jnp.split(m, 2, axis=-1), axis=-1))  # one reduction
+    w, v = jnp.unstack(wv, axis=-1)
+    return jnp.concatenate([w, v - sp.cross(w, p)], axis=-1)
 
 
 def realize_position(model: Model, state: State) -> PositionCache:
@@ -548,7 +548,7 @@ def frame_jacobians(
     r = pc.p_GB[bodies] if points is None else points
     D = jnp.asarray(topo.dof_ancestor[bodies], pc.p_GB.dtype)  # (k, nu): dof moves the body
     w = pc.cdof[None, :, :3]
-    v = pc.cdof[None, :, 3:] + jnp.cross(w, r[:, None, :])
+    v = pc.cdof[None, :, 3:] + sp.cross(w, r[:, None, :])
     J = jnp.concatenate([w * D[..., None], v * D[..., None]], axis=-1)  # (k, nu, 6)
     return jnp.swapaxes(J, 1, 2)
 

@@ -130,7 +130,7 @@ class Context:
         pc = self.state.position_cache
         V = self.V_GB[b]
         r = pc.R_GB[b] @ jnp.asarray(station, pc.p_GB.dtype)
-        return V[3:] + jnp.cross(V[:3], r)
+        return V[3:] + sp.cross(V[:3], r)
 
     def cache_entry(self, name: str, subsystem: str | None = None) -> Any:
         """Value of a subsystem cache entry (lazy ones are computed on demand)."""

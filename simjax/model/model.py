@@ -275,7 +275,7 @@ class Model:
         """Simbody-convention ``V_GB = [w; v of B's origin]`` in Ground, (nb, 6)."""
         pc, vc = state.position_cache, state.velocity_cache
         w = vc.V_O[:, :3]
-        return jnp.concatenate([w, vc.V_O[:, 3:] + jnp.cross(w, pc.p_GB)], axis=1)
+        return jnp.concatenate([w, vc.V_O[:, 3:] + sp.cross(w, pc.p_GB)], axis=1)
 
     def body_accelerations(self, state: State) -> jax.Array:
         """Simbody-convention ``A_GB = [alpha; a of B's origin]`` in Ground, (nb, 6)."""
@@ -315,9 +315,10 @@ def _key_of(obj: Any) -> Any:
 
 def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.Array:
     """Spatial acceleration about Ground's origin -> ``[alpha; a of point p]`` (nb, 6)."""
-    w, alpha = V_O[:, :3], A_O[:, :3]
-    v_p = V_O[:, 3:] + jnp.cross(w, p)
-    a_p = A_O[:, 3:] + jnp.cross(alpha, p) + jnp.cross(w, v_p)
+    w, v = jnp.split(V_O, 2, axis=1)
+    alpha, a = jnp.split(A_O, 2, axis=1)
+    v_p = v + sp.cross(w, p)
+    a_p = a + sp.cross(alpha, p) + sp.cross(w, v_p)
     return jnp.concatenate([alpha, a_p], axis=1)
 
 

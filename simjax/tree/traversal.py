@@ -223,14 +223,17 @@ def _body_matmul(A: np.ndarray, x: jax.Array) -> jax.Array:
 
 def _sum_rows(A: np.ndarray, x: jax.Array) -> jax.Array:
     """``A @ x`` for a small static 0/1 matrix ``A``: each result row is a sum of rows of ``x``
-    (static slices), and the whole one fused kernel. XLA:CPU hands a ``dot`` to Eigen, about
+    (one ``unstack``), and the whole one fused kernel. XLA:CPU hands a ``dot`` to Eigen, about
     0.6 µs a call for one state; a 7-link chain's forward dynamics went 19.9 -> 17.8 µs a call
     and 1.70 -> 1.48 µs per state at B = 1024. Past about a dozen bodies the one-state program
-    grows instead (a 20-link chain's call 36 -> 61 µs), hence ``SUM_BY_ROWS_MAX``."""
+    grows instead (a 20-link chain's call 36 -> 61 µs), hence ``SUM_BY_ROWS_MAX``. One
+    ``unstack`` rather than a slice per row: reverse mode stacks the rows' cotangents once
+    (``sp.cross``)."""
     zero = jnp.zeros(x.shape[1:], x.dtype)
     rows = []
+    xs = jnp.unstack(x)
     for r in A:
-        part = [x[int(a)] for a in np.nonzero(r)[0]]
+        part = [xs[int(a)] for a in np.nonzero(r)[0]]
         rows.append(sum(part[1:], part[0]) if part else zero)
     return jnp.stack(rows)
 
