@@ -44,7 +44,11 @@ loop (how a Python user steps it), per step; and one jitted forward-dynamics cal
 (``jit(lambda q, u: udot)``), synced after every call and pipelined, and an eager
 ``system.realize(state, Stage.ACCELERATION)`` (how a Simbody or OpenSim user writes it; against
 one ``pin.aba`` call). The per-step dynamics is
-the one the throughput mode checks against Pinocchio. ``--sync-dispatch`` runs JAX's CPU
+the one the throughput mode checks against Pinocchio. ``--rollout-grad`` (with ``--rollout``)
+also times ``jax.grad`` of ``sum(q(t1)^2)`` w.r.t. the start through ``sj.simulate``'s RK4
+(dt 1e-3, STEPS steps, B = 1) against that rollout, with a central-difference check
+(``bench_constrained.py --parts grad`` does the same for constrained models).
+``--sync-dispatch`` runs JAX's CPU
 programs on the calling thread (``jax_cpu_enable_async_dispatch=False``; by default JAX hands
 each one to a worker thread, which costs a cross-core wake-up per synced call).
 
@@ -106,6 +110,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--depths", type=int, nargs="+", default=[5, 10, 20, 50, 100])
     p.add_argument("--scan-batch", type=int, default=1024)
     p.add_argument("--rollout", type=int, default=None, metavar="STEPS", help="B = 1 rollout per step only")
+    p.add_argument(
+        "--rollout-grad",
+        action="store_true",
+        help="with --rollout: also time jax.grad through sj.simulate's RK4 rollout of STEPS steps",
+    )
     p.add_argument(
         "--sync-dispatch",
         action="store_true",
@@ -569,8 +578,46 @@ def bench_rollout(key: str, args, rng) -> dict:
     if not args.no_peers:
         one_pin = lambda: pin.aba(model, data, qp, vp, tau)
         row["pinocchio_call_us"] = 1e6 * time_call(one_pin, args.repeats, args.min_time)
+    if args.rollout_grad:
+        row.update(rollout_gradient(system, s0.with_q(q).with_u(u), steps, args))
     print(f"  done {key} rollout", file=sys.stderr, flush=True)
     return row
+
+
+def rollout_gradient(system, state, steps: int, args) -> dict:
+    """``jax.grad`` of ``sum(q(t1)^2)`` w.r.t. the start through ``sj.simulate``'s RK4
+    (dt 1e-3, ``steps`` steps, B = 1, no constraints) against the rollout itself, both
+    compiled ahead of time and timed in turn; the gradient's directional derivative against
+    a central difference."""
+    import jax
+    import jax.numpy as jnp
+
+    import simjax as sj
+
+    dt = 1e-3
+    roll = lambda s: sj.simulate(system, s, steps * dt, integrator="rk4", dt=dt, t0=0.0).final_state.q
+    loss = lambda q0, s: jnp.sum(roll(s.with_q(q0)) ** 2)
+    rc = jax.jit(roll).lower(state).compile()
+    gc = jax.jit(jax.grad(loss)).lower(state.q, state).compile()
+    t = time_interleaved(
+        {
+            "rollout": lambda: jax.block_until_ready(rc(state)),
+            "grad": lambda: jax.block_until_ready(gc(state.q, state)),
+        },
+        args.repeats,
+        args.min_time,
+    )
+    g = np.asarray(gc(state.q, state))
+    v = np.random.default_rng(args.seed).normal(size=g.shape)
+    h = 1e-6
+    lp, lm = (float(np.sum(np.asarray(rc(state.with_q(state.q + sgn * h * v))) ** 2)) for sgn in (1, -1))
+    fd = (lp - lm) / (2 * h)
+    return {
+        "rk4_rollout_ms": 1e3 * t["rollout"],
+        "rk4_grad_ms": 1e3 * t["grad"],
+        "grad_over_rollout": t["grad"] / t["rollout"],
+        "grad_dir_deriv_rel_diff": abs(float(g @ v) - fd) / max(abs(fd), 1e-12),
+    }
 
 
 def rollout_table(rows: list[dict]) -> str:
@@ -589,6 +636,19 @@ def rollout_table(rows: list[dict]) -> str:
             f"{'–' if pin_t is None else f'{pin_t:.2f}'} | {'–' if ratio is None else f'{ratio:.2f}x'} | "
             f"{r['call_synced_us']:.1f} | {r['call_pipelined_us']:.1f} | {r['realize_eager_us']:.1f} | "
             f"{'–' if pin_call is None else f'{pin_call:.1f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def rollout_grad_table(rows: list[dict]) -> str:
+    lines = [
+        "| model | nu | rollout ms | grad ms | grad / rollout | dir. deriv. vs central diff. |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['nu']} | {r['rk4_rollout_ms']:.1f} | {r['rk4_grad_ms']:.1f} | "
+            f"{r['grad_over_rollout']:.2f}x | {r['grad_dir_deriv_rel_diff']:.1e} |"
         )
     return "\n".join(lines)
 
@@ -763,6 +823,10 @@ def main(argv=None) -> None:
         result["rollout"] = rows
         print(f"\nOne state stepped {args.rollout} times (B = 1, semi-explicit Euler, per step):\n")
         print(rollout_table(rows))
+        if args.rollout_grad:
+            what = f"sj.simulate (RK4, {args.rollout} steps)"
+            print(f"\njax.grad of sum(q(t1)^2) w.r.t. the start through {what}, vs the rollout:\n")
+            print(rollout_grad_table(rows))
     elif args.compile_scan:
         rows = compile_scan(args)
         result["compile_scan"] = rows

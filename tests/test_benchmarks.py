@@ -49,6 +49,12 @@ def test_bench_forward_rollout_mode_times_a_step_a_call_and_an_eager_realize(tmp
         assert row[k] > 0, k
 
 
+def test_bench_forward_rollout_grad_times_the_gradient_and_checks_it(tmp_path):
+    (row,) = run_tiny(tmp_path / "grad.json", "--rollout", "20", "--rollout-grad")["rollout"]
+    assert row["rk4_rollout_ms"] > 0 and row["rk4_grad_ms"] > 0 and row["grad_over_rollout"] > 0
+    assert row["grad_dir_deriv_rel_diff"] < 1e-6
+
+
 @pytest.mark.oracle
 def test_bench_forward_mjx_peer_agrees(tmp_path):
     pytest.importorskip("mujoco.mjx")
