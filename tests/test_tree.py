@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import MB, make_mobod, random_state, random_tree
+from jax.test_util import check_grads
 
 import simjax as sj
 from simjax._spatial import quat_to_rot
@@ -114,6 +115,32 @@ def test_pose_composition_by_doubling_and_by_levels_agree(parent):
     # Rounds of doubling: the 2**k-th ancestors, until every body has reached Ground.
     depth = int(topo.depth.max())
     assert len(topo.jumps) == (int(np.ceil(np.log2(depth))) if depth > 1 else 0)
+
+
+@pytest.mark.parametrize("parent", [(-1,) + tuple(range(20)), _random_parent(17, 5), (-1, 0)])
+def test_level_composition_differentiates_without_the_scan(parent):
+    """``_compose_levels``' custom JVP (an outward sum of each body's term, no scan) equals
+    autodiff through the level scan in both modes, and checks against finite differences
+    to second order; Ground's row gets no tangent."""
+    nb = len(parent)
+    topo = Topology(parent, (None,) + (mz.Pin(),) * (nb - 1), tuple(f"b{i}" for i in range(nb)))
+    R_PB = jnp.asarray(_random_rotations(nb, nb + 1))
+    p_PB = jax.random.normal(jax.random.PRNGKey(nb), (nb, 3), R_PB.dtype)
+    key = jax.random.PRNGKey(1)
+    dR, dp = jax.random.normal(key, R_PB.shape, R_PB.dtype), jax.random.normal(key, p_PB.shape, R_PB.dtype)
+    custom = lambda R, p: traversal._compose_levels(topo, R, p)
+    scan = lambda R, p: traversal._compose_levels_scan(topo, R, p)
+    (R, p), t = jax.jvp(custom, (R_PB, p_PB), (dR, dp))
+    (R2, p2), t2 = jax.jvp(scan, (R_PB, p_PB), (dR, dp))
+    np.testing.assert_array_equal(R, R2)
+    for a, b in zip(t, t2, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-13 * float(jnp.max(jnp.abs(b))))
+        assert not np.any(np.asarray(a[0]))
+    w = (jax.random.normal(key, R.shape, R.dtype), jax.random.normal(key, p.shape, R.dtype))
+    loss = lambda f: lambda R, p: sum(jnp.sum(x * y) for x, y in zip(f(R, p), w, strict=True))
+    for a, b in zip(jax.grad(loss(custom), (0, 1))(R_PB, p_PB), jax.grad(loss(scan), (0, 1))(R_PB, p_PB)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    check_grads(custom, (R_PB, p_PB), order=2, modes=("fwd", "rev"))
 
 
 def test_deep_chains_compose_by_levels_and_small_trees_by_doubling(monkeypatch):

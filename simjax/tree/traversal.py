@@ -186,7 +186,42 @@ def _compose_jumps(jumps: np.ndarray, R_PB: jax.Array, p_PB: jax.Array) -> tuple
 
 def _compose_levels(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``compose_outward`` by a ``lax.scan`` over the depth levels (padded to a common
-    width; padding writes to the sink row)."""
+    width; padding writes to the sink row).
+
+    Derivatives (a custom JVP) without the scan, up to ``DENSE_MAX_BODIES`` bodies:
+    ``dR_GB = A_B R_GB`` and ``dp_GB = c_B + A_B p_GB``, where ``A`` and ``c`` are sums over
+    each body and its ancestors (the dense ancestor product) of ``R_GP dR_PB R_GB^-1`` and
+    ``R_GP dp_PB - (R_GP dR_PB R_GB^-1) p_GB``. Each body's term is elementwise (the 3x3
+    inverse by cofactors) and the sum one product, so a reverse pass transposes a product
+    instead of running the scan backwards with a scatter, gathers and a stacked carry per
+    level (a 20-link chain's rollout gradient: ``benchmarks/RESULTS.md``)."""
+    if not _use_dense(topo, None):
+        return _compose_levels_scan(topo, R_PB, p_PB)
+    f = jax.custom_jvp(lambda R, p: _compose_levels_scan(topo, R, p))
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+        (R_l, p_l), (dR_l, dp_l) = primals, tangents
+        R, p = _compose_levels_scan(topo, R_l, p_l)
+        R_P = sp.take_rows(R, np.maximum(np.asarray(topo.parent), 0))
+        dA = jnp.einsum("bij,bjk,bkl->bil", R_P, dR_l, _inverse3(R))
+        dc = jnp.einsum("bij,bj->bi", R_P, dp_l) - jnp.einsum("bij,bj->bi", dA, p)
+        anc = np.asarray(topo.ancestor)
+        A, c = _body_matmul(anc, dA), _body_matmul(anc, dc)
+        return (R, p), (jnp.einsum("bij,bjk->bik", A, R), c + jnp.einsum("bij,bj->bi", A, p))
+
+    return f(R_PB, p_PB)
+
+
+def _inverse3(R: jax.Array) -> jax.Array:
+    """Inverses of 3x3 matrices (..., 3, 3) by cofactors: elementwise, no solve."""
+    r0, r1, r2 = jnp.unstack(R, axis=-2)
+    C = jnp.stack([sp.cross(r1, r2), sp.cross(r2, r0), sp.cross(r0, r1)], axis=-1)  # adj(R)
+    det = jnp.sum(r0 * C[..., :, 0], axis=-1)
+    return C / det[..., None, None]
+
+
+def _compose_levels_scan(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[jax.Array, jax.Array]:
     nb = topo.nb
     dt = p_PB.dtype
     eye = jnp.eye(3, dtype=dt)
