@@ -606,14 +606,13 @@ def bench_grad(case: Case, batches: list[int], args, rng, store: dict) -> list[d
         # check: directional derivative of state 0 against a central difference
         g = np.asarray(gcomp(batch.q, batch))[0]
         v = rng.normal(0, 1, g.shape)
-        h = 1e-6
-        lb = []
-        for sgn in (1, -1):
+
+        def loss0(q0):
             Qh = Q[:B].copy()
-            Qh[0] = Q[0] + sgn * h * v
-            qf = np.asarray(rcomp(bf.batch_states(case.s0, Qh, U[:B]))[0])[0]
-            lb.append(np.sum(qf**2))
-        fd = (lb[0] - lb[1]) / (2 * h)
+            Qh[0] = q0
+            return np.sum(np.asarray(rcomp(bf.batch_states(case.s0, Qh, U[:B]))[0])[0] ** 2)
+
+        fd = bf.central_difference(loss0, Q[0], v)
         rows.append(
             {
                 "model": case.name,

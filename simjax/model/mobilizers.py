@@ -169,7 +169,7 @@ _ROT_Z_AND_TRANSLATION_TERMS = np.concatenate([_ROT_Z_TERMS, np.zeros((1, 3, 3))
 _IDENTITY_TERMS = {k: np.concatenate([np.eye(3)[None], np.zeros((k - 1, 3, 3))]) for k in (2, 4)}
 
 
-def _terms(R: np.ndarray, p: np.ndarray, params: jax.Array) -> Rp:
+def _terms(R: np.ndarray | None, p: np.ndarray, params: jax.Array) -> Rp:
     dt = params.dtype if jnp.issubdtype(params.dtype, jnp.floating) else jnp.result_type(float)
     return jnp.asarray(R, dt), jnp.asarray(p, dt)
 
@@ -197,7 +197,7 @@ class Pin(AbstractMobilizer):
     X_FM_rotation_terms: ClassVar[np.ndarray | None] = _ROT_Z_TERMS
 
     def X_FM_terms(self, params):
-        return _terms(_ROT_Z_TERMS, np.zeros((3, 3)), params)
+        return _terms(self.X_FM_rotation_terms, np.zeros((3, 3)), params)
 
     def H_FM(self, q, params):
         z = jnp.zeros((), q.dtype)
@@ -226,7 +226,7 @@ class Slider(AbstractMobilizer):
     X_FM_rotation_terms: ClassVar[np.ndarray | None] = _IDENTITY_TERMS[2]
 
     def X_FM_terms(self, params):
-        return _terms(_IDENTITY_TERMS[2], np.array([[0.0, 0, 0], [1, 0, 0]]), params)
+        return _terms(self.X_FM_rotation_terms, np.array([[0.0, 0, 0], [1, 0, 0]]), params)
 
     def H_FM(self, q, params):
         z = jnp.zeros((), q.dtype)
@@ -262,7 +262,7 @@ class Screw(AbstractMobilizer):
     X_FM_rotation_terms: ClassVar[np.ndarray | None] = _ROT_Z_AND_TRANSLATION_TERMS
 
     def X_FM_terms(self, params):
-        R, p = _terms(_ROT_Z_AND_TRANSLATION_TERMS, np.zeros((4, 3)), params)
+        R, p = _terms(self.X_FM_rotation_terms, np.zeros((4, 3)), params)
         return R, p.at[3, 2].set(params[0])
 
     def q_to_fit_transform(self, R, p, params):
@@ -311,7 +311,7 @@ class Cylinder(AbstractMobilizer):
     def X_FM_terms(self, params):
         p = np.zeros((4, 3))
         p[3, 2] = 1.0
-        return _terms(_ROT_Z_AND_TRANSLATION_TERMS, p, params)
+        return _terms(self.X_FM_rotation_terms, p, params)
 
     def q_to_fit_transform(self, R, p, params):
         return jnp.stack([jnp.arctan2(R[1, 0] - R[0, 1], R[0, 0] + R[1, 1]), p[2]])
@@ -389,7 +389,7 @@ class Translation(AbstractMobilizer):
     X_FM_rotation_terms: ClassVar[np.ndarray | None] = _IDENTITY_TERMS[4]
 
     def X_FM_terms(self, params):
-        return _terms(_IDENTITY_TERMS[4], np.eye(4, 3, -1), params)
+        return _terms(self.X_FM_rotation_terms, np.eye(4, 3, -1), params)
 
     def H_FM(self, q, params):
         return jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)])
