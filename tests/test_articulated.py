@@ -11,8 +11,10 @@ import pytest
 from helpers import fd_jacobian, random_state, random_tree
 
 import simjax as sj
+from simjax import _spatial as sp
 from simjax.dynamics import stages as rz
 from simjax.tree import articulated
+from simjax.tree import traversal as _tree
 
 
 def _tree_model(seed=0):
@@ -68,6 +70,36 @@ def test_solve_equals_numpy_with_the_dense_matrix(case):
             assert x.shape == rhs.shape
             np.testing.assert_allclose(x, np.linalg.solve(MA, rhs), rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(MA @ x, rhs, atol=1e-10 * max(1.0, np.abs(MA).max()))
+
+
+def test_solve_with_the_bias_terms_is_forward_dynamics(case):
+    """With each body's bias force and velocity product inside the recursion, the solve is
+    forward dynamics whole: ``M^-1 (tau - C)``, ``C`` the RNEA's ``cdof . (inward sum of
+    I a + F)`` with ``a`` the outward sum of the products; on the model's own terms (gravity,
+    velocities) it equals the dense solve of ``-bias``, and on random terms (armature,
+    mobility forces) numpy's solve. No outward or inward sum or projection is in its
+    program."""
+    system, model, state, topo = case
+    state = system.realize(state, sj.Stage.DYNAMICS)
+    pos, vel, dyn = state.position_cache, state.velocity_cache, state.dynamics_cache
+    M = np.asarray(rz.mass_matrix(model, state, pos))
+    arm0 = jnp.broadcast_to(jnp.asarray(state.instance["matter"]["armature"], pos.cdof.dtype), (topo.nu,))
+    solve = jax.jit(articulated.solve, static_argnums=0)
+    F, c = rz.bias_forces(model, state, pos, vel), rz.velocity_products(model, state, pos, vel)
+    x = solve(topo, pos.cdof, pos.moving_inertia_O, arm0, dyn.mobility_forces, F, c)
+    want = np.linalg.solve(M, -np.asarray(dyn.bias))
+    np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+    rng = np.random.default_rng(4)
+    extra = rng.uniform(0.0, 0.5, size=topo.nu)
+    tau, F, c = (jnp.asarray(rng.normal(size=a.shape)) for a in (dyn.mobility_forces, F, c))
+    a = _tree.outward_from_moving(topo, c)
+    f = sp.inertia_times(pos.moving_inertia_O, _tree.moving_rows(topo, a)) + F
+    C = np.einsum("di,di->d", pos.cdof, _tree.inward_to_dofs(topo, f))
+    x = solve(topo, pos.cdof, pos.moving_inertia_O, arm0 + extra, tau, F, c)
+    want = np.linalg.solve(M + np.diag(extra), np.asarray(tau) - C)
+    np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+    args = (pos.cdof, pos.moving_inertia_O, arm0, tau, F, c)
+    assert "dot_general" not in str(jax.make_jaxpr(lambda *a: articulated.solve(topo, *a))(*args))
 
 
 def test_solve_as_written_differentiates_like_the_dense_solve(case):

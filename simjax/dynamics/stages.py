@@ -7,9 +7,11 @@ bodies of one kind at once with ``vmap``, outside the tree recursion.
 
 Algorithm (Featherstone (2008), chs. 5-7), in Ground coordinates as in MJX: recursive
 Newton-Euler bias forces, then ``udot = M^-1 (tau - bias)`` (``forward_solve``): for a
-batch by the articulated-body recursion (``simjax.tree.articulated``), for a single state by
-the dense Cholesky of the composite-rigid-body mass matrix, which also serves where ``M``
-itself is needed (constraints, derivatives).
+single state by the dense Cholesky of the composite-rigid-body mass matrix, which also
+serves where ``M`` itself is needed (constraints, derivatives); for a batch by the
+articulated-body recursion (``simjax.tree.articulated``), which then takes the bias terms
+itself (each body's gyroscopic and applied force, ``bias_forces``, and velocity product,
+``velocity_products``) in place of the RNEA's outward and inward sums.
 """
 
 from __future__ import annotations
@@ -274,19 +276,35 @@ def velocity_bias(model: Model, state: State, pos: PositionCache, vel: VelocityC
     """Body spatial accelerations at ``udot = 0`` (velocity products), (nb, 6) about Ground's
     origin. Computed on demand (Dynamics stage caches it); Position/Velocity don't pay for it."""
     topo = model.topology(state.use_euler_angles)
+    return _tree.outward_from_moving(topo, velocity_products(model, state, pos, vel))
+
+
+def velocity_products(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> jax.Array:
+    """Each moving body's velocity-product acceleration across its own mobilizer,
+    ``d/dt(cdof u)`` at ``udot = 0``, (nm, 6) about Ground's origin: ``velocity_bias`` is its
+    outward sum."""
+    topo = model.topology(state.use_euler_angles)
     dt = pos.p_GB.dtype
     inputs = lambda g: joint_inputs(state, g, "q", "u", "params", "frames")
     skip = lambda mob: no_q(mob) or mob.no_velocity_product  # their Sdot_B u is zero
     parts = [(g.bodies, c) for g, c in map_kinds(topo, _joint_bias, inputs, skip=skip)]
-    # d/dt(cdof u) at udot = 0: V_B x vJ_B + Phi(X_GB) Sdot_B u (the last term only where
-    # some joint has it: XLA cannot drop products with zeros), on the moving bodies (a
-    # weld's is zero).
+    # V_B x vJ_B + Phi(X_GB) Sdot_B u (the last term only where some joint has it: XLA
+    # cannot drop products with zeros), on the moving bodies (a weld's is zero).
     rows = lambda x: _tree.moving_rows(topo, x)
     aJ = jax.vmap(sp.cross_motion)(rows(vel.V_O), rows(vel.vJ))
     if parts:
         Sdot = rows(place(topo.nb, parts, jnp.zeros(6, dt)))
         aJ = aJ + jax.vmap(_phi)(pos.moving_R_GB, pos.moving_p_GB, Sdot)
-    return _tree.outward_from_moving(topo, aJ)
+    return aJ
+
+
+def bias_forces(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> jax.Array:
+    """Each moving body's gyroscopic force ``V x* (I V)`` less its applied body forces,
+    (nm, 6) about Ground's origin (welded bodies folded in)."""
+    topo = model.topology(state.use_euler_angles)
+    V = _tree.moving_rows(topo, vel.V_O)
+    h = sp.inertia_times(pos.moving_inertia_O, V)
+    return jax.vmap(sp.cross_force)(V, h) - calc_forces(model, state).moving_O
 
 
 def realize_velocity(model: Model, state: State, pos: PositionCache) -> VelocityCache:
@@ -379,7 +397,13 @@ def _mass_matrix_upper(topo, cdof: jax.Array, inertia: jax.Array, armature: jax.
 ARTICULATED_MIN_BATCH = 4
 
 
-def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array) -> jax.Array:
+def forward_solve(
+    model: Model,
+    state: State,
+    pos: PositionCache,
+    rhs: jax.Array,
+    recursion: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+) -> jax.Array:
     """``M^-1 rhs`` (rhs a vector (nu,) or a matrix (nu, k)) for forward dynamics and the
     matter operators that solve with ``M``.
 
@@ -390,17 +414,23 @@ def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array
     where the recursion is many small ones. Measured in ``benchmarks/RESULTS.md``
     (2026-11-29, sixth stop). Derivatives go through the dense Cholesky's rule (``x' = M^-1
     (rhs' - M' x)``, ``M`` from ``mass_matrix_upper``) either way: the same numbers to
-    round-off, and a derivative program as compact as a dense solve's."""
+    round-off, and a derivative program as compact as a dense solve's.
+
+    ``recursion``: forward dynamics' right-hand side ``rhs = tau - C`` once more, as the
+    recursion takes it whole, ``(tau, bias_forces, velocity_products)``
+    (``articulated.solve``): batched, the recursion then folds the bias forces in itself
+    and ``rhs``, with the RNEA's passes that made it, is not computed."""
     topo = model.topology(state.use_euler_angles)
     if topo.nu == 0:
         return rhs
     armature = _armature(topo, state, rhs.dtype)
+    extra = () if recursion is None else tuple(recursion)
 
-    def dense(cdof, inertia, armature, rhs):
+    def dense(cdof, inertia, armature, rhs, *extra):
         return _cholesky_solve_upper(_mass_matrix_upper(topo, cdof, inertia, armature), rhs)
 
     @jax.custom_batching.custom_vmap
-    def primal(cdof, inertia, armature, rhs):
+    def primal(cdof, inertia, armature, rhs, *extra):
         return dense(cdof, inertia, armature, rhs)
 
     @primal.def_vmap
@@ -410,21 +440,28 @@ def forward_solve(model: Model, state: State, pos: PositionCache, rhs: jax.Array
             return jax.vmap(dense, in_axes=axes)(*args), True
         # In chunks of ``sj.vmap``'s size on a CPU, so a plain ``jax.vmap`` over a large
         # batch keeps the recursion's working set in cache as ``sj.vmap`` does.
-        one = lambda *a: _articulated.solve(topo, *a)
+        if extra:
+            one = lambda cdof, inertia, arm, _, *r: _articulated.solve(topo, cdof, inertia, arm, *r)
+        else:
+            one = lambda *a: _articulated.solve(topo, *a)
         return _batching.vmap(one, in_axes=axes)(*args), True
 
     @jax.custom_jvp
-    def solve(cdof, inertia, armature, rhs):
+    def solve(cdof, inertia, armature, rhs, *extra):
         # ``0 * rhs +``: under ``vmap`` the unrolled solve's result can carry its batch
         # axis elsewhere than the rule's, which reverse mode of a batched custom_jvp then
         # mis-broadcasts (jax 0.10); starting from rhs gives it rhs's batch axis. Fused away.
-        return 0.0 * rhs + primal(cdof, inertia, armature, rhs)
+        # Not with the recursion's terms: it would keep the RNEA that makes rhs in the
+        # program (XLA keeps ``0 * x``); their batched gradients are tested
+        # (``tests/test_articulated.py``).
+        start = 0.0 if extra else 0.0 * rhs
+        return start + primal(cdof, inertia, armature, rhs, *extra)
 
     @solve.defjvp
     def _jvp(primals, tangents):
-        return jax.jvp(dense, primals, tangents)
+        return jax.jvp(dense, primals[:4], tangents[:4])
 
-    return solve(pos.cdof, pos.moving_inertia_O, armature, rhs)
+    return solve(pos.cdof, pos.moving_inertia_O, armature, rhs, *extra)
 
 
 def solve_mass_matrix(M: jax.Array, rhs: jax.Array) -> jax.Array:

@@ -89,7 +89,14 @@ def realize_acceleration(
     mp, mv, ma = model.constraint_counts(state.use_euler_angles)
     if mp + mv + ma == 0:
         with jax.named_scope("solve"):
-            udot = rz.forward_solve(model, state, pos, -dyn.bias)
+            # Batched, the articulated-body recursion takes the bias terms whole (and -bias,
+            # with the RNEA passes that made it, goes unused); one state solves -bias.
+            terms = (
+                dyn.mobility_forces,
+                rz.bias_forces(model, state, pos, vel),
+                rz.velocity_products(model, state, pos, vel),
+            )
+            udot = rz.forward_solve(model, state, pos, -dyn.bias, terms)
         lam = err = jnp.zeros(0, udot.dtype)
     else:
         with jax.named_scope("mass_matrix"):
