@@ -85,7 +85,7 @@ def test_solve_with_the_bias_terms_is_forward_dynamics(case):
     M = np.asarray(rz.mass_matrix(model, state, pos))
     arm0 = jnp.broadcast_to(jnp.asarray(state.instance["matter"]["armature"], pos.cdof.dtype), (topo.nu,))
     solve = jax.jit(articulated.solve, static_argnums=0)
-    F, c = rz.bias_forces(model, state, pos, vel), rz.velocity_products(model, state, pos, vel)
+    F, c = rz.bias_forces(model, state, pos, vel, dyn), dyn.velocity_products
     x = solve(topo, pos.cdof, pos.moving_inertia_O, arm0, dyn.mobility_forces, F, c)
     want = np.linalg.solve(M, -np.asarray(dyn.bias))
     np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())

@@ -298,13 +298,15 @@ def velocity_products(model: Model, state: State, pos: PositionCache, vel: Veloc
     return aJ
 
 
-def bias_forces(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> jax.Array:
+def bias_forces(
+    model: Model, state: State, pos: PositionCache, vel: VelocityCache, dyn: DynamicsCache
+) -> jax.Array:
     """Each moving body's gyroscopic force ``V x* (I V)`` less its applied body forces,
     (nm, 6) about Ground's origin (welded bodies folded in)."""
     topo = model.topology(state.use_euler_angles)
     V = _tree.moving_rows(topo, vel.V_O)
     h = sp.inertia_times(pos.moving_inertia_O, V)
-    return jax.vmap(sp.cross_force)(V, h) - calc_forces(model, state).moving_O
+    return jax.vmap(sp.cross_force)(V, h) - dyn.moving_forces
 
 
 def realize_velocity(model: Model, state: State, pos: PositionCache) -> VelocityCache:
@@ -352,9 +354,17 @@ def generalized_bias(
 def realize_dynamics(model: Model, state: State, pos: PositionCache, vel: VelocityCache) -> DynamicsCache:
     """Forces from every force subsystem, and the generalized bias forces."""
     forces = calc_forces(model, state)
-    a_bias = velocity_bias(model, state, pos, vel)
+    aJ = velocity_products(model, state, pos, vel)
+    a_bias = _tree.outward_from_moving(model.topology(state.use_euler_angles), aJ)
     bias = generalized_bias(model, state, pos, vel, a_bias, forces.moving_O, forces.mobility)
-    return DynamicsCache(body_forces=forces.body, mobility_forces=forces.mobility, bias=bias, a_bias=a_bias)
+    return DynamicsCache(
+        body_forces=forces.body,
+        mobility_forces=forces.mobility,
+        bias=bias,
+        a_bias=a_bias,
+        velocity_products=aJ,
+        moving_forces=forces.moving_O,
+    )
 
 
 def mass_matrix(model: Model, state: State, pos: PositionCache) -> jax.Array:

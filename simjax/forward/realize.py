@@ -91,11 +91,7 @@ def realize_acceleration(
         with jax.named_scope("solve"):
             # Batched, the articulated-body recursion takes the bias terms whole (and -bias,
             # with the RNEA passes that made it, goes unused); one state solves -bias.
-            terms = (
-                dyn.mobility_forces,
-                rz.bias_forces(model, state, pos, vel),
-                rz.velocity_products(model, state, pos, vel),
-            )
+            terms = (dyn.mobility_forces, rz.bias_forces(model, state, pos, vel, dyn), dyn.velocity_products)
             udot = rz.forward_solve(model, state, pos, -dyn.bias, terms)
         lam = err = jnp.zeros(0, udot.dtype)
     else:

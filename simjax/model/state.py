@@ -99,12 +99,20 @@ class DynamicsCache(eqx.Module):
         bias: ``C(q, u) - (applied forces mapped to u)``; ``M udot = -bias`` (nu,).
         a_bias: Body spatial accelerations at ``udot = 0`` (velocity products) in Ground
             about Ground's origin (nb, 6).
+        velocity_products: Each moving body's velocity-product acceleration across its own
+            mobilizer (Simbody's mobilizer Coriolis acceleration), about Ground's origin,
+            on the moving tree's rows (nm, 6: Ground and the bodies with mobilities, as
+            ``PositionCache.moving_inertia_O``); ``a_bias`` is their outward sum.
+        moving_forces: The applied body forces about Ground's origin on the moving rows
+            (nm, 6), each welded body's added into its moving ancestor's.
     """
 
     body_forces: Float[Array, "nb 6"]
     mobility_forces: Float[Array, " nu"]
     bias: Float[Array, " nu"]
     a_bias: Float[Array, "nb 6"]
+    velocity_products: Float[Array, "nm 6"]
+    moving_forces: Float[Array, "nm 6"]
 
 
 class AccelerationCache(eqx.Module):
