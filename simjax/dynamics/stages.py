@@ -304,9 +304,12 @@ def bias_forces(
     """Each moving body's gyroscopic force ``V x* (I V)`` less its applied body forces,
     (nm, 6) about Ground's origin (welded bodies folded in)."""
     topo = model.topology(state.use_euler_angles)
-    V = _tree.moving_rows(topo, vel.V_O)
-    h = sp.inertia_times(pos.moving_inertia_O, V)
-    return jax.vmap(sp.cross_force)(V, h) - dyn.moving_forces
+    return _gyroscopic(pos.moving_inertia_O, _tree.moving_rows(topo, vel.V_O)) - dyn.moving_forces
+
+
+def _gyroscopic(inertia: jax.Array, V: jax.Array) -> jax.Array:
+    """``V x* (I V)`` per row: the moving bodies' gyroscopic forces about Ground's origin."""
+    return jax.vmap(sp.cross_force)(V, sp.inertia_times(inertia, V))
 
 
 def realize_velocity(model: Model, state: State, pos: PositionCache) -> VelocityCache:
@@ -344,9 +347,7 @@ def generalized_bias(
     # (they share its spatial velocity and acceleration about Ground's origin).
     inertia = pos.moving_inertia_O
     V, a = _tree.moving_rows(topo, vel.V_O), _tree.moving_rows(topo, a)
-    h = sp.inertia_times(inertia, V)
-    f = sp.inertia_times(inertia, a) + jax.vmap(sp.cross_force)(V, h)
-    f = f - moving_forces_O
+    f = sp.inertia_times(inertia, a) + _gyroscopic(inertia, V) - moving_forces_O
     C = jnp.einsum("di,di->d", pos.cdof, _tree.inward_to_dofs(topo, f))
     return C - mobility_forces
 
