@@ -13,6 +13,7 @@ Every method works on ONE mobilizer; the tree code vmaps each kind group.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -399,28 +400,55 @@ class Translation(AbstractMobilizer):
 
 
 @dataclass(frozen=True)
-class Ball(AbstractMobilizer):
-    """Spherical joint: quaternion ``q = [w, x, y, z]`` (or body-fixed X-Y-Z angles in
-    Euler mode), ``u = w_FM`` expressed in F."""
+class _Orientation(AbstractMobilizer):
+    """Base of the kinds whose rotation coordinates are a quaternion ``[w, x, y, z]`` or, in
+    Euler-angle mode (a Model-stage option), body-fixed X-Y-Z angles, followed by
+    ``n_translations`` coordinates of ``p_FM`` in F: Ball, Ellipsoid and LineOrientation
+    (none), Free and FreeLine (three)."""
 
-    nu: ClassVar[int] = 3
     n_angles: ClassVar[int] = 3
-    no_velocity_product: ClassVar[bool] = True
+    n_translations: ClassVar[int] = 0
     euler: bool = False
 
     @property
     def nq(self) -> int:  # type: ignore[override]
-        return 3 if self.euler else 4
+        return (3 if self.euler else 4) + self.n_translations
 
     @property
     def uses_quaternion(self) -> bool:  # type: ignore[override]
         return not self.euler
 
     def with_euler_angles(self):
-        return type(self)(euler=True)
+        return dataclasses.replace(self, euler=True)
 
-    def _R(self, q):
-        return sp.body_fixed(q, "xyz") if self.euler else sp.quat_to_rot(q)
+    def default_q(self):
+        angles = np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
+        return np.concatenate([angles, np.zeros(self.n_translations)])
+
+    def _split(self, q):
+        """The rotation coordinates and the translation ones."""
+        k = 3 if self.euler else 4
+        return q[:k], q[k:]
+
+    def _R(self, a):
+        return sp.body_fixed(a, "xyz") if self.euler else sp.quat_to_rot(a)
+
+    def _N_rotation(self, a):
+        """``adot = N w_FM`` (``w_FM`` in F) for the rotation coordinates ``a``."""
+        return _ang_N_euler(a) if self.euler else sp.quat_N_parent(a)
+
+    def q_to_fit_transform(self, R, p, params):
+        a = sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+        return jnp.concatenate([a, p]) if self.n_translations else a
+
+
+@dataclass(frozen=True)
+class Ball(_Orientation):
+    """Spherical joint: quaternion ``q = [w, x, y, z]`` (or body-fixed X-Y-Z angles in
+    Euler mode), ``u = w_FM`` expressed in F."""
+
+    nu: ClassVar[int] = 3
+    no_velocity_product: ClassVar[bool] = True
 
     def X_FM(self, q, params):
         return self._R(q), _zero3(q)
@@ -429,15 +457,7 @@ class Ball(AbstractMobilizer):
         return jnp.concatenate([jnp.eye(3, dtype=q.dtype), jnp.zeros((3, 3), q.dtype)])
 
     def N(self, q, params):
-        if self.euler:
-            return _ang_N_euler(q)
-        return sp.quat_N_parent(q)
-
-    def default_q(self):
-        return np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
-
-    def q_to_fit_transform(self, R, p, params):
-        return sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+        return self._N_rotation(q)
 
 
 def _ang_N_euler(a: jax.Array) -> jax.Array:
@@ -447,51 +467,27 @@ def _ang_N_euler(a: jax.Array) -> jax.Array:
 
 
 @dataclass(frozen=True)
-class Free(AbstractMobilizer):
+class Free(_Orientation):
     """Six dofs: ``q = [quaternion(4) | xyz angles(3), p_FM(3)]``,
     ``u = [w_FM in F, v_FM in F]``."""
 
     nu: ClassVar[int] = 6
-    n_angles: ClassVar[int] = 3
-    euler: bool = False
-
-    @property
-    def nq(self) -> int:  # type: ignore[override]
-        return 6 if self.euler else 7
-
-    @property
-    def uses_quaternion(self) -> bool:  # type: ignore[override]
-        return not self.euler
-
-    def with_euler_angles(self):
-        return type(self)(euler=True)
-
-    def _split(self, q):
-        k = 3 if self.euler else 4
-        return q[:k], q[k:]
+    n_translations: ClassVar[int] = 3
 
     def X_FM(self, q, params):
         a, p = self._split(q)
-        R = sp.body_fixed(a, "xyz") if self.euler else sp.quat_to_rot(a)
-        return R, p
+        return self._R(a), p
 
     def H_FM(self, q, params):
         return jnp.eye(6, dtype=q.dtype)
 
     def N(self, q, params):
         a, _ = self._split(q)
-        Na = _ang_N_euler(a) if self.euler else sp.quat_N_parent(a)
+        Na = self._N_rotation(a)
         k = Na.shape[0]
         top = jnp.concatenate([Na, jnp.zeros((k, 3), q.dtype)], axis=1)
         bot = jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
         return jnp.concatenate([top, bot], axis=0)
-
-    def default_q(self):
-        return np.zeros(6) if self.euler else np.array([1.0, 0, 0, 0, 0, 0, 0])
-
-    def q_to_fit_transform(self, R, p, params):
-        a = sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
-        return jnp.concatenate([a, p])
 
 
 @dataclass(frozen=True)
@@ -511,50 +507,31 @@ class Bushing(AbstractMobilizer):
 
 
 @dataclass(frozen=True)
-class Ellipsoid(AbstractMobilizer):
+class Ellipsoid(_Orientation):
     """Orientation like a Ball; M's origin lies on an ellipsoid with semi-axes
     ``params = [a, b, c]`` fixed in F, at ``p_FM = diag(a, b, c) n`` with ``n`` M's z axis
     in F (Simbody's formula: the surface normal there equals ``n`` only for a sphere).
     ``u = w_FM`` in F."""
 
     nu: ClassVar[int] = 3
-    n_angles: ClassVar[int] = 3
     n_params: ClassVar[int] = 3
     radii: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    euler: bool = False
-
-    @property
-    def nq(self) -> int:  # type: ignore[override]
-        return 3 if self.euler else 4
-
-    @property
-    def uses_quaternion(self) -> bool:  # type: ignore[override]
-        return not self.euler
-
-    def with_euler_angles(self):
-        return type(self)(radii=self.radii, euler=True)
 
     def default_params(self):
         return np.asarray(self.radii, dtype=float)
 
-    def default_q(self):
-        return np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
-
     def X_FM(self, q, params):
-        R = sp.body_fixed(q, "xyz") if self.euler else sp.quat_to_rot(q)
+        R = self._R(q)
         return R, params * R[:, 2]
 
     def N(self, q, params):
-        return _ang_N_euler(q) if self.euler else sp.quat_N_parent(q)
+        return self._N_rotation(q)
 
     def H_FM(self, q, params):
         # Angular part is w_FM (F); linear part from autodiff of p(q) along qdot = N u.
         J = velocity_jacobian(lambda qq: self.X_FM(qq, params), q)
         Hl = J[3:] @ self.N(q, params)
         return jnp.concatenate([jnp.eye(3, dtype=q.dtype), Hl])
-
-    def q_to_fit_transform(self, R, p, params):
-        return sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
 
 
 @dataclass(frozen=True)
@@ -581,31 +558,12 @@ class SphericalCoords(AbstractMobilizer):
 
 
 @dataclass(frozen=True)
-class LineOrientation(AbstractMobilizer):
+class LineOrientation(_Orientation):
     """Orientation of a line along M's z axis: a quaternion (or X-Y-Z angles) with two
     speeds, ``u = [w_x, w_y]`` of ``w_FM`` expressed in M (no spin about M's z)."""
 
     nu: ClassVar[int] = 2
-    n_angles: ClassVar[int] = 3
     no_velocity_product: ClassVar[bool] = True
-    euler: bool = False
-
-    @property
-    def nq(self) -> int:  # type: ignore[override]
-        return 3 if self.euler else 4
-
-    @property
-    def uses_quaternion(self) -> bool:  # type: ignore[override]
-        return not self.euler
-
-    def with_euler_angles(self):
-        return type(self)(euler=True)
-
-    def default_q(self):
-        return np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
-
-    def _R(self, q):
-        return sp.body_fixed(q, "xyz") if self.euler else sp.quat_to_rot(q)
 
     def X_FM(self, q, params):
         return self._R(q), _zero3(q)
@@ -615,43 +573,16 @@ class LineOrientation(AbstractMobilizer):
         return jnp.concatenate([R[:, :2], jnp.zeros((3, 2), q.dtype)])
 
     def N(self, q, params):
-        R = self._R(q)
-        Nw = _ang_N_euler(q) if self.euler else sp.quat_N_parent(q)
-        return Nw @ R[:, :2]
-
-    def q_to_fit_transform(self, R, p, params):
-        return sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
+        return self._N_rotation(q) @ self._R(q)[:, :2]
 
 
 @dataclass(frozen=True)
-class FreeLine(AbstractMobilizer):
+class FreeLine(_Orientation):
     """LineOrientation plus translation: ``q = [quat(4) | angles(3), p_FM(3)]``,
     ``u = [w_x, w_y (in M), v_FM (in F)]``."""
 
     nu: ClassVar[int] = 5
-    n_angles: ClassVar[int] = 3
-    euler: bool = False
-
-    @property
-    def nq(self) -> int:  # type: ignore[override]
-        return 6 if self.euler else 7
-
-    @property
-    def uses_quaternion(self) -> bool:  # type: ignore[override]
-        return not self.euler
-
-    def with_euler_angles(self):
-        return type(self)(euler=True)
-
-    def default_q(self):
-        return np.zeros(6) if self.euler else np.array([1.0, 0, 0, 0, 0, 0, 0])
-
-    def _split(self, q):
-        k = 3 if self.euler else 4
-        return q[:k], q[k:]
-
-    def _R(self, a):
-        return sp.body_fixed(a, "xyz") if self.euler else sp.quat_to_rot(a)
+    n_translations: ClassVar[int] = 3
 
     def X_FM(self, q, params):
         a, p = self._split(q)
@@ -666,16 +597,11 @@ class FreeLine(AbstractMobilizer):
 
     def N(self, q, params):
         a, _ = self._split(q)
-        R = self._R(a)
-        Nw = (_ang_N_euler(a) if self.euler else sp.quat_N_parent(a)) @ R[:, :2]
+        Nw = self._N_rotation(a) @ self._R(a)[:, :2]
         k = Nw.shape[0]
         top = jnp.concatenate([Nw, jnp.zeros((k, 3), q.dtype)], axis=1)
         bot = jnp.concatenate([jnp.zeros((3, 2), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
         return jnp.concatenate([top, bot])
-
-    def q_to_fit_transform(self, R, p, params):
-        a = sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
-        return jnp.concatenate([a, p])
 
 
 @dataclass(frozen=True)
