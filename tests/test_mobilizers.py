@@ -10,6 +10,7 @@ from helpers import ALL_KINDS, make_mobod, random_body, random_transform
 
 import simjax as sj
 from simjax import _spatial as sp
+from simjax.model import mobilizers as mz
 
 MB = sj.MobilizedBody
 F = sj.Function
@@ -431,3 +432,36 @@ def test_kind_poses_agree_batched_either_way_and_differentiate():
     dq = jnp.asarray(rng.normal(size=s0.nq))
     fd = (loss(Q[0] + eps * dq, U[0]) - loss(Q[0] - eps * dq, U[0])) / (2 * eps)
     np.testing.assert_allclose(jnp.dot(g_one[0], dq), fd, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["Ball", "Ellipsoid", "LineOrientation", "Free", "FreeLine"])
+def test_orientation_kinds_in_both_modes(kind):
+    """The quaternion-or-angles kinds (one shared base): nq and the default q in each mode,
+    Euler mode keeping the kind's other fields (Ellipsoid's radii), the fit to a transform
+    reproducing it, and N's translation block the identity."""
+    mob = mz.Ellipsoid(radii=(0.5, 0.7, 0.9)) if kind == "Ellipsoid" else getattr(mz, kind)()
+    n_t = 3 if kind in ("Free", "FreeLine") else 0
+    eul = mob.with_euler_angles()
+    assert type(eul) is type(mob) and eul.euler and not mob.euler
+    assert (mob.nq, eul.nq) == (4 + n_t, 3 + n_t)
+    assert mob.uses_quaternion and not eul.uses_quaternion
+    np.testing.assert_array_equal(mob.default_q(), np.r_[1.0, 0, 0, 0, np.zeros(n_t)])
+    np.testing.assert_array_equal(eul.default_q(), np.zeros(3 + n_t))
+    if kind == "Ellipsoid":
+        assert eul.radii == mob.radii
+    rng = np.random.default_rng(4)
+    params = jnp.asarray(mob.default_params())
+    for m in (mob, eul):
+        a = rng.normal(size=3) * 0.4
+        angles = a if m.euler else sp.rot_to_quat(sp.body_fixed(a, "xyz"))
+        q = jnp.asarray(np.r_[angles, rng.normal(size=n_t)])
+        R, p = m.X_FM(q, params)
+        R2, p2 = m.X_FM(m.q_to_fit_transform(R, p, params), params)
+        np.testing.assert_allclose(R2, R, atol=1e-12)
+        np.testing.assert_allclose(p2, p, atol=1e-12)
+        N = m.N(q, params)
+        assert N.shape == (m.nq, m.nu)
+        if n_t:
+            np.testing.assert_array_equal(N[-3:, -3:], np.eye(3))
+            np.testing.assert_array_equal(N[-3:, :-3], 0.0)
+            np.testing.assert_array_equal(N[:-3, -3:], 0.0)

@@ -13,10 +13,9 @@ Every method works on ONE mobilizer; the tree code vmaps each kind group.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import jax
@@ -419,7 +418,7 @@ class _Orientation(AbstractMobilizer):
         return not self.euler
 
     def with_euler_angles(self):
-        return dataclasses.replace(self, euler=True)
+        return replace(self, euler=True)
 
     def default_q(self):
         angles = np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])
@@ -440,6 +439,14 @@ class _Orientation(AbstractMobilizer):
     def q_to_fit_transform(self, R, p, params):
         a = sp.rot_to_body_fixed_xyz(R) if self.euler else sp.rot_to_quat(R)
         return jnp.concatenate([a, p]) if self.n_translations else a
+
+    def _with_translations(self, A, q):
+        """``[[A, 0], [0, 1]]``: a rotational block ``A`` with the ``n_translations``
+        coordinates (or speeds) of ``p_FM`` passed through as they are."""
+        n = self.n_translations
+        top = jnp.concatenate([A, jnp.zeros((A.shape[0], n), q.dtype)], axis=1)
+        bot = jnp.concatenate([jnp.zeros((n, A.shape[1]), q.dtype), jnp.eye(n, dtype=q.dtype)], axis=1)
+        return jnp.concatenate([top, bot], axis=0)
 
 
 @dataclass(frozen=True)
@@ -483,11 +490,7 @@ class Free(_Orientation):
 
     def N(self, q, params):
         a, _ = self._split(q)
-        Na = self._N_rotation(a)
-        k = Na.shape[0]
-        top = jnp.concatenate([Na, jnp.zeros((k, 3), q.dtype)], axis=1)
-        bot = jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
-        return jnp.concatenate([top, bot], axis=0)
+        return self._with_translations(self._N_rotation(a), q)
 
 
 @dataclass(frozen=True)
@@ -590,18 +593,11 @@ class FreeLine(_Orientation):
 
     def H_FM(self, q, params):
         a, _ = self._split(q)
-        R = self._R(a)
-        top = jnp.concatenate([R[:, :2], jnp.zeros((3, 3), q.dtype)], axis=1)
-        bot = jnp.concatenate([jnp.zeros((3, 2), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
-        return jnp.concatenate([top, bot])
+        return self._with_translations(self._R(a)[:, :2], q)
 
     def N(self, q, params):
         a, _ = self._split(q)
-        Nw = self._N_rotation(a) @ self._R(a)[:, :2]
-        k = Nw.shape[0]
-        top = jnp.concatenate([Nw, jnp.zeros((k, 3), q.dtype)], axis=1)
-        bot = jnp.concatenate([jnp.zeros((3, 2), q.dtype), jnp.eye(3, dtype=q.dtype)], axis=1)
-        return jnp.concatenate([top, bot])
+        return self._with_translations(self._N_rotation(a) @ self._R(a)[:, :2], q)
 
 
 @dataclass(frozen=True)
