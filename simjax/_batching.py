@@ -10,7 +10,10 @@ batch at once; a batch sharded over several devices must not be looped over).
 
 It is differentiable in both modes, composes with ``jit`` and nests under ``jax.vmap``
 like ``lax.map``. Measured in ``benchmarks/RESULTS.md`` ("sj.vmap"): 1.0-3.0x the
-throughput of one ``jax.vmap`` at B = 1024-16384 on a 2-core CPU.
+throughput of one ``jax.vmap`` at B = 1024-16384 on a 2-core CPU. ``realize`` itself runs
+through :func:`chunked_jvp`, so a plain ``jax.vmap`` of a realization is chunked the same
+way (2026-12-06: 0.98-1.04x ``sj.vmap``'s throughput); ``sj.vmap`` chunks the rest of a
+user's function too.
 """
 
 from __future__ import annotations
@@ -143,4 +146,15 @@ def chunked(fun: Callable[..., Any]) -> Callable[..., Any]:
         out = vmap(fun, in_axes=axes)(*args)
         return out, jax.tree.map(lambda _: True, out)
 
+    return f
+
+
+def chunked_jvp(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``fun`` (of arrays) whose ``jax.vmap`` runs in chunks as :func:`chunked`'s does, and
+    whose derivatives are ``fun``'s own (a ``custom_jvp`` whose rule is ``jax.jvp(fun)``):
+    differentiated, in either mode and batched or not, it is ``fun``, whole. ``realize``
+    runs through it, so a plain ``jax.vmap`` of a realization over thousands of States keeps
+    its working set in cache as ``sj.vmap`` does (``benchmarks/RESULTS.md``, 2026-12-06)."""
+    f = jax.custom_jvp(chunked(fun))
+    f.defjvp(lambda primals, tangents: jax.jvp(fun, primals, tangents))
     return f

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _batching
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
@@ -66,7 +67,15 @@ _OWNER: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("simjax
 @functools.partial(jax.jit, static_argnums=(0, 2))
 def _realize_cache(model: Model, state: State, stage: Stage) -> Cache:
     uid, version = _OWNER.get((state.system_uid, state.topology_version))
-    return realize_eager(model, _replace(state, system_uid=uid, topology_version=version), stage).cache
+    leaves, treedef = jax.tree.flatten(_replace(state, system_uid=uid, topology_version=version))
+
+    # Under a plain ``jax.vmap`` of more than ``sj.vmap``'s chunk of States on a single CPU
+    # device, the realization runs in chunks (``_batching.chunked_jvp``; one ``vmap``
+    # elsewhere), its derivatives unchanged: B = 4096 humanoids 15.6 -> 5.5 µs per state.
+    def cache_of(*leaves: jax.Array) -> Cache:
+        return realize_eager(model, jax.tree.unflatten(treedef, leaves), stage).cache
+
+    return _batching.chunked_jvp(cache_of)(*leaves)
 
 
 def realize_eager(model: Model, state: State, stage: Stage) -> State:
