@@ -149,12 +149,16 @@ def chunked(fun: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def chunked_jvp(fun: Callable[..., Any]) -> Callable[..., Any]:
-    """``fun`` (of arrays) whose ``jax.vmap`` runs in chunks as :func:`chunked`'s does, and
-    whose derivatives are ``fun``'s own (a ``custom_jvp`` whose rule is ``jax.jvp(fun)``):
-    differentiated, in either mode and batched or not, it is ``fun``, whole. ``realize``
-    runs through it, so a plain ``jax.vmap`` of a realization over thousands of States keeps
-    its working set in cache as ``sj.vmap`` does (``benchmarks/RESULTS.md``, 2026-12-06)."""
+def chunked_jvp(
+    fun: Callable[..., Any], rule: Callable[[tuple[Any, ...], tuple[Any, ...]], Any] | None = None
+) -> Callable[..., Any]:
+    """``fun`` (of arrays) whose ``jax.vmap`` runs in chunks as :func:`chunked`'s does, as a
+    ``custom_jvp`` whose ``rule(primals, tangents) -> (out, tangent_out)`` differentiates it
+    (default ``jax.jvp(fun)``: differentiated, in either mode and batched or not, it is
+    ``fun``, whole). ``realize`` runs through it, so a plain ``jax.vmap`` of a realization
+    over thousands of States keeps its working set in cache as ``sj.vmap`` does
+    (``benchmarks/RESULTS.md``, 2026-12-06); so do the unrolled tree sums, with the dense
+    product's derivative (``tree.traversal``)."""
     f = jax.custom_jvp(chunked(fun))
-    f.defjvp(lambda primals, tangents: jax.jvp(fun, primals, tangents))
+    f.defjvp(rule or (lambda primals, tangents: jax.jvp(fun, primals, tangents)))
     return f

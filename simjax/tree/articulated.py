@@ -33,9 +33,9 @@ shorter (the humanoid's forward dynamics 9.6k -> 7.8k HLO lines); its run time i
 without them, and they do not stop XLA fusing a level's arithmetic into its consumers (a
 reduction does: ``_combine``; ``benchmarks/RESULTS.md``, 2026-12-06). The program grows
 with the depth of the dof tree, not with the batch. Measured in ``benchmarks/RESULTS.md``
-(2026-11-29, fifth stop): at B = 1024 it is faster than the dense Cholesky on deep chains (a 50-link chain's
-forward dynamics 24.5 -> 15.6 µs per state) and than the tree-sparse ``L^T L``
-factorization it replaced on branched trees (TALOS with its hands 18.0 -> 15.0 µs).
+(2026-11-29, fifth stop): at B = 1024 it is faster than the dense Cholesky on deep chains
+(a 50-link chain's forward dynamics 24.5 -> 15.6 µs per state) and than the tree-sparse
+``L^T L`` factorization it replaced on branched trees (TALOS with its hands 18.0 -> 15.0 µs).
 """
 
 from __future__ import annotations

@@ -55,9 +55,7 @@ def _unrolled(topo: Topology, dense: bool | None) -> bool:
 def _linear(levels, dense):
     """``levels`` (the unrolled evaluation of a linear map) with ``dense``'s derivative, so
     derivative programs keep the dense product (compact, and its transpose is one product)."""
-    f = jax.custom_jvp(_batching.chunked(levels))
-    f.defjvp(lambda primals, tangents: (levels(*primals), dense(*tangents)))
-    return f
+    return _batching.chunked_jvp(levels, lambda primals, tangents: (levels(*primals), dense(*tangents)))
 
 
 def _outward_levels(topo: Topology, x: jax.Array) -> jax.Array:
