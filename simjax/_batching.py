@@ -155,10 +155,37 @@ def chunked_jvp(
     """``fun`` (of arrays) whose ``jax.vmap`` runs in chunks as :func:`chunked`'s does, as a
     ``custom_jvp`` whose ``rule(primals, tangents) -> (out, tangent_out)`` differentiates it
     (default ``jax.jvp(fun)``: differentiated, in either mode and batched or not, it is
-    ``fun``, whole). ``realize`` runs through it, so a plain ``jax.vmap`` of a realization
-    over thousands of States keeps its working set in cache as ``sj.vmap`` does
-    (``benchmarks/RESULTS.md``, 2026-12-06); so do the unrolled tree sums, with the dense
-    product's derivative (``tree.traversal``)."""
-    f = jax.custom_jvp(chunked(fun))
-    f.defjvp(rule or (lambda primals, tangents: jax.jvp(fun, primals, tangents)))
-    return f
+    ``fun``, whole). ``realize`` and ``simulate`` run through it, so a plain ``jax.vmap`` of
+    a realization or a rollout over thousands of States keeps its working set in cache as
+    ``sj.vmap`` does (``benchmarks/RESULTS.md``, 2026-12-06); so do the unrolled tree sums,
+    with the dense product's derivative (``tree.traversal``).
+
+    With the default rule ``fun`` may close over traced values (a controller's batched
+    gains, a force's parameter under the caller's ``vmap``/``grad``): it is traced once to a
+    jaxpr and the traced values it closed over become arguments of their own, batched and
+    differentiated like the others (``custom_vmap`` and ``custom_jvp`` refuse closed-over
+    batched values). With a ``rule``, ``fun`` must close over none."""
+    if rule is not None:
+        f = jax.custom_jvp(chunked(fun))
+        f.defjvp(rule)
+        return f
+
+    def call(*args: Any) -> Any:
+        flat, in_tree = jax.tree.flatten(args)
+        closed, shape = jax.make_jaxpr(lambda *xs: fun(*jax.tree.unflatten(in_tree, xs)), return_shape=True)(
+            *flat
+        )
+        traced = [isinstance(c, jax.core.Tracer) for c in closed.consts]
+        hoisted = [c for c, t in zip(closed.consts, traced) if t]
+        n = len(flat)
+
+        def body(*xs: jax.Array) -> list[jax.Array]:
+            it = iter(xs[n:])
+            consts = [next(it) if t else c for c, t in zip(closed.consts, traced)]
+            return jax.core.eval_jaxpr(closed.jaxpr, consts, *xs[:n])
+
+        f = jax.custom_jvp(chunked(body))
+        f.defjvp(lambda primals, tangents: jax.jvp(body, primals, tangents))
+        return jax.tree.unflatten(jax.tree.structure(shape), f(*flat, *hoisted))
+
+    return call

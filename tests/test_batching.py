@@ -24,6 +24,10 @@ def _batch(system, n, seed=0):
     return s0, jax.vmap(lambda qq, uu: s0.with_q(qq).with_u(uu))(q, u)
 
 
+def _member(batch, i):
+    return jax.tree.map(lambda x: x[i], batch)
+
+
 def _has_loop(jaxpr) -> bool:
     return any(e.primitive.name in ("scan", "while") for e in jaxpr.jaxpr.eqns)
 
@@ -114,6 +118,44 @@ def test_a_plain_jax_vmap_of_realize_runs_in_chunks_and_differentiates_as_before
         # the program works on chunks of 128 States, not on all 300 (83 against 5658 values
         # here; unchunked, 3259 against 2418 in the inner kernels' own chunks)
         text = jax.jit(jax.vmap(udot)).lower(batch).as_text()
+        assert text.count("tensor<300x") < text.count("tensor<128x") / 10
+
+
+def test_a_plain_jax_vmap_of_simulate_runs_whole_rollouts_in_chunks():
+    """``sj.simulate`` under a plain ``jax.vmap`` of 300 States runs each chunk's whole
+    rollout in turn (``_batching.chunked_jvp``), with what the run closes over batched too
+    (a policy's gains here): it equals the same runs 100 at a time, so do the gradients with
+    respect to the gains (vmap of grad, grad of vmap), and its program works on chunks."""
+    system, _, forces, mobods = random_tree(3, kinds=KINDS)
+    sj.Force.CoordinateActuator(forces, mobods[1], 0, name="servo")
+    _, batch = _batch(system, 300, seed=3)
+    gains = jnp.linspace(0.5, 3.0, 300)
+
+    def final_q(s, k):
+        policy = lambda t, st: -k * st.u[:1]  # closes over the batched gain
+        return sj.simulate(system, s, 0.05, t0=0.0, dt=5e-3, controls=policy).final_state.q
+
+    loss = lambda k, s: jnp.sum(final_q(s, k) ** 2)
+    cases = {
+        "final q": lambda b, k: jax.vmap(final_q)(b, k),
+        "vmap of grad": lambda b, k: jax.vmap(jax.grad(loss))(k, b),
+        "grad of vmap": lambda b, k: jax.grad(lambda kk: jnp.sum(jax.vmap(loss)(kk, b)))(k),
+    }
+    parts = [jax.tree.map(lambda x, i=i: x[i : i + 100], (batch, gains)) for i in range(0, 300, 100)]
+    for name, f in cases.items():
+        whole = jax.jit(f)(batch, gains)
+        by_parts = jnp.concatenate([jax.jit(f)(*p) for p in parts])
+        np.testing.assert_allclose(
+            np.asarray(whole), np.asarray(by_parts), rtol=1e-11, atol=1e-14, err_msg=name
+        )
+    g, h = cases["vmap of grad"](batch, gains)[:2], 1e-5
+    fd = [
+        (loss(k + h, s) - loss(k - h, s)) / (2 * h)
+        for k, s in ((gains[i], _member(batch, i)) for i in (0, 1))
+    ]
+    np.testing.assert_allclose(np.asarray(g), np.asarray(fd), rtol=1e-6)
+    if jax.default_backend() == "cpu" and jax.device_count() == 1:
+        text = jax.jit(jax.vmap(final_q)).lower(batch, gains).as_text()
         assert text.count("tensor<300x") < text.count("tensor<128x") / 10
 
 

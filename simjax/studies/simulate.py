@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .. import _batching
 from .._lazy import LazyModule
 from .._results import RESULTS, all_finite, simulation_ok
 from .._stage import Stage
@@ -784,7 +785,15 @@ def simulate(
         if not callable(v):
             raise TypeError(f"simulate: reporter {k!r} must be a function of the State")
     try:
-        traj = _simulate(model, state, t0, tuple(float(x) for x in times), cfg, events, reps, ctl)
+        # Under a plain ``jax.vmap`` of more than ``sj.vmap``'s chunk of States on a single
+        # CPU device, the whole rollout runs in chunks (``_batching.chunked_jvp``; what it
+        # closes over, ``ctl`` and a policy's traced numbers too, is batched as usual), each
+        # chunk's working set in cache for every step; its derivatives are unchanged. Not
+        # the adaptive integrators' checkpointed loop (adjoint='reverse'): a custom_vjp,
+        # which the chunks' derivative rule (a jvp) cannot go through.
+        run = lambda s: _simulate(model, s, t0, tuple(float(x) for x in times), cfg, events, reps, ctl)
+        in_chunks = integrator in _FIXED or adjoint == "forward"
+        traj = _batching.chunked_jvp(run)(state) if in_chunks else run(state)
     except TypeError as err:
         # jvp of the checkpointed loop (a custom_vjp) is refused by JAX with a bare message
         if integrator not in _ADAPTIVE or adjoint != "reverse" or "forward-mode" not in str(err):
