@@ -116,6 +116,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --rollout: also time jax.grad through sj.simulate's RK4 rollout of STEPS steps",
     )
     p.add_argument(
+        "--batched-rollout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="time B (the first of --batches) rollouts of SECONDS of RK4 (dt 1e-3), side by side",
+    )
+    p.add_argument(
         "--sync-dispatch",
         action="store_true",
         help="run JAX's CPU programs on the calling thread (jax_cpu_enable_async_dispatch=False)",
@@ -584,6 +591,123 @@ def bench_rollout(key: str, args, rng) -> dict:
     return row
 
 
+def bench_batched_rollout(key: str, args, rng) -> dict:
+    """B rollouts at once (B = the first of ``--batches``): ``sj.simulate``'s RK4 (dt 1e-3,
+    ``--batched-rollout`` seconds, no torques) under a plain ``jax.vmap`` (each chunk's whole
+    rollout in turn, ``_batching.chunked_jvp``), under ``sj.vmap``, and with one State's
+    model shared (a ``jax.vmap`` over ``(q, u)``), against the same RK4 with Pinocchio
+    (``aba`` at each stage, ``integrate``): a C++ loop over the states (``--pinocchio-cpp``)
+    and a Python loop (timed on ``PY_STATES`` states, per state times B). The final states
+    are checked against the C++ loop's."""
+    import jax
+    import oracle_models as om
+
+    import simjax as sj
+
+    spec = om.ALL_MODELS[MODELS[key]]()
+    system, _, _ = om.to_simjax(spec)
+    s0 = system.realize_topology()
+    B, dt = args.batches[0], 1e-3
+    steps = int(round(args.batched_rollout / dt))
+    states = [om.random_state(spec, rng) for _ in range(B)]
+    Q = np.stack([qq for _, qq, _ in states])
+    U = np.stack([u for _, _, u in states])
+    batch = batch_states(s0, Q, U)
+    t1 = steps * dt
+
+    def final(s):
+        f = sj.simulate(system, s, t1, t0=0.0, dt=dt, integrator="rk4").final_state
+        return f.q, f.u
+
+    shared = lambda q, u: final(s0.with_q(q).with_u(u))
+    progs = {
+        "jax_vmap": (jax.jit(jax.vmap(final)), (batch,)),
+        "sj_vmap": (jax.jit(sj.vmap(final)), (batch,)),
+        "shared": (jax.jit(jax.vmap(shared)), (batch.q, batch.u)),
+    }
+    row: dict = {"model": key, "nu": spec.nu, "batch": B, "steps": steps}
+    fns, out = {}, {}
+    for name, (f, a) in progs.items():
+        t0 = time.perf_counter()
+        out[name] = jax.tree.map(np.asarray, jax.block_until_ready(f(*a)))
+        row[f"{name}_first_call_s"] = time.perf_counter() - t0
+        fns[name] = lambda f=f, a=a: jax.block_until_ready(f(*a))
+    for name in ("sj_vmap", "shared"):
+        row[f"max_abs_diff_{name}_vs_jax_vmap"] = float(
+            max(np.abs(x - y).max() for x, y in zip(out[name], out["jax_vmap"]))
+        )
+    if not args.no_peers:
+        import pinocchio as pin
+
+        pm = om.to_pinocchio(spec)
+        maps = [pm.map.qv(spec, q, u) for q, u in zip(Q, U)]
+        Qp, Vp = np.stack([m[0] for m in maps]), np.stack([m[1] for m in maps])
+        model, data, tau = pm.model, pm.data, np.zeros(pm.model.nv)
+
+        def rk4_py(q, v):
+            for _ in range(steps):
+                a1 = pin.aba(model, data, q, v, tau)
+                v2 = v + 0.5 * dt * a1
+                a2 = pin.aba(model, data, pin.integrate(model, q, 0.5 * dt * v), v2, tau)
+                v3 = v + 0.5 * dt * a2
+                a3 = pin.aba(model, data, pin.integrate(model, q, 0.5 * dt * v2), v3, tau)
+                v4 = v + dt * a3
+                a4 = pin.aba(model, data, pin.integrate(model, q, dt * v3), v4, tau)
+                q = pin.integrate(model, q, dt / 6 * (v + 2 * v2 + 2 * v3 + v4))
+                v = v + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4)
+            return q, v
+
+        n_py = min(B, PY_STATES)
+        fns["pinocchio"] = lambda: [rk4_py(Qp[i], Vp[i]) for i in range(n_py)]
+        # simjax's final states in Pinocchio's layout, against its Python loop's
+        mine = [pm.map.qv(spec, out["jax_vmap"][0][i], out["jax_vmap"][1][i]) for i in range(min(B, 4))]
+        ref = [rk4_py(Qp[i], Vp[i]) for i in range(len(mine))]
+        ref_qv = np.stack([np.concatenate(r) for r in ref])
+        row["max_rel_err_vs_pinocchio"] = max_rel_err(np.stack([np.concatenate(m[:2]) for m in mine]), ref_qv)
+        if args.pinocchio_cpp:
+            import pinocchio_cpp
+
+            loop = pinocchio_cpp.checked_loop(model, data, Qp, Vp)
+            qc, vc = loop.rk4(Qp[: len(ref)], Vp[: len(ref)], steps, dt)
+            row["max_rel_err_cpp_vs_python"] = max_rel_err(np.concatenate([qc, vc], axis=1), ref_qv)
+            fns["pinocchio_cpp"] = lambda: loop.rk4(Qp, Vp, steps, dt)
+    t = time_interleaved(fns, args.repeats, args.min_time)
+    if "pinocchio" in t:
+        t["pinocchio"] *= B / min(B, PY_STATES)
+    for name, sec in t.items():
+        row[f"{name}_ms"] = 1e3 * sec
+    for peer in ("pinocchio", "pinocchio_cpp"):
+        for name in progs:
+            if peer in t:
+                row[f"{name}_ratio_vs_{peer}"] = t[peer] / t[name]
+    print(f"  done {key} batched rollout", file=sys.stderr, flush=True)
+    return row
+
+
+# Pinocchio's Python RK4 loop is timed on this many states (it costs the same per state).
+PY_STATES = 32
+
+
+def batched_rollout_table(rows: list[dict]) -> str:
+    x = lambda r, k: f"{r[k]:.2f}x" if k in r else "–"
+    ms = lambda r, k: f"{r[k]:.0f}" if k in r else "–"
+    head = (
+        "| model | jax.vmap ms | sj.vmap ms | model shared ms | Pinocchio Python ms | Pinocchio C++ ms "
+        "| jax.vmap vs Python / C++ | shared vs Python / C++ | first call s (jax.vmap) |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {ms(r, 'jax_vmap_ms')} | {ms(r, 'sj_vmap_ms')} | {ms(r, 'shared_ms')} "
+            f"| {ms(r, 'pinocchio_ms')} | {ms(r, 'pinocchio_cpp_ms')} "
+            f"| {x(r, 'jax_vmap_ratio_vs_pinocchio')} / {x(r, 'jax_vmap_ratio_vs_pinocchio_cpp')} "
+            f"| {x(r, 'shared_ratio_vs_pinocchio')} / {x(r, 'shared_ratio_vs_pinocchio_cpp')} "
+            f"| {r['jax_vmap_first_call_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def rollout_gradient(system, state, steps: int, args) -> dict:
     """``jax.grad`` of ``sum(q(t1)^2)`` w.r.t. the start through ``sj.simulate``'s RK4
     (dt 1e-3, ``steps`` steps, B = 1, no constraints) against the rollout itself, both
@@ -834,6 +958,13 @@ def main(argv=None) -> None:
             what = f"sj.simulate (RK4, {args.rollout} steps)"
             print(f"\njax.grad of sum(q(t1)^2) w.r.t. the start through {what}, vs the rollout:\n")
             print(rollout_grad_table(rows))
+    elif args.batched_rollout is not None:
+        rng = np.random.default_rng(args.seed)
+        rows = [bench_batched_rollout(key, args, rng) for key in args.models]
+        result["batched_rollout"] = rows
+        steps = rows[0]["steps"] if rows else 0
+        print(f"\nB = {args.batches[0]} rollouts of {steps} RK4 steps (dt 1e-3, no torques), ms per batch:\n")
+        print(batched_rollout_table(rows))
     elif args.compile_scan:
         rows = compile_scan(args)
         result["compile_scan"] = rows

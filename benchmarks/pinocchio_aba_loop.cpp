@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pinocchio/algorithm/aba.hpp"
+#include "pinocchio/algorithm/joint-configuration.hpp"
 #include "pinocchio/multibody.hpp"
 
 namespace pin = pinocchio;
@@ -110,6 +111,40 @@ SJ_API void sj_pin_aba(void *h, int batch, const double *Q, const double *V, con
     Eigen::Map<const Eigen::VectorXd> v(V + static_cast<std::ptrdiff_t>(i) * nv, nv);
     if (damping) L.tau = -(Eigen::Map<const Eigen::VectorXd>(damping, nv).array() * v.array()).matrix();
     Eigen::Map<Eigen::VectorXd>(A + static_cast<std::ptrdiff_t>(i) * nv, nv) = pin::aba(L.model, L.data, q, v, L.tau);
+  }
+}
+
+// `steps` classical Runge-Kutta steps of `dt` from each of `batch` states (Q, V row-major, as
+// above; overwritten with the final states), no joint torques: each stage one `pinocchio::aba`,
+// positions moved along the configuration space with `pinocchio::integrate` (for revolute and
+// prismatic joints, plain RK4 in the coordinates). One state's whole run after another, as a
+// C++ user loops over a batch of simulations.
+SJ_API void sj_pin_rk4(void *h, int batch, int steps, double dt, double *Q, double *V) {
+  Loop &L = *static_cast<Loop *>(h);
+  const pin::Model &m = L.model;
+  pin::Data &d = L.data;
+  const int nq = m.nq, nv = m.nv;
+  Eigen::VectorXd qs(nq), v2(nv), v3(nv), v4(nv), a1(nv), a2(nv), a3(nv), a4(nv), dq(nv);
+  const Eigen::VectorXd tau = Eigen::VectorXd::Zero(nv);
+  for (int i = 0; i < batch; ++i) {
+    Eigen::Map<Eigen::VectorXd> q(Q + static_cast<std::ptrdiff_t>(i) * nq, nq);
+    Eigen::Map<Eigen::VectorXd> v(V + static_cast<std::ptrdiff_t>(i) * nv, nv);
+    for (int k = 0; k < steps; ++k) {
+      a1 = pin::aba(m, d, q, v, tau);
+      v2 = v + 0.5 * dt * a1;
+      pin::integrate(m, q, (0.5 * dt) * v, qs);
+      a2 = pin::aba(m, d, qs, v2, tau);
+      v3 = v + 0.5 * dt * a2;
+      pin::integrate(m, q, (0.5 * dt) * v2, qs);
+      a3 = pin::aba(m, d, qs, v3, tau);
+      v4 = v + dt * a3;
+      pin::integrate(m, q, dt * v3, qs);
+      a4 = pin::aba(m, d, qs, v4, tau);
+      dq = (dt / 6.0) * (v + 2.0 * v2 + 2.0 * v3 + v4);
+      pin::integrate(m, q, dq, qs);
+      q = qs;
+      v += (dt / 6.0) * (a1 + 2.0 * a2 + 2.0 * a3 + a4);
+    }
   }
 }
 

@@ -129,6 +129,8 @@ class AbaLoop:
         lib.sj_pin_load.restype = ctypes.c_void_p
         lib.sj_pin_load.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         lib.sj_pin_aba.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 4
+        lib.sj_pin_rk4.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_double]
+        lib.sj_pin_rk4.argtypes += [ctypes.c_void_p] * 2
         lib.sj_pin_free.argtypes = [ctypes.c_void_p]
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "model.txt"
@@ -153,6 +155,18 @@ class AbaLoop:
         d = None if self._damping is None else self._damping.ctypes.data
         self._lib.sj_pin_aba(self._handle, Q.shape[0], Q.ctypes.data, V.ctypes.data, d, A.ctypes.data)
         return A
+
+    def rk4(self, Q: np.ndarray, V: np.ndarray, steps: int, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """``steps`` RK4 steps of ``dt`` from each state (no joint torques; each stage one
+        ``aba``, positions by ``pinocchio::integrate``), state after state: the final
+        ``(Q, V)``."""
+        Q = np.array(Q, dtype=np.float64, order="C")
+        V = np.array(V, dtype=np.float64, order="C")
+        if Q.ndim != 2 or Q.shape[1] != self.nq or V.shape != (Q.shape[0], self.nv):
+            want = f"Q must be (B, {self.nq}) and V (B, {self.nv})"
+            raise ValueError(f"AbaLoop.rk4: {want}; got {Q.shape}, {V.shape}")
+        self._lib.sj_pin_rk4(self._handle, Q.shape[0], int(steps), float(dt), Q.ctypes.data, V.ctypes.data)
+        return Q, V
 
     def __del__(self):
         if getattr(self, "_handle", None):

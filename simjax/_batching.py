@@ -10,10 +10,11 @@ batch at once; a batch sharded over several devices must not be looped over).
 
 It is differentiable in both modes, composes with ``jit`` and nests under ``jax.vmap``
 like ``lax.map``. Measured in ``benchmarks/RESULTS.md`` ("sj.vmap"): 1.0-3.0x the
-throughput of one ``jax.vmap`` at B = 1024-16384 on a 2-core CPU. ``realize`` itself runs
-through :func:`chunked_jvp`, so a plain ``jax.vmap`` of a realization is chunked the same
-way (2026-12-06: 0.98-1.04x ``sj.vmap``'s throughput); ``sj.vmap`` chunks the rest of a
-user's function too.
+throughput of one ``jax.vmap`` at B = 1024-16384 on a 2-core CPU. ``realize`` and
+``simulate`` themselves run through :func:`chunked_jvp`, so a plain ``jax.vmap`` of a
+realization is chunked the same way (2026-12-06: 0.98-1.04x ``sj.vmap``'s throughput), and
+so is a plain ``jax.vmap`` of a whole rollout (each chunk's run in turn); ``sj.vmap`` chunks
+the rest of a user's function too.
 """
 
 from __future__ import annotations
