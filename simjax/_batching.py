@@ -172,21 +172,43 @@ def chunked_jvp(
         return f
 
     def call(*args: Any) -> Any:
-        flat, in_tree = jax.tree.flatten(args)
-        closed, shape = jax.make_jaxpr(lambda *xs: fun(*jax.tree.unflatten(in_tree, xs)), return_shape=True)(
-            *flat
-        )
-        traced = [isinstance(c, jax.core.Tracer) for c in closed.consts]
-        hoisted = [c for c, t in zip(closed.consts, traced) if t]
-        n = len(flat)
-
-        def body(*xs: jax.Array) -> list[jax.Array]:
-            it = iter(xs[n:])
-            consts = [next(it) if t else c for c, t in zip(closed.consts, traced)]
-            return jax.core.eval_jaxpr(closed.jaxpr, consts, *xs[:n])
-
+        body, flat, out_tree = _converted(fun, args)
         f = jax.custom_jvp(chunked(body))
         f.defjvp(lambda primals, tangents: jax.jvp(body, primals, tangents))
-        return jax.tree.unflatten(jax.tree.structure(shape), f(*flat, *hoisted))
+        return jax.tree.unflatten(out_tree, f(*flat))
 
     return call
+
+
+def chunked_vjp(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`chunked_jvp` for a ``fun`` that reverse mode alone differentiates (it holds a
+    ``custom_vjp``: ``simulate``'s adaptive integrators with their checkpointed loop): a
+    ``custom_vjp`` whose primal is :func:`chunked` and whose rule is ``jax.vjp(fun)``, whole.
+    Closed-over traced values become arguments as there."""
+
+    def call(*args: Any) -> Any:
+        body, flat, out_tree = _converted(fun, args)
+        f = jax.custom_vjp(chunked(body))
+        f.defvjp(lambda *xs: jax.vjp(body, *xs), lambda pullback, ct: pullback(ct))
+        return jax.tree.unflatten(out_tree, f(*flat))
+
+    return call
+
+
+def _converted(fun: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Callable[..., Any], list[Any], Any]:
+    """``fun(*args)`` as ``(body, flat, out_tree)``: ``body(*flat)`` evaluates ``fun``'s jaxpr
+    (traced once here) on ``args``' leaves followed by the traced values ``fun`` closes over,
+    and returns its flat outputs (``out_tree`` rebuilds them)."""
+    leaves, in_tree = jax.tree.flatten(args)
+    trace = jax.make_jaxpr(lambda *xs: fun(*jax.tree.unflatten(in_tree, xs)), return_shape=True)
+    closed, shape = trace(*leaves)
+    traced = [isinstance(c, jax.core.Tracer) for c in closed.consts]
+    hoisted = [c for c, t in zip(closed.consts, traced) if t]
+    n = len(leaves)
+
+    def body(*xs: jax.Array) -> list[jax.Array]:
+        rest = iter(xs[n:])
+        consts = [next(rest) if t else c for c, t in zip(closed.consts, traced)]
+        return jax.core.eval_jaxpr(closed.jaxpr, consts, *xs[:n])
+
+    return body, [*leaves, *hoisted], jax.tree.structure(shape)

@@ -121,39 +121,47 @@ def test_a_plain_jax_vmap_of_realize_runs_in_chunks_and_differentiates_as_before
         assert text.count("tensor<300x") < text.count("tensor<128x") / 10
 
 
-def test_a_plain_jax_vmap_of_simulate_runs_whole_rollouts_in_chunks():
+@pytest.mark.parametrize("integrator", ["rk4", "tsit5"])
+def test_a_plain_jax_vmap_of_simulate_runs_whole_rollouts_in_chunks(integrator):
     """``sj.simulate`` under a plain ``jax.vmap`` of 300 States runs each chunk's whole
-    rollout in turn (``_batching.chunked_jvp``), with what the run closes over batched too
-    (a policy's gains here): it equals the same runs 100 at a time, so do the gradients with
-    respect to the gains (vmap of grad, grad of vmap), and its program works on chunks."""
+    rollout in turn (``_batching.chunked_jvp``; for the adaptive integrators' checkpointed
+    loop ``chunked_vjp``), with what the run closes over batched too (a policy's gains
+    here): it equals the same runs 100 at a time, so do the gradients with respect to the
+    gains (vmap of grad, grad of vmap) and a central difference, and its program works on
+    chunks."""
     system, _, forces, mobods = random_tree(3, kinds=KINDS)
     sj.Force.CoordinateActuator(forces, mobods[1], 0, name="servo")
     _, batch = _batch(system, 300, seed=3)
     gains = jnp.linspace(0.5, 3.0, 300)
+    kw = dict(dt=5e-3) if integrator == "rk4" else dict(accuracy=1e-8)
 
     def final_q(s, k):
         policy = lambda t, st: -k * st.u[:1]  # closes over the batched gain
-        return sj.simulate(system, s, 0.05, t0=0.0, dt=5e-3, controls=policy).final_state.q
+        run = sj.simulate(system, s, 0.05, t0=0.0, integrator=integrator, controls=policy, **kw)
+        return run.final_state.q
 
     loss = lambda k, s: jnp.sum(final_q(s, k) ** 2)
     cases = {
         "final q": lambda b, k: jax.vmap(final_q)(b, k),
         "vmap of grad": lambda b, k: jax.vmap(jax.grad(loss))(k, b),
-        "grad of vmap": lambda b, k: jax.grad(lambda kk: jnp.sum(jax.vmap(loss)(kk, b)))(k),
     }
+    if integrator == "rk4":  # (the adaptive one's gradient compiles slowly: one order)
+        cases["grad of vmap"] = lambda b, k: jax.grad(lambda kk: jnp.sum(jax.vmap(loss)(kk, b)))(k)
     parts = [jax.tree.map(lambda x, i=i: x[i : i + 100], (batch, gains)) for i in range(0, 300, 100)]
+    whole = {}
     for name, f in cases.items():
-        whole = jax.jit(f)(batch, gains)
+        whole[name] = jax.jit(f)(batch, gains)
         by_parts = jnp.concatenate([jax.jit(f)(*p) for p in parts])
         np.testing.assert_allclose(
-            np.asarray(whole), np.asarray(by_parts), rtol=1e-11, atol=1e-14, err_msg=name
+            np.asarray(whole[name]), np.asarray(by_parts), rtol=1e-11, atol=1e-14, err_msg=name
         )
-    g, h = cases["vmap of grad"](batch, gains)[:2], 1e-5
+    # against central differences (the adaptive steps are not differentiated: looser)
+    h, at = 1e-5, jax.jit(loss)
     fd = [
-        (loss(k + h, s) - loss(k - h, s)) / (2 * h)
-        for k, s in ((gains[i], _member(batch, i)) for i in (0, 1))
+        (at(gains[i] + h, _member(batch, i)) - at(gains[i] - h, _member(batch, i))) / (2 * h) for i in (0, 1)
     ]
-    np.testing.assert_allclose(np.asarray(g), np.asarray(fd), rtol=1e-6)
+    rtol = 1e-6 if integrator == "rk4" else 1e-4
+    np.testing.assert_allclose(np.asarray(whole["vmap of grad"][:2]), np.asarray(fd), rtol=rtol, atol=1e-10)
     if jax.default_backend() == "cpu" and jax.device_count() == 1:
         text = jax.jit(jax.vmap(final_q)).lower(batch, gains).as_text()
         assert text.count("tensor<300x") < text.count("tensor<128x") / 10

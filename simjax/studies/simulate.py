@@ -719,7 +719,9 @@ def simulate(
 
     Output times and ``t1`` are static (Python numbers or NumPy arrays); the State may be
     traced, so ``jax.jit(jax.vmap(lambda s: simulate(system, s, 1.0, dt=1e-3)))`` works,
-    as does ``jax.grad`` through the whole rollout.
+    as does ``jax.grad`` through the whole rollout. Under a ``jax.vmap`` of more than 128
+    States on a single CPU device, each chunk of 128 runs its whole rollout in turn, as
+    ``sj.vmap`` does (its working set stays in cache); derivatives are unchanged.
     """
     integrator = integrator.lower()
     if integrator not in _FIXED and integrator not in _ADAPTIVE:
@@ -788,12 +790,13 @@ def simulate(
         # Under a plain ``jax.vmap`` of more than ``sj.vmap``'s chunk of States on a single
         # CPU device, the whole rollout runs in chunks (``_batching.chunked_jvp``; what it
         # closes over, ``ctl`` and a policy's traced numbers too, is batched as usual), each
-        # chunk's working set in cache for every step; its derivatives are unchanged. Not
-        # the adaptive integrators' checkpointed loop (adjoint='reverse'): a custom_vjp,
-        # which the chunks' derivative rule (a jvp) cannot go through.
+        # chunk's working set in cache for every step, and an adaptive chunk's loop ends
+        # with its own slowest member; its derivatives are unchanged. The adaptive
+        # integrators' checkpointed loop (adjoint='reverse') is a custom_vjp, which a jvp
+        # rule cannot go through: reverse mode's rule (``chunked_vjp``) serves it.
         run = lambda s: _simulate(model, s, t0, tuple(float(x) for x in times), cfg, events, reps, ctl)
-        in_chunks = integrator in _FIXED or adjoint == "forward"
-        traj = _batching.chunked_jvp(run)(state) if in_chunks else run(state)
+        reverse_only = integrator in _ADAPTIVE and adjoint == "reverse"
+        traj = (_batching.chunked_vjp if reverse_only else _batching.chunked_jvp)(run)(state)
     except TypeError as err:
         # jvp of the checkpointed loop (a custom_vjp) is refused by JAX with a bare message
         if integrator not in _ADAPTIVE or adjoint != "reverse" or "forward-mode" not in str(err):
