@@ -117,8 +117,9 @@ SJ_API void sj_pin_aba(void *h, int batch, const double *Q, const double *V, con
 // `steps` classical Runge-Kutta steps of `dt` from each of `batch` states (Q, V row-major, as
 // above; overwritten with the final states), no joint torques: each stage one `pinocchio::aba`,
 // positions moved along the configuration space with `pinocchio::integrate` (for revolute and
-// prismatic joints, plain RK4 in the coordinates). One state's whole run after another, as a
-// C++ user loops over a batch of simulations.
+// prismatic joints, plain RK4 in the coordinates; on a free flyer's group, without the
+// correction of higher-order Lie-group methods, a second-order method). One state's whole run
+// after another, as a C++ user loops over a batch of simulations.
 SJ_API void sj_pin_rk4(void *h, int batch, int steps, double dt, double *Q, double *V) {
   Loop &L = *static_cast<Loop *>(h);
   const pin::Model &m = L.model;
