@@ -597,8 +597,8 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
     rollout in turn, ``_batching.chunked_jvp``), under ``sj.vmap``, and with one State's
     model shared (a ``jax.vmap`` over ``(q, u)``), against the same RK4 with Pinocchio
     (``aba`` at each stage, ``integrate``): a C++ loop over the states (``--pinocchio-cpp``)
-    and a Python loop (timed on ``PY_STATES`` states, per state times B). The final states
-    are checked against the C++ loop's."""
+    and a Python loop (timed on ``PY_STATES`` states, per state times B). simjax's final
+    states and the C++ loop's are checked against the Python loop's."""
     import jax
     import oracle_models as om
 
@@ -694,8 +694,13 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
 PY_STATES = 32
 
 
+def ratio_cell(row: dict, key: str) -> str:
+    """A table cell for the ratio ``row[key]``, a dash where it was not measured (no peers)."""
+    return f"{row[key]:.2f}x" if key in row else "–"
+
+
 def batched_rollout_table(rows: list[dict]) -> str:
-    x = lambda r, k: f"{r[k]:.2f}x" if k in r else "–"
+    x = ratio_cell
     ms = lambda r, k: f"{r[k]:.0f}" if k in r else "–"
     head = (
         "| model | jax.vmap ms | sj.vmap ms | model shared ms | Pinocchio Python ms | Pinocchio C++ ms "
@@ -900,7 +905,7 @@ def chunk_table(rows: list[dict]) -> str:
     if cpp:
         head += " chunked vs Pinocchio C++ | shared vs Pinocchio C++ |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    x = lambda r, key: f"{r[key]:.2f}x" if key in r else "–"  # (no peers: a dash)
+    x = ratio_cell
     for r in rows:
         if "chunked_us_per_state" in r:
             shared = f"{r['shared_us_per_state']:.2f}" if "shared_us_per_state" in r else "–"

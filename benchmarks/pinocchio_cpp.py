@@ -146,11 +146,7 @@ class AbaLoop:
             raise ValueError(f"AbaLoop: damping must have shape ({self.nv},), got {self._damping.shape}")
 
     def __call__(self, Q: np.ndarray, V: np.ndarray) -> np.ndarray:
-        Q = np.ascontiguousarray(Q, dtype=np.float64)
-        V = np.ascontiguousarray(V, dtype=np.float64)
-        if Q.ndim != 2 or Q.shape[1] != self.nq or V.shape != (Q.shape[0], self.nv):
-            want = f"Q must be (B, {self.nq}) and V (B, {self.nv})"
-            raise ValueError(f"AbaLoop: {want}; got {Q.shape}, {V.shape}")
+        Q, V = self._states(Q, V, "AbaLoop", copy=False)
         A = np.empty_like(V)
         d = None if self._damping is None else self._damping.ctypes.data
         self._lib.sj_pin_aba(self._handle, Q.shape[0], Q.ctypes.data, V.ctypes.data, d, A.ctypes.data)
@@ -160,12 +156,17 @@ class AbaLoop:
         """``steps`` RK4 steps of ``dt`` from each state (no joint torques; each stage one
         ``aba``, positions by ``pinocchio::integrate``), state after state: the final
         ``(Q, V)``."""
-        Q = np.array(Q, dtype=np.float64, order="C")
-        V = np.array(V, dtype=np.float64, order="C")
+        Q, V = self._states(Q, V, "AbaLoop.rk4", copy=True)  # the loop writes the final states
+        self._lib.sj_pin_rk4(self._handle, Q.shape[0], int(steps), float(dt), Q.ctypes.data, V.ctypes.data)
+        return Q, V
+
+    def _states(self, Q: np.ndarray, V: np.ndarray, who: str, copy: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``Q``, ``V`` as C-contiguous float64 (copies if ``copy``), their shapes checked."""
+        as_c = (lambda x: np.array(x, dtype=np.float64, order="C")) if copy else np.ascontiguousarray
+        Q, V = as_c(Q), as_c(V)
         if Q.ndim != 2 or Q.shape[1] != self.nq or V.shape != (Q.shape[0], self.nv):
             want = f"Q must be (B, {self.nq}) and V (B, {self.nv})"
-            raise ValueError(f"AbaLoop.rk4: {want}; got {Q.shape}, {V.shape}")
-        self._lib.sj_pin_rk4(self._handle, Q.shape[0], int(steps), float(dt), Q.ctypes.data, V.ctypes.data)
+            raise ValueError(f"{who}: {want}; got {Q.shape}, {V.shape}")
         return Q, V
 
     def __del__(self):

@@ -171,13 +171,12 @@ def chunked_jvp(
         f.defjvp(rule)
         return f
 
-    def call(*args: Any) -> Any:
-        body, flat, out_tree = _converted(fun, args)
-        f = jax.custom_jvp(chunked(body))
-        f.defjvp(lambda primals, tangents: jax.jvp(body, primals, tangents))
-        return jax.tree.unflatten(out_tree, f(*flat))
+    def jvp_of(body: Callable[..., Any]) -> Callable[..., Any]:
+        g = jax.custom_jvp(chunked(body))
+        g.defjvp(lambda primals, tangents: jax.jvp(body, primals, tangents))
+        return g
 
-    return call
+    return _closure_converted(fun, jvp_of)
 
 
 def chunked_vjp(fun: Callable[..., Any]) -> Callable[..., Any]:
@@ -186,11 +185,20 @@ def chunked_vjp(fun: Callable[..., Any]) -> Callable[..., Any]:
     ``custom_vjp`` whose primal is :func:`chunked` and whose rule is ``jax.vjp(fun)``, whole.
     Closed-over traced values become arguments as there."""
 
+    def vjp_of(body: Callable[..., Any]) -> Callable[..., Any]:
+        g = jax.custom_vjp(chunked(body))
+        g.defvjp(lambda *xs: jax.vjp(body, *xs), lambda pullback, ct: pullback(ct))
+        return g
+
+    return _closure_converted(fun, vjp_of)
+
+
+def _closure_converted(fun: Callable[..., Any], wrap: Callable[..., Any]) -> Callable[..., Any]:
+    """``fun`` evaluated as ``wrap(body)`` of its closure-converted jaxpr (``_converted``)."""
+
     def call(*args: Any) -> Any:
         body, flat, out_tree = _converted(fun, args)
-        f = jax.custom_vjp(chunked(body))
-        f.defvjp(lambda *xs: jax.vjp(body, *xs), lambda pullback, ct: pullback(ct))
-        return jax.tree.unflatten(out_tree, f(*flat))
+        return jax.tree.unflatten(out_tree, wrap(body)(*flat))
 
     return call
 
