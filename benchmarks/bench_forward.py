@@ -48,6 +48,10 @@ the one the throughput mode checks against Pinocchio. ``--rollout-grad`` (with `
 also times ``jax.grad`` of ``sum(q(t1)^2)`` w.r.t. the start through ``sj.simulate``'s RK4
 (dt 1e-3, STEPS steps, B = 1) against that rollout, with a central-difference check
 (``bench_constrained.py --parts grad`` does the same for constrained models).
+``--batched-rollout SECONDS`` instead times B (the first of ``--batches``) RK4 rollouts
+(dt 1e-3) at once, against Pinocchio's RK4 (Python loop; C++ with ``--pinocchio-cpp``),
+MuJoCo's C rollout loop and (``--mjx``) MJX's, final states checked between them
+(``bench_batched_rollout``).
 ``--sync-dispatch`` runs JAX's CPU
 programs on the calling thread (``jax_cpu_enable_async_dispatch=False``; by default JAX hands
 each one to a worker thread, which costs a cross-core wake-up per synced call).
@@ -597,8 +601,10 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
     rollout in turn, ``_batching.chunked_jvp``), under ``sj.vmap``, and with one State's
     model shared (a ``jax.vmap`` over ``(q, u)``), against the same RK4 with Pinocchio
     (``aba`` at each stage, ``integrate``): a C++ loop over the states (``--pinocchio-cpp``)
-    and a Python loop (timed on ``PY_STATES`` states, per state times B). simjax's final
-    states and the C++ loop's are checked against the Python loop's."""
+    and a Python loop (timed on ``PY_STATES`` states, per state times B), and against MuJoCo's
+    RK4 on the same model: its C rollout loop and, with ``--mjx``, MJX's
+    (``mujoco_rollouts``). simjax's final states and the C++ loop's are checked against the
+    Python loop's, MuJoCo's and MJX's against simjax's."""
     import jax
     import oracle_models as om
 
@@ -609,9 +615,10 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
     s0 = system.realize_topology()
     B, dt = args.batches[0], 1e-3
     steps = int(round(args.batched_rollout / dt))
-    states = [om.random_state(spec, rng) for _ in range(B)]
-    Q = np.stack([qq for _, qq, _ in states])
-    U = np.stack([u for _, _, u in states])
+    n = B if args.distinct is None else min(B, max(args.distinct, 8))
+    states = [om.random_state(spec, rng) for _ in range(n)]
+    Q = np.stack([qq for _, qq, _ in states])[np.arange(B) % n]
+    U = np.stack([u for _, _, u in states])[np.arange(B) % n]
     batch = batch_states(s0, Q, U)
     t1 = steps * dt
 
@@ -677,12 +684,14 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
             qc, vc = loop.rk4(Qp[: len(ref)], Vp[: len(ref)], steps, dt)
             row["max_rel_err_cpp_vs_python"] = max(gap(qc[i], vc[i], r) for i, r in enumerate(ref))
             fns["pinocchio_cpp"] = lambda: loop.rk4(Qp, Vp, steps, dt)
+    if args.mjx or not args.no_peers:
+        mujoco_rollouts(spec, Q, U, out["jax_vmap"], steps, dt, args, row, fns)
     t = time_interleaved(fns, args.repeats, args.min_time)
     if "pinocchio" in t:
         t["pinocchio"] *= B / min(B, PY_STATES)
     for name, sec in t.items():
         row[f"{name}_ms"] = 1e3 * sec
-    for peer in ("pinocchio", "pinocchio_cpp"):
+    for peer in ("pinocchio", "pinocchio_cpp", "mujoco", "mjx"):
         for name in progs:
             if peer in t:
                 row[f"{name}_ratio_vs_{peer}"] = t[peer] / t[name]
@@ -692,6 +701,74 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
 
 # Pinocchio's Python RK4 loop is timed on this many states (it costs the same per state).
 PY_STATES = 32
+
+
+def mujoco_rollouts(spec, Q, U, mine, steps: int, dt: float, args, row: dict, fns: dict) -> None:
+    """MuJoCo's RK4 (``opt.integrator = RK4``, ``opt.timestep = dt``) on the same contact-free
+    model and states, for ``bench_batched_rollout``: its C rollout loop (``mujoco.rollout``,
+    one thread, all B rollouts in one call; unless ``--no-peers``) and, with ``--mjx``, MJX's
+    ``jit(vmap(lax.scan(mjx.step)))`` on simjax's device and dtype. Adds their timed calls to
+    ``fns`` and to ``row`` the gaps of simjax's final states (``mine``: (q, u)) to theirs."""
+    import jax
+    import jax.numpy as jnp
+    import oracle_models as om
+
+    try:
+        import mujoco
+    except ImportError:
+        if args.mjx:
+            raise
+        print("  (mujoco not installed: skipped)", file=sys.stderr)
+        return
+    mm = om.to_mujoco(spec)
+    m = mm.model
+    m.opt.integrator, m.opt.timestep = mujoco.mjtIntegrator.mjINT_RK4, dt
+    maps = [mm.map.qv(spec, q, u) for q, u in zip(Q, U)]
+    Qm, Vm = np.stack([x[0] for x in maps]), np.stack([x[1] for x in maps])
+    n = min(len(Q), 4)
+    ref = [mm.map.qv(spec, mine[0][i], mine[1][i])[:2] for i in range(n)]
+
+    def gap(q, v, r) -> float:  # as Pinocchio's: positions on the configuration space
+        dq = np.zeros(m.nv)
+        mujoco.mj_differentiatePos(m, dq, 1.0, r[0], q)
+        return float(np.abs(np.concatenate([dq, v - r[1]])).max() / max(1.0, np.abs(r[1]).max()))
+
+    if not args.no_peers:
+        import mujoco.rollout
+
+        full = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        d = mujoco.MjData(m)
+        init = np.zeros((len(Q), mujoco.mj_stateSize(m, full)))
+        for i in range(len(Q)):
+            d.qpos[:], d.qvel[:] = Qm[i], Vm[i]
+            mujoco.mj_getState(m, d, init[i], full)
+        states = np.empty((len(Q), steps, init.shape[1]))
+        run = lambda: mujoco.rollout.rollout(m, d, init, nstep=steps, state=states)
+        run()
+        a = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME)  # the state starts with the time
+        last = states[:, -1]
+        row["max_rel_err_vs_mujoco"] = max(
+            gap(last[i, a : a + m.nq], last[i, a + m.nq : a + m.nq + m.nv], r) for i, r in enumerate(ref)
+        )
+        fns["mujoco"] = run
+    if args.mjx:
+        from mujoco import mjx
+
+        mx = mjx.put_model(m)
+        d0 = mjx.make_data(mx)
+
+        def final(q, v):
+            step = lambda d, _: (mjx.step(mx, d), None)
+            d, _ = jax.lax.scan(step, d0.replace(qpos=q, qvel=v), None, length=steps)
+            return d.qpos, d.qvel
+
+        f = jax.jit(jax.vmap(final))
+        a = (jnp.asarray(Qm, d0.qpos.dtype), jnp.asarray(Vm, d0.qvel.dtype))
+        t0 = time.perf_counter()
+        qm, vm = jax.tree.map(np.asarray, jax.block_until_ready(f(*a)))
+        row["mjx_first_call_s"] = time.perf_counter() - t0
+        row["max_rel_err_mjx_vs_simjax"] = max(gap(qm[i], vm[i], r) for i, r in enumerate(ref))
+        fns["mjx"] = lambda: jax.block_until_ready(f(*a))
 
 
 def ratio_cell(row: dict, key: str) -> str:
@@ -716,6 +793,21 @@ def batched_rollout_table(rows: list[dict]) -> str:
             f"| {x(r, 'shared_ratio_vs_pinocchio')} / {x(r, 'shared_ratio_vs_pinocchio_cpp')} "
             f"| {r['jax_vmap_first_call_s']:.1f} |"
         )
+    if any("mujoco_ms" in r or "mjx_ms" in r for r in rows):
+        lines += [
+            "",
+            "| model | jax.vmap ms | MuJoCo C rollout ms | MJX ms | jax.vmap vs MuJoCo C / MJX "
+            "| simjax vs MuJoCo / MJX (final state) | first call s (MJX) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        err = lambda r, k: f"{r[k]:.1e}" if k in r else "–"
+        for r in rows:
+            first = f"{r['mjx_first_call_s']:.1f}" if "mjx_first_call_s" in r else "–"
+            lines.append(
+                f"| {r['model']} | {ms(r, 'jax_vmap_ms')} | {ms(r, 'mujoco_ms')} | {ms(r, 'mjx_ms')} "
+                f"| {x(r, 'jax_vmap_ratio_vs_mujoco')} / {x(r, 'jax_vmap_ratio_vs_mjx')} "
+                f"| {err(r, 'max_rel_err_vs_mujoco')} / {err(r, 'max_rel_err_mjx_vs_simjax')} | {first} |"
+            )
     return "\n".join(lines)
 
 

@@ -8,12 +8,14 @@
 # runs only the steps named):
 #   1. f64_small   bench_forward --device gpu --mjx: chain7, humanoid, B = 1024 ... 65536, float64
 #   2. f32_small   the same in float32
-#   3. f64_deep    chain50, chain20, float64, simjax alone
-#   4. f32_deep    the same in float32
-#   5. constrained bench_constrained --device gpu --parts forward (four-bar, welded humanoid)
-#   6. rollouts    bench_constrained --device gpu --parts rollout: 1 s RK4 rollouts with
+#   3. rollouts_mjx bench_forward --batched-rollout 0.1 --mjx: B = 8192 rollouts of 100 RK4
+#                  steps, chain7 and humanoid, simjax against MJX's scan of mjx.step, float64
+#   4. f64_deep    chain50, chain20, float64, simjax alone
+#   5. f32_deep    the same in float32
+#   6. constrained bench_constrained --device gpu --parts forward (four-bar, welded humanoid)
+#   7. rollouts    bench_constrained --device gpu --parts rollout: 1 s RK4 rollouts with
 #                  projection, four-bar at B = 1024, welded humanoid at B = 256
-#   7. f64_chain20_mjx  chain20 with MJX, B = 1024 and 65536
+#   8. f64_chain20_mjx  chain20 with MJX, B = 1024 and 65536
 # Peers' CPU loops are left out (--no-peers: their CPU numbers are in RESULTS.md); MJX runs
 # on the same GPU in the same dtype. MJX's deep chains come last and few: its programs
 # take long to compile (XLA:CPU, this repo's 2-core machine: chain20 34 s, chain50 223 s,
@@ -21,7 +23,7 @@
 # larger batches (--distinct). Everything lands in $OUT: log.txt (the tables) and
 # results.json (every step's JSON, merged after each step, so a cut-off run keeps what it did).
 #
-# SMALL_BATCHES, DEEP_BATCHES, CONSTRAINED_BATCHES, ROLLOUT_BATCHES, HUMANOID_ROLLOUT_BATCHES,
+# SMALL_BATCHES, ROLLOUT_MJX_BATCH, DEEP_BATCHES, CONSTRAINED_BATCHES, ROLLOUT_BATCHES, HUMANOID_ROLLOUT_BATCHES,
 # DISTINCT and DEVICE (cpu: try it where there is no GPU, with small batches) override the
 # defaults below.
 #
@@ -101,6 +103,8 @@ read -r -a cfd <<<"${CONSTRAINED_BATCHES:-1024 16384}"
 fwd=("$root/benchmarks/bench_forward.py" --device "$dev" --no-peers --distinct "${DISTINCT:-4096}" --repeats 5)
 step f64_small 150 "${fwd[@]}" --mjx --models chain7 humanoid --batches "${small[@]}"
 step f32_small 120 "${fwd[@]}" --mjx --float32 --models chain7 humanoid --batches "${small[@]}"
+step rollouts_mjx 150 "${fwd[@]}" --mjx --batched-rollout 0.1 --models chain7 humanoid \
+    --batches "${ROLLOUT_MJX_BATCH:-8192}"
 step f64_deep 80 "${fwd[@]}" --models chain50 chain20 --batches "${deep[@]}"
 step f32_deep 70 "${fwd[@]}" --float32 --models chain50 chain20 --batches "${deep[@]}"
 step constrained 70 "$root/benchmarks/bench_constrained.py" --device "$dev" --no-peers --parts forward \

@@ -96,23 +96,29 @@ def test_bench_forward_pinocchio_cpp_peer_agrees(tmp_path):
 
 
 @pytest.mark.oracle
-def test_bench_forward_batched_rollout_mode_checks_the_runs_against_pinocchio(tmp_path):
+def test_bench_forward_batched_rollout_mode_checks_the_runs_against_pinocchio_and_mujoco(tmp_path):
     """``--batched-rollout``: B rollouts under a plain ``jax.vmap``, ``sj.vmap`` and with the
-    model shared, against Pinocchio's RK4 in Python and (where it builds) in C++; on a chain
-    the final states agree to round-off."""
+    model shared, against Pinocchio's RK4 in Python and (where it builds) in C++, MuJoCo's
+    RK4 in its C rollout loop and MJX's; on a chain the final states agree to round-off."""
     pytest.importorskip("pinocchio")
+    pytest.importorskip("mujoco.rollout")
     cpp = _pinocchio_cpp().missing() is None
+    mjx = importlib.util.find_spec("mujoco.mjx") is not None
     out = tmp_path / "batched.json"
     run_bench(
         "--batched-rollout", "0.005", "--models", "chain7", "--batches", "3", "--repeats", "1",
-        "--min-time", "0.001", *(["--pinocchio-cpp"] if cpp else []), "--json", str(out),
+        "--min-time", "0.001", *(["--pinocchio-cpp"] if cpp else []), *(["--mjx"] if mjx else []),
+        "--json", str(out),
     )  # fmt: skip
     (row,) = json.loads(out.read_text())["batched_rollout"]
     assert row["batch"] == 3 and row["steps"] == 5
     assert row["max_abs_diff_sj_vmap_vs_jax_vmap"] < 1e-14 and row["max_abs_diff_shared_vs_jax_vmap"] < 1e-12
     assert row["max_rel_err_vs_pinocchio"] < 1e-12 and row["jax_vmap_ratio_vs_pinocchio"] > 0
+    assert row["max_rel_err_vs_mujoco"] < 1e-12 and row["jax_vmap_ratio_vs_mujoco"] > 0
     if cpp:
         assert row["max_rel_err_cpp_vs_python"] < 1e-12 and row["jax_vmap_ratio_vs_pinocchio_cpp"] > 0
+    if mjx:
+        assert row["max_rel_err_mjx_vs_simjax"] < 1e-12 and row["jax_vmap_ratio_vs_mjx"] > 0
 
 
 @pytest.mark.oracle
