@@ -12,7 +12,10 @@ For each model and batch size B, times (side by side, in one process):
   ``--pinocchio-cpp`` also the same ``pinocchio::aba`` looped in C++ (``pinocchio_cpp.py``:
   Pinocchio's headers compiled here with ``-O3``, called once per batch), the
   peer without the binding's cost per call (about 0.5 µs here).
-* MuJoCo: ``d.qpos[:] = q; d.qvel[:] = v; mujoco.mj_forward(m, d)`` in a Python loop.
+* MuJoCo: ``d.qpos[:] = q; d.qvel[:] = v; mujoco.mj_forward(m, d)`` in a Python loop, and
+  MuJoCo's own C loop ("mujoco C"): ``mujoco.rollout.rollout`` of one ``mj_step`` from each
+  state (forward dynamics plus the model's Euler update, which costs little beside it), one
+  thread, all B in one call; its last state's ``qacc`` is checked against simjax's ``udot``.
 * MJX (``--mjx``; ``pip install mujoco-mjx``): the same MuJoCo model (contacts, equality
   constraints, springs and dampers off: the models are contact-free) under
   ``jax.jit(jax.vmap(lambda q, v: mjx.forward(mx, d.replace(qpos=q, qvel=v)).qacc))``, on
@@ -373,6 +376,25 @@ def mujoco_loop(mm, Q, V):
     return run
 
 
+def mujoco_c_loop(mm, Q, V):
+    """MuJoCo's own C loop over the states: ``mujoco.rollout.rollout`` of one ``mj_step``
+    (forward dynamics, then the model's Euler integration, which costs little beside it) from
+    each state, one thread, all B in one call. Returns ``(run, qacc of the last state)``."""
+    import mujoco
+    import mujoco.rollout
+
+    m, d = mm.model, mujoco.MjData(mm.model)
+    full = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    init = np.zeros((len(Q), mujoco.mj_stateSize(m, full)))
+    for i, (q, v) in enumerate(zip(Q, V)):
+        d.qpos[:], d.qvel[:] = q, v
+        mujoco.mj_getState(m, d, init[i], full)
+    out = np.empty((len(Q), 1, init.shape[1]))
+    run = lambda: mujoco.rollout.rollout(m, d, init, nstep=1, state=out)
+    run()
+    return run, d.qacc.copy()  # d holds the last rollout's data
+
+
 def mjx_forward(mm, batch: int):
     """MJX's batched forward dynamics of the MuJoCo model ``mm.model``: ``(f, lower s, compile s)``
     with ``f(Q, V) -> qacc`` compiled for ``batch`` states (cold caches, like simjax's)."""
@@ -457,8 +479,13 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
             )
         if "pinocchio" in peers and args.pinocchio_cpp:
             fns["pinocchio_cpp"] = pinocchio_cpp_loop(peers["pinocchio"], *peer_qv["pinocchio"][:2], B)
+        mujoco_c_err: dict = {}
         if "mujoco" in peers:
-            fns["mujoco"] = mujoco_loop(peers["mujoco"], peer_qv["mujoco"][0][:B], peer_qv["mujoco"][1][:B])
+            mq, mv, mmaps = peer_qv["mujoco"]
+            fns["mujoco"] = mujoco_loop(peers["mujoco"], mq[:B], mv[:B])
+            fns["mujoco_c"], qacc_last = mujoco_c_loop(peers["mujoco"], mq[:B], mv[:B])
+            mine = peers["mujoco"].map.udot_to_simjax(qacc_last, *mmaps[(B - 1) % len(mmaps)][2:])
+            mujoco_c_err = {"max_rel_err_mujoco_c_vs_simjax": max_rel_err(mine[None], udot[B - 1 : B])}
         mjx_row: dict = {}
         if mjx_model is not None:
             mf, m_lower, m_compile = mjx_forward(mjx_model, B)
@@ -481,15 +508,16 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
             "simjax_lower_s": t_lower,
             "simjax_compile_s": t_compile,
             **mjx_row,
+            **mujoco_c_err,
         }
         for name, sec in t.items():
             row[f"{name}_us_per_state"] = 1e6 * sec / B
             row[f"{name}_states_per_s"] = B / sec
-            if name in peers or name in ("mjx", "pinocchio_cpp"):
+            if name in peers or name in ("mjx", "pinocchio_cpp", "mujoco_c"):
                 row[f"ratio_vs_{name}"] = sec / t["simjax"]
         if "chunked" in t:
             row["chunk"] = args.chunk
-            for peer in ("pinocchio", "pinocchio_cpp"):
+            for peer in ("pinocchio", "pinocchio_cpp", "mujoco_c"):
                 if peer in t:
                     row[f"chunked_ratio_vs_{peer}"] = t[peer] / t["chunked"]
                     row[f"shared_ratio_vs_{peer}"] = t[peer] / t["shared"]
@@ -925,7 +953,13 @@ def fmt_rate(x: float) -> str:
     return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
 
 
-PEER_LABELS = {"pinocchio": "pin", "pinocchio_cpp": "pin C++", "mujoco": "mujoco", "mjx": "mjx"}
+PEER_LABELS = {
+    "pinocchio": "pin",
+    "pinocchio_cpp": "pin C++",
+    "mujoco": "mujoco",
+    "mujoco_c": "mujoco C",
+    "mjx": "mjx",
+}
 
 
 def throughput_table(rows: list[dict]) -> str:
@@ -934,6 +968,8 @@ def throughput_table(rows: list[dict]) -> str:
     for p in peers:
         head += f" {PEER_LABELS[p]} µs/state | {PEER_LABELS[p]} states/s |"
     head += "".join(f" simjax/{PEER_LABELS[p]} |" for p in peers) + " max rel err vs pin |"
+    if "mujoco_c" in peers:
+        head += " mujoco C vs simjax |"
     if "mjx" in peers:
         head += " mjx vs simjax |"
     on_cpu = not any("max_rel_err_vs_cpu" in r for r in rows)
@@ -956,7 +992,9 @@ def throughput_table(rows: list[dict]) -> str:
         for peer in peers:
             key = f"ratio_vs_{peer}"
             cells.append(f"{r[key]:.2f}x" if key in r else "–")
-        keys = ["max_rel_err_vs_pinocchio"] + (["max_rel_err_mjx_vs_simjax"] if "mjx" in peers else [])
+        keys = ["max_rel_err_vs_pinocchio"]
+        keys += ["max_rel_err_mujoco_c_vs_simjax"] if "mujoco_c" in peers else []
+        keys += ["max_rel_err_mjx_vs_simjax"] if "mjx" in peers else []
         for key in keys + ([] if on_cpu else ["max_rel_err_vs_cpu"]):
             err = r.get(key)
             cells.append(f"{err:.1e}" if err is not None else "–")
@@ -996,6 +1034,9 @@ def chunk_table(rows: list[dict]) -> str:
     )
     if cpp:
         head += " chunked vs Pinocchio C++ | shared vs Pinocchio C++ |"
+    mjc = any("shared_ratio_vs_mujoco_c" in r for r in rows)
+    if mjc:
+        head += " chunked vs MuJoCo C | shared vs MuJoCo C |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     x = ratio_cell
     for r in rows:
@@ -1011,6 +1052,8 @@ def chunk_table(rows: list[dict]) -> str:
                 line += (
                     f" {x(r, 'chunked_ratio_vs_pinocchio_cpp')} | {x(r, 'shared_ratio_vs_pinocchio_cpp')} |"
                 )
+            if mjc:
+                line += f" {x(r, 'chunked_ratio_vs_mujoco_c')} | {x(r, 'shared_ratio_vs_mujoco_c')} |"
             lines.append(line)
     return "\n".join(lines)
 

@@ -40,6 +40,8 @@ def test_bench_forward_runs_and_checks_udot(tmp_path):
     assert row["model"] == "chain7" and row["batch"] == 2 and row["simjax_us_per_state"] > 0
     if "max_rel_err_vs_pinocchio" in row:
         assert row["max_rel_err_vs_pinocchio"] < 1e-10
+    if "mujoco_c_us_per_state" in row:  # MuJoCo's C loop (mujoco.rollout of one mj_step)
+        assert row["max_rel_err_mujoco_c_vs_simjax"] < 1e-10 and row["ratio_vs_mujoco_c"] > 0
 
 
 def test_bench_forward_rollout_mode_times_a_step_a_call_and_an_eager_realize(tmp_path):
