@@ -376,23 +376,32 @@ def mujoco_loop(mm, Q, V):
     return run
 
 
-def mujoco_c_loop(mm, Q, V):
-    """MuJoCo's own C loop over the states: ``mujoco.rollout.rollout`` of one ``mj_step``
-    (forward dynamics, then the model's Euler integration, which costs little beside it) from
-    each state, one thread, all B in one call. Returns ``(run, qacc of the last state)``."""
+def mujoco_rollout_loop(m, Q, V, steps: int):
+    """MuJoCo's own C loop over the states: ``mujoco.rollout.rollout`` of ``steps`` ``mj_step``s
+    of the model ``m`` from each ``(qpos, qvel)``, one thread, all B in one call. Returns
+    ``(run, states, data)``: ``states`` (B, steps, n) is what ``run`` fills (each row starts
+    with the time, then qpos and qvel) and ``data`` holds the last rollout's."""
     import mujoco
     import mujoco.rollout
 
-    m, d = mm.model, mujoco.MjData(mm.model)
+    d = mujoco.MjData(m)
     full = mujoco.mjtState.mjSTATE_FULLPHYSICS
     init = np.zeros((len(Q), mujoco.mj_stateSize(m, full)))
     for i, (q, v) in enumerate(zip(Q, V)):
         d.qpos[:], d.qvel[:] = q, v
         mujoco.mj_getState(m, d, init[i], full)
-    out = np.empty((len(Q), 1, init.shape[1]))
-    run = lambda: mujoco.rollout.rollout(m, d, init, nstep=1, state=out)
+    states = np.empty((len(Q), steps, init.shape[1]))
+    run = lambda: mujoco.rollout.rollout(m, d, init, nstep=steps, state=states)
     run()
-    return run, d.qacc.copy()  # d holds the last rollout's data
+    return run, states, d
+
+
+def mujoco_c_loop(mm, Q, V):
+    """One ``mj_step`` (forward dynamics, then the model's Euler integration, which costs
+    little beside it) from each state in MuJoCo's C loop. Returns ``(run, qacc of the last
+    state)``."""
+    run, _, d = mujoco_rollout_loop(mm.model, Q, V, 1)
+    return run, d.qacc.copy()
 
 
 def mjx_forward(mm, batch: int):
@@ -762,17 +771,7 @@ def mujoco_rollouts(spec, Q, U, mine, steps: int, dt: float, args, row: dict, fn
         return float(np.abs(np.concatenate([dq, v - r[1]])).max() / max(1.0, np.abs(r[1]).max()))
 
     if not args.no_peers:
-        import mujoco.rollout
-
-        full = mujoco.mjtState.mjSTATE_FULLPHYSICS
-        d = mujoco.MjData(m)
-        init = np.zeros((len(Q), mujoco.mj_stateSize(m, full)))
-        for i in range(len(Q)):
-            d.qpos[:], d.qvel[:] = Qm[i], Vm[i]
-            mujoco.mj_getState(m, d, init[i], full)
-        states = np.empty((len(Q), steps, init.shape[1]))
-        run = lambda: mujoco.rollout.rollout(m, d, init, nstep=steps, state=states)
-        run()
+        run, states, _ = mujoco_rollout_loop(m, Qm, Vm, steps)
         a = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME)  # the state starts with the time
         last = states[:, -1]
         row["max_rel_err_vs_mujoco"] = max(
