@@ -11,9 +11,15 @@ no couplers on either side. For each batch size B, side by side in one process, 
 * Pinocchio: ``pin.aba(model, data, q, v, -damping * v)`` in a Python loop over the same B
   states (the URDFs' joint damping, which simjax models as mobility dampers); with
   ``--pinocchio-cpp`` also the same ``pinocchio::aba`` looped in C++ (``pinocchio_cpp.py``),
-  without the binding's cost per call.
+  without the binding's cost per call;
+* MuJoCo's own C loop ("mujoco C", where ``mujoco`` is installed): the same URDF compiled by
+  MuJoCo (its visual and collision geometry left out, a free joint added to the root link of
+  a floating robot, constraints off; the joints' damping kept, as on the other sides), one
+  ``mj_step`` from each state by ``mujoco.rollout`` (forward dynamics plus the model's Euler
+  update, which costs little beside it), one thread, the whole batch in one call.
 
-simjax's ``udot`` is checked against Pinocchio's at the first 8 states. ``--chunk N`` also
+simjax's ``udot`` is checked against Pinocchio's at the first 8 states, and against MuJoCo's
+``qacc`` at the last. ``--chunk N`` also
 times ``jit(sj.vmap(..., chunk_size=N))`` (the batch in chunks of N states) and its ratio.
 
     python benchmarks/bench_robots.py --batches 1 64 1024 --json benchmarks/results/robots_f64.json
@@ -38,6 +44,68 @@ ROBOT_KEYS = ["panda", "solo12", "talos", "talos_full"]
 EXTRA_ROBOTS = {"talos_full": ("talos_data/robots/talos_full_v2.urdf", True)}
 
 
+def mujoco_robot(path: Path, floating: bool):
+    """MuJoCo's model of the URDF at ``path``: its geometry left out (the dynamics does not
+    read it, and its meshes' package paths do not resolve here), a free joint on the root link
+    if ``floating``, constraints and contacts off."""
+    import re
+
+    import mujoco
+
+    text = path.read_text()
+    for tag in ("visual", "collision"):
+        text = re.sub(rf"<{tag}\b.*?</{tag}>", "", text, flags=re.S)
+    spec = mujoco.MjSpec.from_string(text)
+    if floating:
+        spec.worldbody.first_body().add_freejoint()
+    m = spec.compile()
+    m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT) | int(
+        mujoco.mjtDisableBit.mjDSBL_CONTACT
+    )
+    return m
+
+
+def mujoco_maps(m, lm, floating: bool):
+    """``(to_mujoco, udot_from_qacc)`` between simjax's ``(q, u)`` of the loaded robot ``lm`` and
+    MuJoCo's model ``m`` of the same file, joints matched by name. simjax's Free joint has
+    ``q = [quaternion | p]``, ``u = [w | v]`` in Ground; MuJoCo's ``qpos = [p | quaternion]``,
+    ``qvel = [v in the world | w in the body]``, so its ``qacc`` is ``[dv | R^T dw]``."""
+    s0 = lm.state
+    idx = [
+        (int(m.joint(n).qposadr[0]), int(m.joint(n).dofadr[0]), c.q_index(s0), c.u_index(s0))
+        for n, c in lm.coordinates.items()
+    ]
+
+    def rot(quat):
+        w, x, y, z = quat / np.linalg.norm(quat)
+        return np.array(
+            [
+                [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+            ]
+        )
+
+    def to_mujoco(q, u):
+        qpos, qvel = np.zeros(m.nq), np.zeros(m.nv)
+        for a, v, sq, su in idx:
+            qpos[a], qvel[v] = q[sq], u[su]
+        if floating:
+            qpos[:7] = np.r_[q[4:7], q[:4]]
+            qvel[:6] = np.r_[u[3:6], rot(q[:4]).T @ u[0:3]]
+        return qpos, qvel
+
+    def udot_from_qacc(qacc, q):
+        udot = np.zeros(s0.u.size)
+        for _, v, _, su in idx:
+            udot[su] = qacc[v]
+        if floating:
+            udot[0:3], udot[3:6] = rot(q[:4]) @ qacc[3:6], qacc[0:3]
+        return udot
+
+    return to_mujoco, udot_from_qacc
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--robots", nargs="+", default=ROBOT_KEYS)
@@ -55,7 +123,14 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     import jax
-    from bench_forward import machine_info, max_rel_err, pinocchio_cpp_info, select_device, time_interleaved
+    from bench_forward import (
+        machine_info,
+        max_rel_err,
+        mujoco_rollout_loop,
+        pinocchio_cpp_info,
+        select_device,
+        time_interleaved,
+    )
 
     select_device(args.device)
     jax.config.update("jax_enable_x64", True)
@@ -104,6 +179,13 @@ def main(argv=None) -> None:
         Q = np.stack([q for q, _ in states])
         U = np.stack([u for _, u in states])
         pins = [r.to_pin(q, u) for q, u in states]
+        try:
+            mj = mujoco_robot(path, floating)
+        except ImportError:
+            mj = None
+        if mj is not None:
+            to_mujoco, udot_from_qacc = mujoco_maps(mj, lm, floating)
+            mjs = [to_mujoco(q, u) for q, u in states]
         for B in args.batches:
             q, u = jnp.asarray(Q[:B]), jnp.asarray(U[:B])
             t0 = time.perf_counter()
@@ -128,6 +210,13 @@ def main(argv=None) -> None:
                 Vp = np.stack([vp for _, vp, _, _ in pins[:B]])
                 loop = pinocchio_cpp.checked_loop(r.pin, r.data, Qp, Vp, damping=r.pin.damping)
                 fns["pinocchio_cpp"] = lambda loop=loop, a=Qp, b=Vp: loop(a, b)
+            mj_err = None
+            if mj is not None:
+                Qm = np.stack([qm for qm, _ in mjs[:B]])
+                Vm = np.stack([vm for _, vm in mjs[:B]])
+                fns["mujoco_c"], _, mj_data = mujoco_rollout_loop(mj, Qm, Vm, 1)
+                mj_udot = udot_from_qacc(mj_data.qacc, Q[B - 1])  # the data of the last state
+                mj_err = max_rel_err(np.asarray(udot[B - 1 : B]), mj_udot[None])
             if fc is not None and B > args.chunk:
                 np.testing.assert_allclose(np.asarray(fc(q, u)), udot, rtol=1e-9, atol=1e-9)
                 fns["chunked"] = lambda q=q, u=u: jax.block_until_ready(fc(q, u))
@@ -155,6 +244,14 @@ def main(argv=None) -> None:
                 )
                 if "chunked" in t:
                     row["chunked_ratio_vs_pinocchio_cpp"] = t["pinocchio_cpp"] / t["chunked"]
+            if "mujoco_c" in t:
+                row.update(
+                    mujoco_c_us_per_state=1e6 * t["mujoco_c"] / B,
+                    ratio_vs_mujoco_c=t["mujoco_c"] / t["simjax"],
+                    max_rel_err_mujoco_c_vs_simjax=mj_err,
+                )
+                if "chunked" in t:
+                    row["chunked_ratio_vs_mujoco_c"] = t["mujoco_c"] / t["chunked"]
             rows.append(row)
             print(
                 f"{key:7s} nu={r.nu:3d} B={B:5d}: first call {t_first:5.1f} s, simjax "
@@ -175,6 +272,15 @@ def main(argv=None) -> None:
                     f"{'':7s} pinocchio looped in C++: {row['pinocchio_cpp_us_per_state']:6.2f} us/state; "
                     f"throughput vs it: simjax {row['ratio_vs_pinocchio_cpp']:.2f}x"
                     + (f", sj.vmap in chunks {best:.2f}x" if "chunked" in t else ""),
+                    flush=True,
+                )
+            if "mujoco_c" in t:
+                best = row.get("chunked_ratio_vs_mujoco_c", row["ratio_vs_mujoco_c"])
+                print(
+                    f"{'':7s} MuJoCo's C loop: {row['mujoco_c_us_per_state']:6.2f} us/state; "
+                    f"throughput vs it: simjax {row['ratio_vs_mujoco_c']:.2f}x"
+                    + (f", sj.vmap in chunks {best:.2f}x" if "chunked" in t else "")
+                    + f"; udot vs its qacc {mj_err:.1e}",
                     flush=True,
                 )
     if args.json:

@@ -163,3 +163,28 @@ def test_gpu_run_script_runs_a_step_and_merges_its_json(tmp_path):
     assert [(r["model"], r["batch"]) for r in rows] == cases
     assert all(r["simjax_us_per_state"] > 0 for r in rows)
     assert "--distinct" in res["info"]["argv"]
+
+
+@pytest.mark.oracle
+def test_bench_robots_checks_udot_against_pinocchio_and_mujocos_c_loop(tmp_path):
+    """``bench_robots.py`` on a fixed-base and a floating robot from their URDFs: simjax's
+    ``udot`` against Pinocchio's ``aba`` and against the ``qacc`` of MuJoCo's C loop on the
+    same file as MuJoCo compiles it (joints matched by name, the free joint's conventions
+    mapped)."""
+    pytest.importorskip("pinocchio")
+    pytest.importorskip("mujoco.rollout")
+    from test_io_urdf import _cached_robots, _installed_robots
+
+    _installed_robots() or _cached_robots()  # fetched and cached as the URDF tests do (skips offline)
+    out = tmp_path / "robots.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_robots.py"), "--robots", "panda", "solo12",
+         "--batches", "3", "--repeats", "1", "--min-time", "0.001", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=True,
+        env={k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")},
+    )  # fmt: skip
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["robot"] for r in rows] == ["panda", "solo12"]
+    for r in rows:
+        assert r["max_rel_err_vs_pinocchio"] < 1e-10 and r["max_rel_err_mujoco_c_vs_simjax"] < 1e-10
+        assert r["ratio_vs_pinocchio"] > 0 and r["ratio_vs_mujoco_c"] > 0
