@@ -70,21 +70,13 @@ def mujoco_maps(m, lm, floating: bool):
     MuJoCo's model ``m`` of the same file, joints matched by name. simjax's Free joint has
     ``q = [quaternion | p]``, ``u = [w | v]`` in Ground; MuJoCo's ``qpos = [p | quaternion]``,
     ``qvel = [v in the world | w in the body]``, so its ``qacc`` is ``[dv | R^T dw]``."""
+    from test_io_urdf import _rot_from_quat
+
     s0 = lm.state
     idx = [
         (int(m.joint(n).qposadr[0]), int(m.joint(n).dofadr[0]), c.q_index(s0), c.u_index(s0))
         for n, c in lm.coordinates.items()
     ]
-
-    def rot(quat):
-        w, x, y, z = quat / np.linalg.norm(quat)
-        return np.array(
-            [
-                [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-            ]
-        )
 
     def to_mujoco(q, u):
         qpos, qvel = np.zeros(m.nq), np.zeros(m.nv)
@@ -92,7 +84,7 @@ def mujoco_maps(m, lm, floating: bool):
             qpos[a], qvel[v] = q[sq], u[su]
         if floating:
             qpos[:7] = np.r_[q[4:7], q[:4]]
-            qvel[:6] = np.r_[u[3:6], rot(q[:4]).T @ u[0:3]]
+            qvel[:6] = np.r_[u[3:6], _rot_from_quat(q[:4]).T @ u[0:3]]
         return qpos, qvel
 
     def udot_from_qacc(qacc, q):
@@ -100,7 +92,7 @@ def mujoco_maps(m, lm, floating: bool):
         for _, v, _, su in idx:
             udot[su] = qacc[v]
         if floating:
-            udot[0:3], udot[3:6] = rot(q[:4]) @ qacc[3:6], qacc[0:3]
+            udot[0:3], udot[3:6] = _rot_from_quat(q[:4]) @ qacc[3:6], qacc[0:3]
         return udot
 
     return to_mujoco, udot_from_qacc
