@@ -166,17 +166,13 @@ def chunked_jvp(
     jaxpr and the traced values it closed over become arguments of their own, batched and
     differentiated like the others (``custom_vmap`` and ``custom_jvp`` refuse closed-over
     batched values). With a ``rule``, ``fun`` must close over none."""
-    if rule is not None:
-        f = jax.custom_jvp(chunked(fun))
-        f.defjvp(rule)
-        return f
 
-    def jvp_of(body: Callable[..., Any]) -> Callable[..., Any]:
+    def jvp_of(body: Callable[..., Any], own: Callable[..., Any] | None = None) -> Callable[..., Any]:
         g = jax.custom_jvp(chunked(body))
-        g.defjvp(lambda primals, tangents: jax.jvp(body, primals, tangents))
+        g.defjvp(own or (lambda primals, tangents: jax.jvp(body, primals, tangents)))
         return g
 
-    return _closure_converted(fun, jvp_of)
+    return jvp_of(fun, rule) if rule is not None else _closure_converted(fun, jvp_of)
 
 
 def chunked_vjp(fun: Callable[..., Any]) -> Callable[..., Any]:
