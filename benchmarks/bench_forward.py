@@ -424,6 +424,21 @@ def mjx_forward(mm, batch: int):
     return compiled, t1 - t0, time.perf_counter() - t1
 
 
+def peer_layout(peer, spec, Q, U):
+    """The states ``(Q, U)`` in a peer model's layout (``oracle_models.PeerMap.qv``):
+    ``(q, v, (q, v, T, c) per state)``."""
+    maps = [peer.map.qv(spec, q, u) for q, u in zip(Q, U)]
+    return np.stack([r[0] for r in maps]), np.stack([r[1] for r in maps]), maps
+
+
+def state_gap(dq: np.ndarray, dv: np.ndarray, v_ref: np.ndarray) -> float:
+    """A final state's distance to a reference one: the largest of the position difference
+    taken on the configuration space (a peer's ``difference``: a quaternion and its negative
+    are one pose) and the speed difference, relative to the reference speeds' size as in
+    ``max_rel_err``."""
+    return float(np.abs(np.concatenate([dq, dv])).max() / max(1.0, np.abs(v_ref).max()))
+
+
 def build_peers(spec, no_peers: bool) -> dict:
     import oracle_models as om
 
@@ -455,11 +470,9 @@ def bench_model(key: str, batches: list[int], args, rng) -> list[dict]:
     # Peer layouts of the same states: (q, v, (q, v, T, c) per state).
     peer_qv = {}
     for name, pm in peers.items():
-        maps = [pm.map.qv(spec, q, u) for q, u in zip(Q, U)]
-        peer_qv[name] = (np.stack([r[0] for r in maps]), np.stack([r[1] for r in maps]), maps)
+        peer_qv[name] = peer_layout(pm, spec, Q, U)
     if mjx_model is not None and "mujoco" not in peer_qv:
-        maps = [mjx_model.map.qv(spec, q, u) for q, u in zip(Q, U)]
-        peer_qv["mujoco"] = (np.stack([r[0] for r in maps]), np.stack([r[1] for r in maps]), maps)
+        peer_qv["mujoco"] = peer_layout(mjx_model, spec, Q, U)
     if n < max(batches):  # --distinct: repeat the n states (copies: each has its own memory)
         idx = np.arange(max(batches)) % n
         Q, U = Q[idx], U[idx]
@@ -684,8 +697,7 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
         import pinocchio as pin
 
         pm = om.to_pinocchio(spec)
-        maps = [pm.map.qv(spec, q, u) for q, u in zip(Q, U)]
-        Qp, Vp = np.stack([m[0] for m in maps]), np.stack([m[1] for m in maps])
+        Qp, Vp, _ = peer_layout(pm, spec, Q, U)
         model, data, tau = pm.model, pm.data, np.zeros(pm.model.nv)
 
         def rk4_py(q, v):
@@ -707,11 +719,7 @@ def bench_batched_rollout(key: str, args, rng) -> dict:
         mine = [pm.map.qv(spec, out["jax_vmap"][0][i], out["jax_vmap"][1][i]) for i in range(min(B, 4))]
         ref = [rk4_py(Qp[i], Vp[i]) for i in range(len(mine))]
 
-        # Positions compared on the configuration space (a quaternion and its negative are
-        # one pose), relative to the speeds' size as in max_rel_err.
-        def gap(q, v, r) -> float:
-            d = np.concatenate([pin.difference(model, r[0], q), v - r[1]])
-            return float(np.abs(d).max() / max(1.0, np.abs(r[1]).max()))
+        gap = lambda q, v, r: state_gap(pin.difference(model, r[0], q), v - r[1], r[1])
 
         row["max_rel_err_vs_pinocchio"] = max(gap(*m[:2], r) for m, r in zip(mine, ref))
         if args.pinocchio_cpp:
@@ -760,22 +768,21 @@ def mujoco_rollouts(spec, Q, U, mine, steps: int, dt: float, args, row: dict, fn
     mm = om.to_mujoco(spec)
     m = mm.model
     m.opt.integrator, m.opt.timestep = mujoco.mjtIntegrator.mjINT_RK4, dt
-    maps = [mm.map.qv(spec, q, u) for q, u in zip(Q, U)]
-    Qm, Vm = np.stack([x[0] for x in maps]), np.stack([x[1] for x in maps])
+    Qm, Vm, _ = peer_layout(mm, spec, Q, U)
     n = min(len(Q), 4)
     ref = [mm.map.qv(spec, mine[0][i], mine[1][i])[:2] for i in range(n)]
 
-    def gap(q, v, r) -> float:  # as Pinocchio's: positions on the configuration space
+    def gap(q, v, r) -> float:
         dq = np.zeros(m.nv)
         mujoco.mj_differentiatePos(m, dq, 1.0, r[0], q)
-        return float(np.abs(np.concatenate([dq, v - r[1]])).max() / max(1.0, np.abs(r[1]).max()))
+        return state_gap(dq, v - r[1], r[1])
 
     if not args.no_peers:
         run, states, _ = mujoco_rollout_loop(m, Qm, Vm, steps)
-        a = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME)  # the state starts with the time
+        o = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME)  # the state starts with the time
         last = states[:, -1]
         row["max_rel_err_mujoco_c_vs_simjax"] = max(
-            gap(last[i, a : a + m.nq], last[i, a + m.nq : a + m.nq + m.nv], r) for i, r in enumerate(ref)
+            gap(last[i, o : o + m.nq], last[i, o + m.nq : o + m.nq + m.nv], r) for i, r in enumerate(ref)
         )
         fns["mujoco_c"] = run
     if args.mjx:
