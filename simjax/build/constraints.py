@@ -23,6 +23,7 @@ from ..constraints.kernels import ConstraintContext, _common_ancestor, _Compiled
 from ..forward.realize import realize
 from ..model.model import Identity
 from ..model.state import State
+from ._compiled import reads_cache
 from .bodies import MobilizedBody
 from .couplings import Coupling
 from .matter import SimbodyMatterSubsystem
@@ -334,21 +335,25 @@ class Constraint:
             return np.concatenate([c.rows[0], mp + c.rows[1]])
         return np.concatenate([c.rows[0], mp + c.rows[1], mp + mv + c.rows[2]])
 
+    @reads_cache
     def get_position_errors_as_vector(self, state: State) -> jax.Array:
         """This constraint's position errors (needs Position)."""
         state.require(Stage.POSITION, f"{self!r}.get_position_errors")
         return state.position_cache.qerr[self._rows(state, 0)]
 
+    @reads_cache
     def get_velocity_errors_as_vector(self, state: State) -> jax.Array:
         """This constraint's velocity errors ``[pverr; verr]`` (needs Velocity)."""
         state.require(Stage.VELOCITY, f"{self!r}.get_velocity_errors")
         return state.velocity_cache.uerr[self._rows(state, 1)]
 
+    @reads_cache
     def get_acceleration_errors_as_vector(self, state: State) -> jax.Array:
         """This constraint's acceleration errors (needs Acceleration)."""
         state.require(Stage.ACCELERATION, f"{self!r}.get_acceleration_errors")
         return state.acceleration_cache.udoterr[self._rows(state, 2)]
 
+    @reads_cache
     def get_multipliers_as_vector(self, state: State) -> jax.Array:
         """This constraint's Lagrange multipliers (needs Acceleration).
 
@@ -380,6 +385,7 @@ class Constraint:
         s = self._matter._system.realize(state.with_u(u), Stage.VELOCITY)
         return self.get_velocity_errors_as_vector(s)
 
+    @reads_cache
     def calc_acceleration_error_from_udot(self, state: State, udot: Any) -> jax.Array:
         """Acceleration errors ``G udot - b`` of this constraint for a given udot."""
         state.require(Stage.VELOCITY, f"{self!r}.calc_acceleration_error_from_udot")
@@ -414,6 +420,7 @@ class Constraint:
         """V transposed."""
         return self.calc_velocity_constraint_matrix_v(state).T
 
+    @reads_cache
     def calc_acceleration_constraint_matrix_a(self, state: State) -> jax.Array:
         """A (ma, nu): ``d(aerr)/d(udot)`` of the acceleration-only rows (Position)."""
         return self._G_rows(state, 2)
@@ -437,6 +444,7 @@ class Constraint:
         return jax.jacfwd(f)(s.q) * s.instance["matter"]["constraint_enabled"][self.index]
 
     # --------------------------------------------------------------- forces and power
+    @reads_cache
     def calc_constraint_forces_from_multipliers(
         self, state: State, multipliers: Any
     ) -> tuple[jax.Array, jax.Array]:
@@ -638,12 +646,14 @@ class Ball(Constraint):
         anc = self._check(state).bodies[0]
         return -(state.position_cache.R_GB[anc] @ lam)
 
+    @reads_cache
     def get_ball_reaction_force_on_body1(self, state: State) -> jax.Array:
         """Force the constraint applies to body 1 at the point coincident with body 2's
         station, in body 1's frame (needs Acceleration)."""
         b = self._bodies[0].index
         return -(state.position_cache.R_GB[b].T @ self._force_in_ground_on_body2(state))
 
+    @reads_cache
     def get_ball_reaction_force_on_body2(self, state: State) -> jax.Array:
         """Force the constraint applies to body 2 at its station, in body 2's frame
         (``-lambda`` re-expressed). Simbody 3.x's code returns ``+lambda`` here despite its

@@ -22,6 +22,7 @@ from ..model.mobilizers import velocity_jacobian
 from ..model.model import ForceGroup, Identity, Model
 from ..model.state import State
 from ..tree import traversal as _tree
+from ._compiled import reads_cache
 from .system import GeneralForceSubsystem
 
 
@@ -189,18 +190,21 @@ class Force:
             self._subsystem.name, key, arr.at[self._slot_index()].set(jnp.asarray(value, arr.dtype))
         )
 
+    @reads_cache
     def calc_potential_energy(self, state: State) -> jax.Array:
         """This element's potential energy (needs Position)."""
         state.require(Stage.POSITION, f"{type(self).__name__}.calc_potential_energy")
         model, g = self._model_grp(state)
         return g.cls.potential_group(Context(model, state, g.subsystem), g, self._slot_index())
 
+    @reads_cache
     def calc_force_contribution(self, state: State) -> tuple[jax.Array, jax.Array]:
         """This element's ``(body_forces (nb, 6), mobility_forces (nu,))`` (Velocity)."""
         state.require(Stage.VELOCITY, f"{type(self).__name__}.calc_force_contribution")
         model, g = self._model_grp(state)
         return g.cls.calc_group(Context(model, state, g.subsystem), g, self._slot_index())
 
+    @reads_cache
     def calc_power(self, state: State) -> jax.Array:
         """Power this element delivers to the system, ``sum F.V + tau.u`` (Velocity)."""
         F, tau = self.calc_force_contribution(state)
@@ -1209,6 +1213,7 @@ class DiscreteForces(Force):
         i = int(model.topology(state.use_euler_angles).u_start[_bi(body)]) + int(which)
         return self.set_all_mobility_forces(state, self.get_all_mobility_forces(state).at[i].set(f))
 
+    @reads_cache
     def add_force_to_body_point(self, state: State, body: Any, station: Any, force: Any) -> State:
         """New State with a point force (Ground) added at a station; needs Position."""
         b = _bi(body)

@@ -18,7 +18,7 @@ from ..model.model import Model, _replace, classical_acceleration
 from ..model.state import Cache, State
 from ..model.topology import Topology
 from ..tree import traversal as _tree
-from ._compiled import compiled_outside_traces
+from ._compiled import compiled_outside_traces, reads_cache
 from .bodies import Ground, MobilizedBody
 from .system import MultibodySystem, Subsystem
 
@@ -433,16 +433,19 @@ class SimbodyMatterSubsystem(Subsystem):
         return 0.5 * jnp.sum(vc.V_O * sp.inertia_times(pc.inertia_O, vc.V_O)) + rotors
 
     # ------------------------------------------------------------------ batched conveniences
+    @reads_cache
     def get_body_transforms(self, state: State) -> tuple[Float[Array, "nb 3 3"], Float[Array, "nb 3"]]:
         """``(R_GB (nb,3,3), p_GB (nb,3))`` for every body (needs Position)."""
         pc = state.position_cache
         return pc.R_GB, pc.p_GB
 
+    @reads_cache
     def get_body_velocities(self, state: State) -> Float[Array, "nb 6"]:
         """``V_GB`` of every body (nb, 6) (needs Velocity)."""
         state.require(Stage.VELOCITY, "get_body_velocities")
         return self._model(state).body_velocities(state)
 
+    @reads_cache
     def get_body_accelerations(self, state: State) -> Float[Array, "nb 6"]:
         """``A_GB`` of every body (nb, 6) (needs Acceleration)."""
         state.require(Stage.ACCELERATION, "get_body_accelerations")

@@ -22,12 +22,12 @@ from .._results import RESULTS
 from .._stage import Stage
 from ..dynamics.forces import calc_potential_energy
 from ..forward import projection as pj
-from ..forward.realize import consistent_or_error, realize
+from ..forward.realize import consistent_or_error, realize, with_cache_dependence
 from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model, constraint_param_slots, stack_transforms
 from ..model.state import StageError, State
 from . import diagnose as dg
-from ._compiled import compiled_outside_traces
+from ._compiled import compiled_outside_traces, reads_cache
 
 _uids = itertools.count(1)
 
@@ -268,6 +268,7 @@ class MultibodySystem:
         """
         model = self.model_for(state)
         self._check_values(model, state)
+        state = with_cache_dependence(model, state)
         out = realize(model, state, Stage(stage))
         to_acc = Stage(stage) >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION
         if to_acc and model.constraint_objects:
@@ -686,6 +687,7 @@ class Subsystem:
         sl = self._system.model_for(state).z_slices[self.name]
         return state.with_z(state.z.at[sl].set(jnp.asarray(z, state.z.dtype)))
 
+    @reads_cache
     def get_cache_entry(self, state: State, name: str) -> Any:
         """A cache entry: stored if realized to its latest stage, else computed (lazy)."""
         if name not in self._declared_cache:

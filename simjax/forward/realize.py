@@ -78,6 +78,48 @@ def _realize_cache(model: Model, state: State, stage: Stage) -> Cache:
     return _batching.chunked_jvp(cache_of)(*leaves)
 
 
+def with_cache_dependence(model: Model, state: State) -> State:
+    """``state`` whose realized cache carries its derivatives with respect to the State's
+    variables and parameters (q, u, z, t, Instance parameters, discrete variables).
+
+    A State realized outside a differentiated function holds its cache entries as plain
+    values: differentiated as they stand, a function reading them would see them constant in
+    q, u and the masses (and put the derivative on the cache instead). Through this, its
+    value is the cache as it is (nothing is computed again) and its derivative is that of
+    the realization from the State's variables, recomputed only when differentiated. So
+    any function of a State has the same derivative whatever stage the State was realized
+    to. A no-op where nothing is traced or nothing is cached above Stage.MODEL.
+    """
+    if state.stage <= Stage.MODEL or not _is_traced(state):
+        return state
+    return _with_stage(state, state.stage, _dependent_cache(model, state))
+
+
+def _is_traced(tree: Any) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def _unrealized(state: State) -> State:
+    """``state`` with its cache above Stage.MODEL dropped (its variables and parameters kept)."""
+    stage = Stage(min(int(state.stage), int(Stage.MODEL)))
+    return _with_stage(state, stage, state.cache.up_to(stage))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _dependent_cache(model: Model, state: State) -> Cache:
+    return state.cache
+
+
+@_dependent_cache.defjvp
+def _dependent_cache_jvp(model: Model, primals: tuple[State], tangents: tuple[State]) -> tuple[Cache, Cache]:
+    # Realized again from the variables, primal included: a second derivative then sees the
+    # primal's dependence too.
+    (state,), (dstate,) = primals, tangents
+    return jax.jvp(
+        lambda s: realize_eager(model, s, state.stage).cache, (_unrealized(state),), (_unrealized(dstate),)
+    )
+
+
 def realize_eager(model: Model, state: State, stage: Stage) -> State:
     """``realize`` without the outer ``jit`` (for code that is traced already)."""
     cur = state
