@@ -248,6 +248,7 @@ IO = [
     "Coordinate",
     "CoordinateTable",
     "CoordinateTask",
+    "IKResult",
     "IKSetup",
     "LoadedModel",
     "Marker",

@@ -35,6 +35,7 @@ from ._scale import scale_osim as scale_osim
 from ._scale import scale_state as scale_state
 from ._scale import scale_stations as scale_stations
 from ._setup import CoordinateTask as CoordinateTask
+from ._setup import IKResult as IKResult
 from ._setup import IKSetup as IKSetup
 from ._setup import marker_error_table as marker_error_table
 from ._setup import marker_errors as marker_errors

@@ -2,12 +2,14 @@
 
 ``read_ik_setup(path)`` returns an :class:`IKSetup`: the marker tasks (applied ones, with
 their weights), the coordinate tasks (by coordinate name, with weight and target), the
-accuracy, the constraint weight, the time range and the file names it points to (resolved
-relative to the setup file, as OpenSim does). ``setup.make_assembler(model)`` builds the
-``sj.Assembler`` OpenSim's IK would solve: the model's constraints (or a finite constraint
-weight), clamped ranges as bounds, locked coordinates held, a ``Markers`` goal with the
-weights, and one ``QValue`` goal per coordinate task, numbered correctly for every joint
-type.
+accuracy, the constraint weight, the time range, what to report and the file names it
+points to (resolved relative to the setup file, as OpenSim does). ``setup.make_assembler(model)``
+builds the ``sj.Assembler`` OpenSim's IK would solve: the model's constraints (or a finite
+constraint weight), clamped ranges as bounds, locked coordinates held, a ``Markers`` goal
+with the weights (every model marker with weight 1 when no marker task is applied, as
+OpenSim), and one ``QValue`` goal per coordinate task, numbered correctly for every joint
+type. ``setup.run()`` is OpenSim's ``InverseKinematicsTool.run()``: the frames in the time
+range solved, the motion and the marker-error report written where the setup says.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import numpy as np
 
 from ..studies.conditions import Markers, QValue
 from ._loaded import LoadedModel, ModelFileError, _coordinate_label
-from ._motion import CoordinateTable, read_mot
+from ._motion import CoordinateTable, read_mot, read_trc, write_mot, write_sto
+from ._osim import load_osim
 
 
 @dataclass
@@ -56,11 +59,24 @@ class IKSetup:
     time_range: tuple[float, float] = (-math.inf, math.inf)
     marker_weights: dict[str, float] = field(default_factory=dict)
     coordinate_tasks: dict[str, CoordinateTask] = field(default_factory=dict)
+    name: str = ""
+    results_directory: str | None = None
+    report_errors: bool = True
 
     def make_markers(self, model: LoadedModel) -> Markers:
         """A ``Markers`` goal with the applied marker tasks the model has, weighted. Tasks
         for markers the model lacks are skipped with a warning, as OpenSim's IK skips them
-        (Pose2Sim's setups list every keypoint of a family); none left is an error."""
+        (Pose2Sim's setups list every keypoint of a family); none left is an error. With no
+        applied marker task (no ``<IKTaskSet>``, say) every model marker is fitted with
+        weight 1, as OpenSim fits every marker of its marker file (those the file lacks are
+        missing in every frame, so they count for nothing)."""
+        if not self.marker_weights:
+            if not model.markers:
+                raise ModelFileError(
+                    f"{self.path}: the setup applies no marker task and the model "
+                    f"{Path(model.path).name} has no markers: nothing to fit"
+                )
+            return model.make_markers()
         missing = [n for n in self.marker_weights if n not in model.markers]
         names = [n for n in self.marker_weights if n in model.markers]
         if not names:
@@ -149,12 +165,110 @@ class IKSetup:
             out[idx] = jnp.asarray(np.interp(t, tt, v))
         return out
 
+    def run(
+        self,
+        model: LoadedModel | str | Path | None = None,
+        *,
+        output_dir: str | Path | None = None,
+        write: bool = True,
+        progress: bool | None = None,
+    ) -> IKResult:
+        """OpenSim's ``InverseKinematicsTool.run()``: solve every frame of the marker file
+        within ``time_range`` and write what the setup asks for.
+
+        ``model`` is a loaded model or a path (default: the setup's ``model_file``). The
+        motion goes to ``output_motion_file`` (coordinates by name, rotations in degrees,
+        as OpenSim writes it) and, with ``report_errors``, the marker errors to
+        ``<results_directory>/<name>_ik_marker_errors.sto``; relative paths are taken from
+        the setup file's folder, or all files go to ``output_dir`` when given. ``write=False``
+        writes nothing. Frames whose solve did not succeed are named in a warning (their
+        ``infos``' status says why)."""
+        if model is None:
+            if self.model_file is None:
+                raise ModelFileError(f"{self.path}: the setup names no <model_file>; pass run(model=...)")
+            model = self.model_file
+        if not isinstance(model, LoadedModel):
+            model = load_osim(model)
+        if self.marker_file is None:
+            raise ModelFileError(f"{self.path}: the setup names no <marker_file>: nothing to fit")
+        trc = read_trc(self.marker_file).in_units("m")
+        rows = self.frames_in_range(trc.time)
+        if rows.size == 0:
+            raise ModelFileError(
+                f"{self.path}: no frame of {Path(self.marker_file).name} (t = {trc.time[0]:g}.."
+                f"{trc.time[-1]:g} s) lies in the time range {self.time_range[0]:g}..{self.time_range[1]:g} s"
+            )
+        time = np.asarray(trc.time)[rows]
+        asm = self.make_assembler(model)
+        markers = next(
+            asm.get_assembly_condition(i)
+            for i in range(asm.get_num_assembly_conditions())
+            if isinstance(asm.get_assembly_condition(i), Markers)
+        )
+        obs = jnp.asarray(trc.observations(markers)[rows])
+        states, infos = asm.track(
+            model.default_state, self.make_frames(model, asm, obs, time), progress=progress
+        )
+        label = Path(self.output_motion_file or "ik").stem
+        motion = model.table_from_q(time, states.q, in_degrees=True, name="Coordinates")
+        errors = marker_error_table(markers, states, obs, time)
+        written: dict[str, str] = {}
+        if write:
+            if self.output_motion_file:
+                written["motion"] = str(self._output_path(self.output_motion_file, output_dir))
+                write_mot(written["motion"], motion)
+            if self.report_errors:
+                folder = self._output_path(self.results_directory or ".", output_dir, folder=True)
+                written["marker_errors"] = str(folder / f"{self.name}_ik_marker_errors.sto")
+                write_sto(written["marker_errors"], errors.replace(name="Model Marker Errors from IK"))
+        bad = np.flatnonzero(~np.asarray(infos.success))
+        if bad.size:
+            warnings.warn(
+                f"{self.path} ({label}): {bad.size} of {len(time)} frame(s) did not converge "
+                f"(t = {', '.join(f'{time[i]:g}' for i in bad[:6])}{' ...' if bad.size > 6 else ''}); "
+                "their infos' status and error say why",
+                stacklevel=2,
+            )
+        return IKResult(states, infos, time, motion, errors, written)
+
+    def _output_path(self, name: str, output_dir: str | Path | None, folder: bool = False) -> Path:
+        if output_dir is not None:
+            out = Path(output_dir) if folder else Path(output_dir) / Path(name).name
+        else:
+            p = Path(name)
+            out = p if p.is_absolute() else Path(self.path).parent / p
+        (out if folder else out.parent).mkdir(parents=True, exist_ok=True)
+        return out
+
     def frames_in_range(self, times: np.ndarray) -> np.ndarray:
         """Indices of the frames whose times lie in ``time_range`` (as OpenSim selects)."""
         t = np.asarray(times)
         lo, hi = self.time_range
         eps = 1e-9 * max(1.0, abs(hi) if math.isfinite(hi) else 1.0)
         return np.flatnonzero((t >= lo - eps) & (t <= hi + eps))
+
+
+@dataclass
+class IKResult:
+    """What :meth:`IKSetup.run` solved and wrote.
+
+    Attributes:
+        states: The solved States, one per frame in the time range (batched, as ``track``).
+        infos: ``track``'s per-frame solver reports (``success``, ``status``, ``goal``,
+            ``error_norm``, ...).
+        time: The frames' times (T,).
+        motion: The coordinates as OpenSim's ``.mot`` holds them (rotations in degrees).
+        marker_errors: OpenSim's ``_ik_marker_errors.sto`` table (total squared error, RMS,
+            max per frame).
+        files: The paths written, by kind (``"motion"``, ``"marker_errors"``).
+    """
+
+    states: Any
+    infos: Any
+    time: np.ndarray
+    motion: CoordinateTable
+    marker_errors: CoordinateTable
+    files: dict[str, str]
 
 
 def _task_name(name: str) -> str:
@@ -248,6 +362,9 @@ def read_ik_setup(path: str | Path) -> IKSetup:
         accuracy=_float(_text(tool, "accuracy"), 1e-5, sp, "accuracy"),
         constraint_weight=_float(_text(tool, "constraint_weight"), math.inf, sp, "constraint_weight"),
         time_range=_time_range(tool, sp),
+        name=tool.get("name", ""),
+        results_directory=_text(tool, "results_directory"),
+        report_errors=_bool(_text(tool, "report_errors")),
     )
     setup.marker_weights, setup.coordinate_tasks = _read_tasks(tool, sp)
     return setup
