@@ -202,7 +202,7 @@ def test_fitted_primitives_and_mesh_options_equal_mujoco(compiler, tmp_path, muj
     path = tmp_path / "fitted.xml"
     path.write_text(FITTED.format(compiler=compiler, pad=d / "pad.stl", driver=d / "driver.stl"))
     m = mujoco.MjModel.from_xml_path(str(path))
-    lm = load_mjcf(path, warn_ignored=False)
+    lm = load_mjcf(path, warn_ignored=False, allow_outside=True)  # the meshes are in the cache
     for i in range(1, m.nbody):
         mp = lm.bodies[_mj_name(m, "body", i)].get_default_mass_properties()
         key = ("fitted " + compiler, _mj_name(m, "body", i))

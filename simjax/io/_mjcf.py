@@ -109,8 +109,17 @@ from ._loaded import (
     collect_visuals,
 )
 from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, quat_to_rot, read_mesh
+from ._paths import ModelFiles, model_folders
 from ._urdf import align_axis
-from ._xml import parse_with_lines, read_model_source
+from ._xml import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_INCLUDES,
+    model_folder,
+    parse_with_lines,
+    read_bounded,
+    read_model_source,
+)
 
 __all__ = ["load_mjcf"]
 
@@ -191,44 +200,67 @@ def _parse_xml(path: str, data: bytes | None = None) -> _El:
     )
 
 
-def _read_with_includes(path: str, data: bytes | None = None) -> _El:
+def _read_with_includes(path: str, data: bytes | None, files: ModelFiles) -> _El:
     """The main file's root with every ``<include>`` replaced by the included file's
-    ``<mujoco>`` children (recursively; cycles are refused)."""
+    ``<mujoco>`` children (recursively). Refused: a file outside ``files``' folders, a
+    cycle, more than ``MAX_INCLUDES`` includes or ``MAX_BYTES`` of included files, and
+    elements nested deeper than ``MAX_DEPTH`` once the includes are in place."""
     main_dir = os.path.dirname(os.path.abspath(path))
+    read = [0, 0]  # includes expanded, bytes read
 
-    def expand(el: _El, file: str, stack: tuple[str, ...]) -> None:
+    def include(c: _El, file: str, stack: tuple[str, ...]) -> _El:
+        rel = c.get("file")
+        if not rel:
+            raise _error(c, '<include> needs file="..." naming the file to include')
+        here = os.path.join(os.path.dirname(file), rel)
+        candidates = [here, os.path.join(main_dir, rel)]
+        allowed = [p for p in candidates if files.allows(p)]
+        if not allowed:
+            files.check(rel, here, "the included file", _where(c))
+        target = next((p for p in allowed if os.path.isfile(p)), None)
+        if target is None:
+            raise _error(
+                c,
+                f"included file {rel!r} not found (looked for {os.path.abspath(here)!r} and in "
+                f"the main file's directory {main_dir!r})",
+            )
+        real = os.path.realpath(target)
+        if real in stack:
+            raise _error(c, f"include cycle: {target!r} includes itself (through {list(stack)})")
+        read[0] += 1
+        if read[0] > MAX_INCLUDES:
+            raise _error(c, f"more than {MAX_INCLUDES} <include>s expanded (simjax.io._xml.MAX_INCLUDES)")
+        text = read_bounded(target)
+        read[1] += len(text)
+        if read[1] > MAX_BYTES:
+            raise _error(c, f"the included files add up to more than {MAX_BYTES // 2**20} MB")
+        sub = _parse_xml(target, text)
+        if sub.tag != "mujoco":
+            raise _error(
+                c, f"included file {target!r} must have <mujoco> as its top element, found <{sub.tag}>"
+            )
+        return sub
+
+    def expand(el: _El, file: str, stack: tuple[str, ...], depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise _error(
+                el,
+                f"nested {depth} elements deep once its <include>s are in place; simjax reads models at "
+                f"most {MAX_DEPTH} levels deep (simjax.io._xml.MAX_DEPTH)",
+            )
         out: list[_El] = []
         for c in el.children:
             if c.tag != "include":
-                expand(c, file, stack)
+                expand(c, file, stack, depth + 1)
                 out.append(c)
                 continue
-            rel = c.get("file")
-            if not rel:
-                raise _error(c, '<include> needs file="..." naming the file to include')
-            here = os.path.join(os.path.dirname(file), rel)
-            candidates = [here, os.path.join(main_dir, rel)]
-            target = next((p for p in candidates if os.path.isfile(p)), None)
-            if target is None:
-                raise _error(
-                    c,
-                    f"included file {rel!r} not found (looked for {os.path.abspath(here)!r} and in "
-                    f"the main file's directory {main_dir!r})",
-                )
-            real = os.path.realpath(target)
-            if real in stack:
-                raise _error(c, f"include cycle: {target!r} includes itself (through {list(stack)})")
-            sub = _parse_xml(target)
-            if sub.tag != "mujoco":
-                raise _error(
-                    c, f"included file {target!r} must have <mujoco> as its top element, found <{sub.tag}>"
-                )
-            expand(sub, target, (*stack, real))
+            sub = include(c, file, stack)
+            expand(sub, sub.file, (*stack, os.path.realpath(sub.file)), depth)
             out.extend(sub.children)
         el.children = out
 
     root = _parse_xml(path, data)
-    expand(root, path, (os.path.realpath(path),))
+    expand(root, path, (os.path.realpath(path),), 1)
     return root
 
 
@@ -792,8 +824,8 @@ class _Meshes:
     """The ``<asset><mesh>`` elements by name, read and processed (MuJoCo's mass
     properties, :mod:`simjax.io._mesh`) the first time a geom of a moving body needs one."""
 
-    def __init__(self, root: _El, defaults: _Defaults, comp: _Compiler, model_dir: str):
-        self.comp, self.model_dir = comp, model_dir
+    def __init__(self, root: _El, defaults: _Defaults, comp: _Compiler, model_dir: str, files: ModelFiles):
+        self.comp, self.model_dir, self.files = comp, model_dir, files
         self.elements: dict[str, tuple[_El, dict[str, str]]] = {}
         self.done: dict[str, MeshInertia] = {}
         for sec in root.children:
@@ -831,14 +863,26 @@ class _Meshes:
         refquat = _floats(el, a, "refquat", 4, (1.0, 0.0, 0.0, 0.0))
         moved = np.any(refpos != 0) or np.any(refquat != np.array([1.0, 0.0, 0.0, 0.0]))
         if "file" in a and not moved:
-            return {"mesh_file": self._file(el, a["file"]), "scale": scale}
+            return {"mesh_file": self.files.visual(a["file"], self._file(el, a["file"])), "scale": scale}
+        if self.refused(name):
+            return {"mesh_file": ""}  # drawn as a stand-in
         vert, face = self._vertices(name, el, a)
         v = (vert - refpos) @ quat_to_rot(refquat / np.linalg.norm(refquat))  # rows: R^T (v - refpos)
         return {"mesh_file": a.get("file", ""), "vertices": v * scale, "faces": face}
 
+    def refused(self, name: str) -> bool:
+        """Whether the mesh's file lies outside the model's folder (remembered for the
+        warning): a geom drawing it is drawn as a stand-in."""
+        if name in self.done or name not in self.elements:
+            return False
+        el, a = self.elements[name]
+        return "file" in a and not self.files.visual(a["file"], self._file(el, a["file"]))
+
     def _vertices(self, name: str, el: _El, a: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         if "file" in a:
-            path = self._file(el, a["file"])
+            path = self.files.check(
+                a["file"], self._file(el, a["file"]), f"mesh {name!r}: the file", _where(el)
+            )
             if not os.path.exists(path):
                 raise _error(
                     el,
@@ -862,6 +906,7 @@ class _Meshes:
         raise _error(el, f"mesh {name!r} has neither a file nor vertex data")
 
     def get(self, name: str, geom: _El) -> MeshInertia:
+        """The mesh's mass properties, read (for a body's inertia, or to fit a primitive)."""
         if name in self.done:
             return self.done[name]
         if name not in self.elements:
@@ -983,6 +1028,9 @@ def _geom_visual(
             raise _error(el, 'a mesh geom needs mesh="..." (the name of an <asset><mesh>)')
         R, pos = _compose(X_frame, (R, pos))
         return VisualGeometry(shape="mesh", R=R, p=pos, **kw, **meshes.visual(attrs["mesh"], el))
+    if attrs.get("mesh") and meshes.refused(attrs["mesh"]):  # drawn as a stand-in
+        R, pos = _compose(X_frame, (R, pos))
+        return VisualGeometry(shape="mesh", R=R, p=pos, mesh_file="", **kw)
     if attrs.get("mesh"):  # a primitive fitted to the mesh
         mesh = meshes.get(attrs["mesh"], el)
         size, center = _fit_to_mesh(gtype, mesh, comp.fitaabb)
@@ -1283,7 +1331,12 @@ def _body_inertia(body: _Body, comp: _Compiler, meshes: _Meshes, skipped: list[s
 
 
 def load_mjcf(
-    path: str | os.PathLike[str], *, warn_ignored: bool = True, limits: bool = True, passive: bool = True
+    path: str | os.PathLike[str],
+    *,
+    warn_ignored: bool = True,
+    limits: bool = True,
+    passive: bool = True,
+    allow_outside: bool = False,
 ) -> LoadedModel:
     """Load a MuJoCo MJCF model as a simjax System.
 
@@ -1307,6 +1360,14 @@ def load_mjcf(
             ``Force.MobilityLinearSpring``, as MuJoCo applies them. ``False``: leave them
             out (listed as ignored). ``armature`` is always modelled (it is inertia);
             ``frictionloss`` is not.
+        allow_outside: Read files anywhere. By default every file the model names (an
+            ``<include>``, a ``<mesh file>``, wherever ``<compiler meshdir assetdir>``
+            point) must lie, symlinks followed, inside the main model file's folder (the
+            working directory for MJCF text) or the package it lies in (the nearest folder
+            above with a ROS ``package.xml``, or the top of its Python package: dm_control's
+            dog_v2 takes its meshes from ``../../../../suite``). Outside them, an
+            ``<include>`` or a mesh a body's inertia comes from is a ``ModelFileError``, a
+            mesh only drawn is left out with one warning (drawn as a stand-in).
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by MuJoCo body name (``"world"`` is Ground),
@@ -1324,11 +1385,15 @@ def load_mjcf(
             or geom type, an unknown default class, repeated names, an equality naming a
             missing body, joint or site, a moving body without mass, a mesh that is missing,
             unreadable or degenerate (as MuJoCo refuses it), or a construct simjax does not read
-            (``<composite>``, ``<flexcomp>``, ``<replicate>``, ``<attach>``). The message
-            names the file, the line and the element.
+            (``<composite>``, ``<flexcomp>``, ``<replicate>``, ``<attach>``), a file the model
+            names outside its folder (above), an ``<include>`` cycle, a DTD or entity
+            declaration, elements nested deeper than 500 levels, or files over 256 MB. The
+            message names the file, the line and the element.
     """
     path, data = read_model_source(path, "MJCF")
-    root = _read_with_includes(path, data)
+    model_dir = model_folder(path)
+    files = ModelFiles(path, "load_mjcf", model_folders(model_dir), allow_outside=allow_outside)
+    root = _read_with_includes(path, data, files)
     if root.tag != "mujoco":
         raise _error(root, f"an MJCF file's top element must be <mujoco>, found <{root.tag}>")
 
@@ -1355,8 +1420,7 @@ def load_mjcf(
     reader = _Reader(root, comp, defaults, ignored, passive)
     bodies = reader.bodies
 
-    model_dir = os.path.dirname(os.path.abspath(path)) if os.path.exists(path) else os.getcwd()
-    meshes = _Meshes(root, defaults, comp, model_dir)
+    meshes = _Meshes(root, defaults, comp, model_dir, files)
     skipped: list[str] = []
     for b in bodies[1:]:
         _body_inertia(b, comp, meshes, skipped)
@@ -1446,6 +1510,7 @@ def load_mjcf(
         if loud:
             msg += " not modelled and ignored: " + ", ".join(loud)
         warnings.warn("; ".join([msg, *notes]), stacklevel=2)
+    files.warn(stacklevel=3)
     return model
 
 

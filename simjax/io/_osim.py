@@ -40,7 +40,8 @@ from ..build.matter import SimbodyMatterSubsystem
 from ..build.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
-from ._xml import XmlDoc, read_model_source
+from ._paths import ModelFiles, model_folders
+from ._xml import XmlDoc, model_folder, read_model_source
 
 FUNCTION_TAGS = (
     "Constant",
@@ -124,7 +125,11 @@ class _Joint:
 
 
 def load_osim(
-    path: str | os.PathLike[str], *, warn_ignored: bool = True, limits: bool = False
+    path: str | os.PathLike[str],
+    *,
+    warn_ignored: bool = True,
+    limits: bool = False,
+    allow_outside: bool = False,
 ) -> LoadedModel:
     """Load an OpenSim model (``.osim``, format 3.x or 4.x) as a simjax System.
 
@@ -137,6 +142,13 @@ def load_osim(
             (``sj.Constraint.CoordinateLimit``, stepped by ``simulate(...,
             integrator="euler")``). Off by default, as in OpenSim, whose forward dynamics do
             not enforce ``clamped`` (only IK and assembly do; the Assembler's bounds here).
+        allow_outside: Accept geometry files anywhere. By default a ``<mesh_file>`` (or 3.x
+            ``<geometry_files>``) is looked for in the model's folder, its ``Geometry``
+            folder and the ``Geometry`` folder beside it (the working directory's for a
+            model given as text) and must lie, symlinks followed, inside the model's folder,
+            that sibling ``Geometry`` folder or the package the model lies in (a ROS
+            ``package.xml`` or a Python package above it); others (``../x.vtp``, absolute paths
+            elsewhere) are left out with one warning and drawn as stand-ins.
 
     Returns:
         A :class:`LoadedModel`: ``model.system``, ``model.state`` (the default State:
@@ -148,32 +160,41 @@ def load_osim(
 
     Raises:
         FileNotFoundError: The file does not exist.
-        ModelFileError: Malformed XML or an element simjax cannot build (the message names
-            the file, line and element).
+        ModelFileError: Malformed XML, a DTD or entity declaration, elements nested deeper
+            than 500 levels, a file over 256 MB, or an element simjax cannot build (the
+            message names the file, line and element).
     """
     name, data = read_model_source(path, "OpenSim model")
     doc = XmlDoc(name, text=data, what="OpenSim model")
-    model = _OsimReader(doc, warn_ignored, limits).build()
+    model = _OsimReader(doc, warn_ignored, limits, allow_outside).build()
     if not os.path.isfile(name):  # given as text or a file object: keep it for scale_osim
         model._xml = data.decode("utf-8")
     return model
 
 
-def _find_file(name: str, dirs: list[str]) -> str:
+def _find_file(name: str, dirs: list[str], files: ModelFiles) -> str:
     """``name`` found in the first of ``dirs`` that has it (as OpenSim looks for geometry:
-    the model's folder, then its ``Geometry`` folder); as written when none has it."""
-    if not name or os.path.isabs(name):
+    the model's folder, then its ``Geometry`` folder); as written when none has it, and
+    ``""`` (remembered by ``files`` for its warning) when it lies outside ``files``' folders."""
+    if not name:
         return name
-    for d in dirs:
-        cand = os.path.normpath(os.path.join(d, name))
-        if os.path.isfile(cand):
-            return cand
-    return name
+    cands = [name] if os.path.isabs(name) else [os.path.normpath(os.path.join(d, name)) for d in dirs]
+    if not files.allows(cands[0]):  # the file named from the model's folder lies outside
+        return files.visual(name, cands[0])
+    return next((c for c in cands if files.allows(c) and os.path.isfile(c)), name)
 
 
 class _OsimReader:
-    def __init__(self, doc: XmlDoc, warn: bool = True, limits: bool = False):
+    def __init__(self, doc: XmlDoc, warn: bool = True, limits: bool = False, allow_outside: bool = False):
         self.doc, self.warn, self.limits = doc, warn, limits
+        model_dir = model_folder(doc.path)
+        self.geometry_dirs = [
+            model_dir,
+            os.path.join(model_dir, "Geometry"),
+            os.path.join(model_dir, "..", "Geometry"),
+        ]
+        folders = [*model_folders(model_dir), self.geometry_dirs[2]]
+        self.files = ModelFiles(doc.path, "load_osim", folders, allow_outside=allow_outside)
         root = doc.root
         if root.tag == "OpenSimDocument":
             try:
@@ -339,9 +360,7 @@ class _OsimReader:
     # ------------------------------------------------------------------ geometry
     def _visuals(self, bodies: dict[str, MobilizedBody]) -> list[VisualGeometry]:
         """The bodies' and frames' ``attached_geometry`` (4.x) or ``VisibleObject`` (3.x)."""
-        doc = self.doc
-        model_dir = os.path.dirname(os.path.abspath(doc.path)) if os.path.isfile(doc.path) else os.getcwd()
-        dirs = [model_dir, os.path.join(model_dir, "Geometry"), os.path.join(model_dir, "..", "Geometry")]
+        dirs = self.geometry_dirs
         out: list[VisualGeometry] = []
         for path, (el, _, _) in self.frames.items():
             if path == "/ground" and self.old:
@@ -386,7 +405,7 @@ class _OsimReader:
         kw["scale"] = doc.floats(g, "scale_factors", 3, [1.0, 1.0, 1.0])
         if g.tag == "Mesh":
             return VisualGeometry(
-                shape="mesh", mesh_file=_find_file(doc.text(g, "mesh_file") or "", dirs), **kw
+                shape="mesh", mesh_file=_find_file(doc.text(g, "mesh_file") or "", dirs, self.files), **kw
             )
         if g.tag == "Sphere":
             return VisualGeometry(shape="sphere", size=np.array([doc.float(g, "radius", 1.0), 0, 0]), **kw)
@@ -416,7 +435,7 @@ class _OsimReader:
             out.append(
                 VisualGeometry(
                     f"{owner}_geom{k}", body, "mesh", R=X_vo.R, p=X_vo.p, scale=scale,
-                    mesh_file=_find_file(f, dirs), rgba=(1.0, 1.0, 1.0, 1.0),
+                    mesh_file=_find_file(f, dirs, self.files), rgba=(1.0, 1.0, 1.0, 1.0),
                 )
             )  # fmt: skip
         gs = vo.find("GeometrySet")
@@ -431,7 +450,7 @@ class _OsimReader:
                 VisualGeometry(
                     f"{owner}_{os.path.splitext(f)[0]}", body, "mesh", R=X.R, p=X.p,
                     scale=scale * doc.floats(dg, "scale_factors", 3, [1.0, 1.0, 1.0]),
-                    mesh_file=_find_file(f, dirs),
+                    mesh_file=_find_file(f, dirs, self.files),
                     rgba=(float(r), float(g), float(b), doc.float(dg, "opacity", 1.0)),
                 )
             )  # fmt: skip
@@ -802,6 +821,7 @@ class _OsimReader:
                 )
             msg += self.notes
             warnings.warn(" ".join(msg[:1]) + " " + "; ".join(msg[1:]), stacklevel=3)
+        self.files.warn(stacklevel=4)
         return model
 
     def _coord_ref(self, el: ET.Element, name: str, coordinates: dict[str, Coordinate]) -> Coordinate:

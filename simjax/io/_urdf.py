@@ -57,7 +57,8 @@ from ._loaded import (
     add_coordinate_limits,
     collect_visuals,
 )
-from ._xml import parse_with_lines, read_model_source
+from ._paths import ModelFiles, is_inside, model_folders, path_list
+from ._xml import model_folder, parse_with_lines, read_model_source
 
 __all__ = ["load_urdf"]
 
@@ -393,13 +394,17 @@ def load_urdf(
     limits: bool = True,
     passive: bool = True,
     mimic: bool = True,
+    package_dirs: Sequence[str | os.PathLike[str]] = (),
+    allow_outside: bool = False,
 ) -> LoadedModel:
     """Load a URDF robot as a simjax System (URDF is Z-up: gravity along -z by default).
 
     Args:
         path: The ``.urdf`` file (plain URDF; run ``xacro`` on ``.xacro`` files first), or
             the URDF text itself (a ``str`` starting with ``<``), or an open file.
-            Meshes are never opened.
+            Meshes are never opened; a ``<mesh filename>`` is resolved to a path (for
+            ``sj.viz``) only inside the model's folder, the package holding it and the
+            ``package_dirs`` (see ``allow_outside``).
         floating_base: Give the root link a ``MobilizedBody.Free`` to Ground (Pinocchio's
             ``JointModelFreeFlyer``: q = [quaternion w, x, y, z, position], u = [angular,
             linear velocity] in Ground) instead of welding it there.
@@ -424,6 +429,16 @@ def load_urdf(
             does (counted in ``model.ignored``, without a warning). Disabling the couplers
             in a State (``con.disable(state)``) keeps their rows in every compiled
             program; ``mimic=False`` leaves them out of the System.
+        package_dirs: Folders holding ROS packages (each a folder named as the package),
+            where ``package://pkg/...`` mesh URIs are looked for before ``ROS_PACKAGE_PATH``
+            and the folders above the model's. Meshes in them are accepted.
+        allow_outside: Accept mesh files anywhere. By default a mesh a ``<visual>`` names
+            must lie (symlinks followed) inside the model file's folder (the working
+            directory for URDF text), the package holding the model (the nearest folder above
+            it with a ``package.xml``, the top of the Python package it lies in, or the
+            ``package://`` package it lies in), a ``package_dirs`` folder or a
+            ``ROS_PACKAGE_PATH`` folder; others (``../x.stl``, absolute paths, ``file://``
+            URLs elsewhere) are left out with one warning and drawn as stand-ins.
 
     Returns:
         A :class:`LoadedModel`: ``bodies`` by link name, ``joints`` (the mobilized body of
@@ -450,6 +465,7 @@ def load_urdf(
                 f"load_urdf: root_joint must be one of {sorted(_ROOT_JOINTS)} or None, got {root_joint!r}"
             )
     doc = _Doc(path, data)
+    files = _model_files(path, package_dirs, allow_outside)
     robot = doc.root
     if robot.tag != "robot":
         raise doc.error(robot, f"a URDF file's top element must be <robot>, found <{robot.tag}>")
@@ -562,7 +578,7 @@ def load_urdf(
         constraints=constraints,
         ignored=ignored,
         notes=notes,
-        geometry=_visuals(doc, robot, bodies, notes),
+        geometry=_visuals(doc, robot, bodies, notes, files, [os.fspath(d) for d in package_dirs]),
         path=path,
         source="urdf",
     )
@@ -574,20 +590,41 @@ def load_urdf(
         if loud:
             msg += " not modelled and ignored: " + ", ".join(loud)
         warnings.warn("; ".join([msg, *notes]), stacklevel=2)
+    files.warn(stacklevel=3)
     return model
 
 
-def resolve_mesh_path(filename: str, model_dir: str, package_dirs: Sequence[str] = ()) -> str:
+def _model_files(
+    path: str, package_dirs: Sequence[str | os.PathLike[str]], allow_outside: bool
+) -> ModelFiles:
+    """The folders a URDF's meshes may lie in: the model's folder and the packages it lies in,
+    ``package_dirs`` and ROS_PACKAGE_PATH."""
+    folders = [*model_folders(model_folder(path)), *(os.fspath(d) for d in package_dirs)]
+    fix = "name the folder holding its package with load_urdf(..., package_dirs=[...]) or ROS_PACKAGE_PATH"
+    return ModelFiles(
+        path, "load_urdf", [*folders, *path_list("ROS_PACKAGE_PATH")], allow_outside=allow_outside, fix=fix
+    )
+
+
+def resolve_mesh_path(
+    filename: str, model_dir: str, package_dirs: Sequence[str] = (), files: ModelFiles | None = None
+) -> str:
     """The file a URDF mesh ``filename`` names: ``package://pkg/rest`` is looked for in
     ``package_dirs``, ``ROS_PACKAGE_PATH`` and the model's folder and its ancestors (a
     folder named ``pkg``, or one holding ``pkg``), ``file://`` is a path, anything else is
-    relative to the model's folder. Returns ``filename`` unchanged when nothing is found."""
+    relative to the model's folder. Returns ``filename`` unchanged when nothing is found.
+
+    With ``files``, a path outside its folders is refused (``""``, remembered for its
+    warning); a package found above the model that holds the model (the model's own
+    package) is added to them."""
     if filename.startswith("file://"):
-        return filename[len("file://") :]
+        path = filename[len("file://") :]
+        return files.visual(filename, path) if files is not None else path
     if not filename.startswith("package://"):
-        return os.path.normpath(os.path.join(model_dir, filename))
+        path = os.path.normpath(os.path.join(model_dir, filename))
+        return files.visual(filename, path) if files is not None else path
     pkg, _, rest = filename[len("package://") :].partition("/")
-    roots = [*package_dirs, *filter(None, os.environ.get("ROS_PACKAGE_PATH", "").split(os.pathsep))]
+    roots = [*package_dirs, *path_list("ROS_PACKAGE_PATH")]
     d = os.path.abspath(model_dir)
     while True:
         roots.append(d)
@@ -596,14 +633,26 @@ def resolve_mesh_path(filename: str, model_dir: str, package_dirs: Sequence[str]
             break
         d = up
     for r in roots:
-        for cand in (os.path.join(r, pkg, rest), os.path.join(r, rest) if os.path.basename(r) == pkg else ""):
-            if cand and os.path.exists(cand):
-                return os.path.normpath(cand)
+        for folder in (os.path.join(r, pkg), r if os.path.basename(r) == pkg else ""):
+            cand = os.path.join(folder, rest) if folder else ""
+            if not cand or not os.path.exists(cand):
+                continue
+            path = os.path.normpath(cand)
+            if files is None:
+                return path
+            if is_inside(model_dir, folder):  # the package the model lies in
+                files.add_folder(folder)
+            return files.visual(filename, path)
     return filename
 
 
 def _visuals(
-    doc: _Doc, robot: _Element, bodies: dict[str, MobilizedBody], notes: list[str]
+    doc: _Doc,
+    robot: _Element,
+    bodies: dict[str, MobilizedBody],
+    notes: list[str],
+    files: ModelFiles,
+    package_dirs: list[str],
 ) -> list[VisualGeometry]:
     """The links' ``<visual>`` shapes (URDF sizes are full lengths; a cylinder's axis is z)."""
     colors: dict[str, tuple[float, ...]] = {}
@@ -611,14 +660,14 @@ def _visuals(
         c = m.find("color") if m.tag == "material" else None
         if c is not None and m.get("name"):
             colors[m.get("name") or ""] = tuple(doc.floats(c, "rgba", 4, (0.7, 0.7, 0.7, 1.0)))
-    model_dir = os.path.dirname(os.path.abspath(doc.path)) if os.path.exists(doc.path) else os.getcwd()
+    model_dir = model_folder(doc.path)
     links = [
         (el, bodies[el.get("name") or ""])
         for el in robot.children
         if el.tag == "link" and el.get("name") in bodies
     ]
     makers = (
-        partial(_visual, doc, vis, body, f"{body.name}_visual{k}", colors, model_dir)
+        partial(_visual, doc, vis, body, f"{body.name}_visual{k}", colors, (model_dir, package_dirs, files))
         for el, body in links
         for k, vis in enumerate(c for c in el.children if c.tag == "visual")
     )
@@ -631,8 +680,10 @@ def _visual(
     body: MobilizedBody,
     default_name: str,
     colors: dict[str, tuple[float, ...]],
-    model_dir: str,
+    mesh_dirs: tuple[str, list[str], ModelFiles],
 ) -> VisualGeometry | None:
+    """One ``<visual>``; ``mesh_dirs``: the model's folder, the ``package_dirs`` and the
+    folders its mesh files may lie in (``resolve_mesh_path``'s arguments)."""
     R, p = doc.origin(vis)
     geo = vis.find("geometry")
     shape_el = None if geo is None else next(iter(geo.children), None)
@@ -660,7 +711,7 @@ def _visual(
         if not fname:
             raise doc.error(shape_el, '<mesh> needs filename="..."')
         scale = doc.floats(shape_el, "scale", 3, (1.0, 1.0, 1.0))
-        path = resolve_mesh_path(fname, model_dir)
+        path = resolve_mesh_path(fname, *mesh_dirs)
         return VisualGeometry(shape="mesh", mesh_file=path, scale=scale, **kw)
     raise doc.error(shape_el, f"unknown visual geometry <{tag}> (box, cylinder, sphere, capsule or mesh)")
 

@@ -12,6 +12,35 @@ import numpy as np
 
 from ._loaded import ModelFileError
 
+#: The deepest element nesting a model file may have (a body in a body in ... is one level
+#: each): deeper files are refused with a ModelFileError, not a RecursionError.
+MAX_DEPTH = 500
+#: The largest XML file (bytes) a loader reads, and the most bytes a model's ``<include>``s
+#: may add up to.
+MAX_BYTES = 256 * 2**20
+#: The most ``<include>`` elements an MJCF model may expand (a file included twice counts twice).
+MAX_INCLUDES = 1000
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MB" if n >= 2**20 else f"{n} bytes"
+
+
+def _too_big(name: str, size: int) -> ModelFileError:
+    return ModelFileError(
+        f"{name}: the file is {_size(size)}; simjax reads XML model files of at most "
+        f"{_size(MAX_BYTES)} (simjax.io._xml.MAX_BYTES)"
+    )
+
+
+def read_bounded(path: str) -> bytes:
+    """The bytes of the file at ``path``, or a ModelFileError when it is over ``MAX_BYTES``."""
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        raise _too_big(path, size)
+    with open(path, "rb") as fh:
+        return fh.read()
+
 
 def check_model_path(path: str | os.PathLike[str], what: str) -> str:
     """``path`` as a string, or a FileNotFoundError that says what was given: a loader's
@@ -39,21 +68,94 @@ def read_model_source(src: Any, what: str) -> tuple[str, bytes]:
     (a ``str`` that starts with ``<``), or an open file (anything with ``read()``). The
     name is the path, the file object's ``name``, or ``TEXT_NAME``."""
     if hasattr(src, "read"):
-        data = src.read()
+        data = src.read(MAX_BYTES + 1)
         name = getattr(src, "name", None)
         name = name if isinstance(name, str) else TEXT_NAME
-        return name, data.encode() if isinstance(data, str) else bytes(data)
-    if isinstance(src, bytes):
-        return TEXT_NAME, src
-    if isinstance(src, str) and src.lstrip().startswith("<") and not os.path.exists(src):
-        return TEXT_NAME, src.encode()
-    if not isinstance(src, (str, os.PathLike)):
+        data = data.encode() if isinstance(data, str) else bytes(data)
+    elif isinstance(src, bytes):
+        name, data = TEXT_NAME, src
+    elif isinstance(src, str) and src.lstrip().startswith("<") and not os.path.exists(src):
+        name, data = TEXT_NAME, src.encode()
+    elif not isinstance(src, (str, os.PathLike)):
         raise TypeError(
             f"{what}: give a file's path, the XML text, or an open file; got {type(src).__name__}"
         )
-    path = check_model_path(src, what)
-    with open(path, "rb") as fh:
-        return path, fh.read()
+    else:
+        path = check_model_path(src, what)
+        return path, read_bounded(path)
+    if len(data) > MAX_BYTES:
+        raise _too_big(name, len(data))
+    return name, data
+
+
+def model_folder(name: str) -> str:
+    """The folder of the model file ``name`` (a path, or ``TEXT_NAME`` for XML text or an
+    open file with no path): the file's folder, else the working directory."""
+    return os.path.dirname(os.path.abspath(name)) if os.path.isfile(name) else os.getcwd()
+
+
+def safe_parser(name: str, start: Callable[[str, dict[str, str]], Any], end: Callable[[str], Any]) -> Any:
+    """An expat parser that calls ``start(tag, attrib)`` and ``end(tag)`` and refuses, with a
+    ModelFileError naming ``name`` and the line, what a model file has no use for and what
+    could read other files or blow up: a ``<!DOCTYPE>`` with declarations or an external
+    DTD, entity declarations (billion laughs, external entities), and elements nested more
+    than ``MAX_DEPTH`` deep. This does not depend on the linked expat's own limits."""
+    p = expat.ParserCreate()
+    p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    depth = [0]
+
+    def refuse(what: str) -> ModelFileError:
+        return ModelFileError(
+            f"{name}:{p.CurrentLineNumber}: {what}; simjax reads model files without DTDs or "
+            "entities (they can read other files or expand without bound): write the values out "
+            "and remove the <!DOCTYPE ...> declarations"
+        )
+
+    def doctype(root: str, system_id: str | None, public_id: str | None, internal: int) -> None:
+        if system_id or public_id:
+            raise refuse(f"<!DOCTYPE {root}> names an external DTD ({system_id or public_id!r})")
+        if internal:
+            raise refuse(f"<!DOCTYPE {root} [...]> declares entities or other markup")
+
+    def entity(entity_name: str, *args: Any) -> None:
+        raise refuse(f"the file declares the XML entity {entity_name!r} (<!ENTITY ...>)")
+
+    def external(context: str | None, base: str | None, system_id: str | None, *args: Any) -> int:
+        raise refuse(f"the file refers to an external entity ({system_id!r})")
+
+    def start_el(tag: str, attrib: dict[str, str]) -> None:
+        depth[0] += 1
+        if depth[0] > MAX_DEPTH:
+            raise ModelFileError(
+                f"{name}:{p.CurrentLineNumber}: <{tag}> is nested {depth[0]} elements deep; simjax reads "
+                f"models at most {MAX_DEPTH} levels deep (simjax.io._xml.MAX_DEPTH)"
+            )
+        start(tag, attrib)
+
+    def end_el(tag: str) -> None:
+        depth[0] -= 1
+        end(tag)
+
+    p.StartDoctypeDeclHandler = doctype
+    p.EntityDeclHandler = entity
+    p.UnparsedEntityDeclHandler = entity
+    p.ExternalEntityRefHandler = external
+    p.StartElementHandler = start_el
+    p.EndElementHandler = end_el
+    return p
+
+
+def parse_tree(data: bytes, name: str) -> ET.Element:
+    """``data`` parsed into an ElementTree element by :func:`safe_parser` (expat errors
+    raise ``expat.ExpatError``, as ``ET.fromstring`` raises ``ET.ParseError``)."""
+    if len(data) > MAX_BYTES:
+        raise _too_big(name, len(data))
+    builder = ET.TreeBuilder()
+    p = safe_parser(name, builder.start, builder.end)
+    p.buffer_text = True
+    p.CharacterDataHandler = builder.data
+    p.Parse(data, True)
+    return builder.close()
 
 
 class XmlDoc:
@@ -65,21 +167,20 @@ class XmlDoc:
         self._lines: dict[int, int] = {}
         if text is None:
             check_model_path(self.path, what)
-            with open(self.path, "rb") as fh:
-                data = fh.read()
+            data = read_bounded(self.path)
         else:
             data = text if isinstance(text, bytes) else text.encode()
+            if len(data) > MAX_BYTES:
+                raise _too_big(self.name, len(data))
         lines = self._lines
         builder = ET.TreeBuilder()
-        p = expat.ParserCreate()
-        p.buffer_text = True
 
         def start(tag: str, attrs: dict[str, str]) -> None:
             el = builder.start(tag, attrs)
             lines[id(el)] = p.CurrentLineNumber
 
-        p.StartElementHandler = start
-        p.EndElementHandler = builder.end
+        p = safe_parser(self.name, start, builder.end)
+        p.buffer_text = True
         p.CharacterDataHandler = builder.data
         try:
             p.Parse(data, True)
@@ -147,11 +248,12 @@ def parse_with_lines(
     """Parse ``path`` (or ``data``, the file's bytes, named ``path`` in messages) into a tree
     of the caller's element objects: ``make(tag, attrib, line)`` builds one (it must have a
     ``children`` list); returns the root. Malformed XML becomes a ``ModelFileError`` naming
-    file:line:column, with ``hint`` after the fix."""
+    file:line:column, with ``hint`` after the fix; so do the documents ``safe_parser``
+    refuses."""
     if data is None:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    parser = expat.ParserCreate()
+        data = read_bounded(path)
+    elif len(data) > MAX_BYTES:
+        raise _too_big(path, len(data))
     stack: list[Any] = []
     roots: list[Any] = []
 
@@ -163,8 +265,7 @@ def parse_with_lines(
     def end(tag: str) -> None:
         stack.pop()
 
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
+    parser = safe_parser(path, start, end)
     try:
         parser.Parse(data, True)
     except expat.ExpatError as e:

@@ -11,10 +11,13 @@ import xml.etree.ElementTree as ET
 import zlib
 from functools import lru_cache
 from typing import Any
+from xml.parsers import expat
 
 import numpy as np
 
+from ..io._loaded import ModelFileError
 from ..io._mesh import read_mesh
+from ..io._xml import parse_tree, read_bounded
 
 _DTYPES = {
     "Float32": "<f4",
@@ -65,9 +68,9 @@ def _vtp_array(el: ET.Element, header: str, compressed: bool) -> np.ndarray:
 def read_vtp(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Vertices and triangles of a VTK PolyData file (OpenSim's geometry format); polygons
     are split into triangle fans."""
-    try:
-        root = ET.parse(path).getroot()
-    except (ET.ParseError, OSError) as e:
+    try:  # parsed without DTDs or entities, at most MAX_DEPTH deep and MAX_BYTES long
+        root = parse_tree(read_bounded(path), path)
+    except (expat.ExpatError, ModelFileError, OSError) as e:
         raise MeshReadError(f"{path}: not a readable VTK XML file ({e})") from None
     header = root.get("header_type", "UInt32")
     compressed = root.get("compressor") is not None
@@ -126,7 +129,13 @@ def _load(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray]:
 def load_mesh(path: str, what: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``(vertices, faces)`` of a mesh file; None, with a warning naming ``what`` and the fix,
     when it is missing or unreadable (the caller draws a stand-in)."""
-    if not path or not os.path.isfile(path):
+    if not path:
+        warnings.warn(
+            f"sj.viz: {what}: no mesh file (the loader left it out: see its warning); drawing a stand-in",
+            stacklevel=3,
+        )
+        return None
+    if not os.path.isfile(path):
         warnings.warn(
             f"sj.viz: {what}: mesh file {path!r} not found; drawing a stand-in (put the file where "
             "the model file expects it, e.g. next to it or in its Geometry folder; for package:// "
