@@ -103,7 +103,8 @@ def test_fourbar_assembles_from_a_bad_start_with_locks_bounds_and_weights():
     asm.assemble(bad.with_q([0.3, 0.5, 1.0]))
     # settings are runtime data: no new problem, no recompile
     assert asm.get_num_initializations() == n0 and asm.get_num_error_jacobian_evals() > 0
-    assert len({k[:-1] for k in asm._fns}) == 1  # one program (its plain and top-level jit)
+    # one solver (its plain and top-level jit), and the analysis of whole turns and branches
+    assert len({k[:-1] for k in asm._fns if k[0] != "branches"}) == 1
 
 
 def test_bad_input_and_contradictory_conditions():
@@ -439,3 +440,59 @@ def test_observation_order_weights_numerical_derivatives_and_reporters():
     sj.Constraint.CoordinateCoupler(matter, lambda q: q[0] - 0.1, [bodies[0]], [0])
     out2, _ = asm.assemble(system.realize_topology())
     assert float(out2.q[0]) == pytest.approx(0.1, abs=1e-9)
+
+
+def test_track_reports_whole_turns_and_euler_branches_continuously():
+    """A pin driven through three turns, a ball whose middle Euler angle passes pi/2 and a
+    screw (its angle also translates: never moved by whole turns), tracked from markers.
+    Segments solved apart start cold, so the solver lands on other turns and on the other
+    Euler branch ``(a + pi, pi - b, c + pi)`` of the same pose; ``track`` reports the
+    equivalent nearest the frame before (batched and sequential: the truth, continuous),
+    single solves the one nearest their start, and in a preferred range where one fits."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    mp = sj.MassProperties(1.0, [0, -0.2, 0], sj.Inertia(0.05, 0.01, 0.05))
+    wheel = MB.Pin(matter.Ground(), sj.Transform(), mp, sj.Transform(), name="wheel")
+    head = MB.Ball(matter.Ground(), sj.Transform(p=[1, 0, 0]), mp, sj.Transform(), name="head")
+    screw = MB.Screw(matter.Ground(), sj.Transform(p=[-1, 0, 0]), mp, sj.Transform(), pitch=0.1)
+    s = matter.set_use_euler_angles(system.realize_topology(), True)  # q: pin, ball a b c, screw
+    mk = sj.Markers()
+    for b in (wheel, head, screw):
+        for station in ([0.3, 0, 0], [0, 0.2, 0.05], [0, 0, 0.25]):
+            mk.add_marker(b, station)
+    asm = sj.Assembler(system)
+    asm.adopt_assembly_goal(mk)
+    asm.set_accuracy(1e-10)
+    T = 24
+    t = np.linspace(0, 1, T)
+    truth = np.stack([6 * np.pi * t + 0.5, 0.3 * np.sin(3 * t), 2.5 * t, 0.2 * np.cos(2 * t), 8 * t], axis=1)
+    locate = jax.jit(
+        jax.vmap(lambda q: mk.find_current_marker_locations(system.realize(s.with_q(q), sj.Stage.POSITION)))
+    )
+    frames = np.asarray(locate(jnp.asarray(truth)))
+    states, infos = asm.track(s, frames)  # 5 segments: four cold starts at q = 0
+    assert np.all(np.asarray(infos.status) == 0)
+    np.testing.assert_allclose(np.asarray(states.q), truth, atol=1e-6)
+    # Simbody's sequential use: assemble frame 0, then track(t) frame by frame
+    mk.move_all_observations(frames[0])
+    first, _ = asm.assemble(s)
+    seq = [np.asarray(first.q)]
+    for k in range(1, T):
+        mk.move_all_observations(frames[k])
+        asm.track(float(t[k]))
+        seq.append(np.asarray(asm.get_internal_state().q))
+    np.testing.assert_allclose(np.array(seq), truth, atol=1e-6)
+    # single solves: the equivalent nearest the start (the start's turn, the start's branch)
+    pose = np.array([6.0, 0.2, 2.5, -0.1, 0.5])  # pin 6.0 = -0.283 + 2 pi; ball past pi/2
+    mk.move_all_observations(np.asarray(locate(jnp.asarray(pose[None])))[0])
+    out, _ = asm.assemble(s)
+    np.testing.assert_allclose(np.asarray(out.q), pose - [2 * np.pi, 0, 0, 0, 0], atol=1e-6)
+    other = pose + [4 * np.pi, np.pi, np.pi - 2 * pose[2], np.pi, 0]  # two turns up, other branch
+    out, _ = asm.assemble(s.with_q(other + 0.05))
+    np.testing.assert_allclose(np.asarray(out.q), other, atol=1e-6)
+    # a preferred range (OpenSim's <range> of an unclamped coordinate) wins where a turn fits
+    asm.prefer_q_range(wheel, 0, 5.0, 7.0)
+    out, _ = asm.assemble(s)
+    np.testing.assert_allclose(np.asarray(out.q), pose, atol=1e-6)
+    # the same pose throughout: the markers are where the solver put them
+    np.testing.assert_allclose(np.asarray(locate(states.q)), frames, atol=1e-6)

@@ -94,8 +94,9 @@ def test_a_second_process_solves_without_tracing_and_gets_the_same_answer(tmp_pa
     cache = tmp_path / "cache"
     first = _child(cache)
     kept = sorted(p.name for p in (cache / "simjax-traces").iterdir())
-    # track's solver, track's States (realized in a program of their own) and solve
-    assert len(kept) == 3 and all(n.endswith(".jaxexport") for n in kept), kept
+    # track's solver, track's States (realized in a program of their own), solve, and the
+    # moves (whole turns, Euler branches) allowed in the model, which both take as data
+    assert len(kept) == 4 and all(n.endswith(".jaxexport") for n in kept), kept
     assert first["traced"] > 0
     assert set(first["status"]) <= {0, 5}
     second = _child(cache)
@@ -157,12 +158,14 @@ def test_damaged_files_traced_calls_and_bad_keys_fall_back(tmp_path, monkeypatch
     _, asm, state, frames = build()
     out, info = asm.solve(state)
     files = list(tmp_path.glob("*.jaxexport"))
-    assert len(files) == 1
-    files[0].write_bytes(b"not a program")  # damaged: traced again and rewritten
+    assert len(files) == 2  # the solver and the analysis of the moves it takes as data
+    for f in files:
+        f.write_bytes(b"not a program")  # damaged: traced again and rewritten
     _traces._LOADED.clear()
-    out2, info2 = asm.solve(state)
+    _, asm2, state2, _ = build()  # (asm keeps its model's analysis: a new Assembler runs both)
+    out2, info2 = asm2.solve(state2)
     np.testing.assert_array_equal(np.asarray(out2.q), np.asarray(out.q))
-    assert files[0].read_bytes() != b"not a program"
+    assert all(f.read_bytes() != b"not a program" for f in files)
     # under jit, vmap and grad the arguments are traced: nothing is exported for them
     before = set(tmp_path.iterdir())
     q_jit = jax.jit(lambda s: asm.solve(s)[0].q)(state)

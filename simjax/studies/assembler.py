@@ -70,6 +70,7 @@ from ..constraints import kernels as cn
 from ..forward.realize import realize
 from ..model.state import State
 from ..tree.kinds import joint_inputs, map_kinds
+from . import _branches as br
 from . import _traces
 from .conditions import AssemblyCondition, SystemConstraints, _as_body_index, _Observed
 
@@ -183,6 +184,7 @@ class _Plan:
     ne: int = 0
     has_scalar: bool = False
     error_sizes: tuple[int, ...] = ()
+    branches: br.BranchPlan | None = None  # whole turns and Euler branches (_branches)
 
 
 class Assembler:
@@ -196,7 +198,9 @@ class Assembler:
 
     The internal State uses Euler angles for Ball-like joints (as Simbody's does), so
     ``lock_q``/``restrict_q``/``QValue`` coordinates are numbered as in the Euler-angle
-    State; results are converted back to the caller's State form.
+    State; results are converted back to the caller's State form. Of a solution's
+    equivalent values (whole turns, Euler branches) the one in range, else nearest the
+    start or the frame before, is reported (see :meth:`track`).
     """
 
     def __init__(self, system: Any):
@@ -219,11 +223,13 @@ class Assembler:
         self._locked_mobods: set[int] = set()
         self._locked_qs: set[tuple[int, int]] = set()
         self._bounds: dict[tuple[int, int], tuple[float, float]] = {}
+        self._preferred: dict[tuple[int, int], tuple[float, float]] = {}
         self._reporters: list[Callable[[State], Any]] = []
         self._internal = self._matter.set_use_euler_angles(state, True)
         self._plan: _Plan | None = None
         self._fns: dict[Any, Any] = {}
         self._trace_fps: dict[Any, str | None] = {}  # fingerprints of the solvers' trace keys
+        self._branch_memo: tuple[list[Any], Any] | None = None  # (Instance arrays, their moves)
         self._num_initializations = 0
         self.reset_stats()
         sc = SystemConstraints()
@@ -455,6 +461,22 @@ class Assembler:
         b = self._body(mobod)
         self._bounds.pop((b, self._check_qx(b, qx)), None)
 
+    def prefer_q_range(self, mobod: Any, qx: int, lower: float = -INF, upper: float = INF) -> None:
+        """The range ``[lower, upper]`` a q's reported value is put in when a whole-turn
+        equivalent of the solution lies there (OpenSim's ``<range>`` of an unclamped
+        coordinate): not a bound, the solver does not enforce it. A restricted q uses its
+        bounds; ``+-inf`` (the default) removes the preference. See :meth:`track` for
+        which of a solution's equivalent values is reported."""
+        b = self._body(mobod)
+        lo, hi = float(lower), float(upper)
+        if not lo <= hi:
+            raise ValueError(f"Assembler.prefer_q_range: lower {lo} > upper {hi}")
+        key = (b, self._check_qx(b, qx))
+        if math.isinf(lo) and math.isinf(hi):
+            self._preferred.pop(key, None)
+        else:
+            self._preferred[key] = (lo, hi)
+
     # ------------------------------------------------------------------ internal state
     def set_internal_state(self, state: State) -> None:
         """Copy a State (converted to Euler angles) into the Assembler."""
@@ -492,6 +514,7 @@ class Assembler:
         self._plan = None
         self._fns = {}
         self._trace_fps = {}
+        self._branch_memo = None
 
     def is_initialized(self) -> bool:
         """Whether the problem is compiled for the current settings."""
@@ -528,10 +551,12 @@ class Assembler:
             numerical_jacobian=self._numerical_jacobian or self._numerical_gradient,
         )
         _size_plan(plan, self._internal, self.get_parameters())
+        plan.branches = br.branch_plan(self._model, free, [c for _, c in (*goals, *errors)])
         self._plan = plan
         self._num_initializations += 1
         self._fns = {}
         self._trace_fps = {}
+        self._branch_memo = None
 
     def _refresh_topology(self) -> None:
         """Follow a System changed (and re-realized) after this Assembler was made."""
@@ -568,13 +593,15 @@ class Assembler:
         lo, hi = self._free_bounds()
         return float(lo[free_q]), float(hi[free_q])
 
-    def _free_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+    def _free_bounds(self, which: str = "bounds") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` of every free q: its bounds, or (``which="preferred"``) its
+        preferred range (:meth:`prefer_q_range`)."""
         plan = self._require_plan()
         topo = self._model.topology(True)
         lo = np.full(len(plan.free), -np.inf)
         hi = np.full(len(plan.free), np.inf)
         pos = {int(q): k for k, q in enumerate(plan.free)}
-        for (b, qx), (lo_b, hi_b) in self._bounds.items():
+        for (b, qx), (lo_b, hi_b) in (self._bounds if which == "bounds" else self._preferred).items():
             k = pos.get(int(topo.q_start[b]) + qx)
             if k is not None:
                 lo[k], hi[k] = lo_b, hi_b
@@ -583,10 +610,13 @@ class Assembler:
     def _settings(self, barrier: float | None = None) -> dict[str, Any]:
         """The solver's runtime settings (data, not compile-time constants)."""
         lo, hi = self._free_bounds()
+        rlo, rhi = self._free_bounds("preferred")
         acc = self.get_accuracy_in_use()
         return {
             "lo": lo,
             "hi": hi,
+            "range_lo": rlo,
+            "range_hi": rhi,
             "tol": np.float64(self.get_error_tolerance_in_use()),
             "acc": np.float64(acc),
             "rms": np.bool_(self._rms),
@@ -718,6 +748,8 @@ class Assembler:
                 self._fns[key] = jax.jit(_make_solver(plan, self._matter))
             elif kind == "realize":
                 self._fns[key] = jax.jit(partial(_realize_frames, model=plan.model))
+            elif kind == "branches":
+                self._fns[key] = jax.jit(partial(_branch_data, plan=plan, matter=self._matter))
             else:
                 solve = _make_solver(plan, self._matter)
                 self._fns[key] = jax.jit(
@@ -744,8 +776,41 @@ class Assembler:
         self, kind: str, args: tuple[Any, ...], owner: State, segments: int = 1, length: int = 1
     ) -> Any:
         """The compiled solve (``kind`` "single" or "batched", no progress bar) on ``args``;
-        at the top level its trace is kept on disk for the next process (``_traces``)."""
+        at the top level its trace is kept on disk for the next process (``_traces``). The
+        settings (last of ``args``) get the moves of ``_branches`` allowed in the State's
+        model (a program of its own, compiled on a second core while the solver is traced)."""
+        args = self._with_branches(args, owner, lambda spec: self._program(kind, spec, segments, length))
         return _traces.call(args=args, owner=owner, **self._program(kind, args, segments, length))
+
+    def _branch_spec(self, state: State) -> dict[str, Any]:
+        """The shapes of ``_branches.branch_data``'s answer for ``state``."""
+        bp = self._require_plan().branches
+        assert bp is not None
+        n, nt, dt = bp.n, len(bp.triples), state.q.dtype
+        S = jax.ShapeDtypeStruct
+        return dict(period=S((n,), dt), tri_ok=S((nt,), jnp.bool_), tri_mid=S((nt,), dt))
+
+    def _with_branches(
+        self, args: tuple[Any, ...], owner: State, solver: Callable[[tuple[Any, ...]], dict[str, Any]]
+    ) -> tuple[Any, ...]:
+        """``args`` (State first, settings last) with ``settings["branches"]`` computed from
+        the State. Its program is prepared first and compiles while ``solver(args with its
+        shapes)``'s program is traced (where ``_traces`` keeps programs)."""
+        state, settings = args[0], args[-1]
+        if "branches" in settings:
+            return args
+        leaves = jax.tree.leaves(state.instance)
+        memo = self._branch_memo
+        if memo is not None and len(memo[0]) == len(leaves) and all(a is b for a, b in zip(memo[0], leaves)):
+            return (*args[:-1], dict(settings, branches=memo[1]))  # the same model numbers
+        program = self._program("branches", (state,))
+        _traces.compile_ahead(args=(state,), **program)
+        spec = (*args[:-1], dict(settings, branches=self._branch_spec(state)))
+        _traces.compile_ahead(args=spec, **solver(spec))
+        data = _traces.call(args=(state,), owner=owner, **program)
+        if not any(isinstance(x, jax.core.Tracer) for x in leaves):
+            self._branch_memo = (leaves, data)
+        return (*args[:-1], dict(settings, branches=data))
 
     def _track_call(self, args: tuple[Any, ...], owner: State, T: int, S: int, Ls: int) -> Any:
         """The batched solve and the realization of its States: two programs (``_traces``;
@@ -754,9 +819,9 @@ class Assembler:
         which then compiles alone (XLA:CPU's code generation uses every core)."""
         state = args[0]
         q_spec = jax.ShapeDtypeStruct((T, *state.q.shape), state.q.dtype)
-        solver = self._program("batched", args, S, Ls)
         _traces.compile_ahead(args=(state, q_spec), **self._program("realize", (state, q_spec)))
-        _traces.compile_ahead(args=args, **solver)
+        args = self._with_branches(args, owner, lambda spec: self._program("batched", spec, S, Ls))
+        solver = self._program("batched", args, S, Ls)
         qs, infos = _traces.call(args=args, owner=owner, **solver)
         return _traces.call(args=(state, qs), owner=owner, **self._program("realize", (state, qs))), infos
 
@@ -847,6 +912,16 @@ class Assembler:
         * ``track(frame_time=-1)``: Simbody's sequential use; solve the current
           observations warm-started from the internal State, set its time if >= 0, and
           return the info (raises ``AssemblyFailed`` on failure).
+
+        The angles are usable as they are (a ``.mot`` to filter, inverse dynamics): of the
+        values that give a solution's pose (an angle plus whole turns; the other Euler
+        branch ``(a + pi, pi - b, c + pi)`` of a three-rotation joint) each frame reports
+        the one in the q's range (its bounds, else :meth:`prefer_q_range`) where one is,
+        else the one nearest the frame before: the first frame, and every single solve
+        (``assemble``, ``solve``), nearest its start, as OpenSim's IK. Only moves checked
+        numerically to leave every mobilizer transform, constraint error and condition
+        unchanged are made: an angle coupled through a spline or a coupler, or driving a
+        translation, is reported as solved (``simjax.studies._branches``).
         """
         if isinstance(state, State):
             if frames is None:
@@ -876,6 +951,8 @@ class Assembler:
                 if kept:
                     states, infos = self._track_call(args, state, T, S, Ls)
                 else:
+                    batched = lambda spec: self._program("batched", spec, S, Ls)  # noqa: E731
+                    args = self._with_branches(args, state, batched)
                     qs, infos = self._get_fn("batched", S, Ls, True, top=True)(*args)
                     states = self._get_fn("realize")(args[0], qs)
                 self._count(infos)  # waits for the result
@@ -1169,7 +1246,8 @@ def _compiler_options(kind: str) -> dict[str, Any] | None:
     """XLA options of the Assembler's programs (``simjax._config``): the solvers'
     (``single``, ``batched``) run without loop-invariant code motion; the realization of
     ``track``'s States, brief, without LLVM's optimisations."""
-    opts = _config.light_compiler_options() if kind == "realize" else _config.solver_compiler_options()
+    light = kind in ("realize", "branches")
+    opts = _config.light_compiler_options() if light else _config.solver_compiler_options()
     return opts or None
 
 
@@ -1180,10 +1258,18 @@ def _make_solver(plan: _Plan, matter: Any):
     ``vmap(solve_q)`` with the loop over lanes written out (``track``'s rounds)."""
     model = plan.model
     n = len(plan.free)
+    bp = plan.branches if plan.branches is not None else br.branch_plan(model, plan.free, [])
+
+    def euler(state: State) -> State:
+        return matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
+
+    def branches(state: State) -> dict[str, jax.Array]:
+        """The whole turns and Euler branches allowed in ``state``'s model (``_branches``)."""
+        return br.branch_data(bp, model, euler(state))
 
     def setup(state: State, params: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         """Everything one solve needs besides its loop: arrays (and States), no functions."""
-        internal = matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
+        internal = euler(state)
         base = realize(model, internal, Stage.TIME)
         dt = base.q.dtype
         eps = float(jnp.finfo(dt).eps)
@@ -1206,7 +1292,13 @@ def _make_solver(plan: _Plan, matter: Any):
         x0 = jnp.where(bl, jnp.maximum(xq, lo + push_lo), xq)
         x0 = jnp.where(bh, jnp.minimum(x0, hi - push_hi), x0)
         x0 = jnp.where(fixed, lo, x0)
+        inf = jnp.full(n, jnp.inf, dt)
+        rlo = jnp.asarray(settings.get("range_lo", -inf), dt)
+        rhi = jnp.asarray(settings.get("range_hi", inf), dt)
         return dict(
+            branches=settings["branches"] if "branches" in settings else branches(internal),
+            ranges=br.ranges(lo, hi, rlo, rhi),
+            xq=xq,
             state=state,
             internal=internal,
             base=base,
@@ -1438,6 +1530,11 @@ def _make_solver(plan: _Plan, matter: Any):
             on_hi = bh & (cf["zh"] > sh * hdiag) & (Sf["grad"] < 0)
             on_lo = on_lo | (fixed & has_lo)
             x_star = jnp.where(on_lo, lo, jnp.where(on_hi, hi, xs))
+            # Of the solution's equivalents (whole turns, Euler branches), the one in range,
+            # else nearest the start (_branches); the pose, goal and errors are the same.
+            r_lo, r_hi = k["ranges"]
+            x_star = br.nearest_branch(x_star, k["xq"], k["branches"], r_lo, r_hi, on_lo | on_hi, bp.triples)
+            x_star = x_star.astype(dt)
             mf = jnp.where(on_lo | on_hi, 0.0, 1.0).astype(dt)
             goal = goal_of(Lf)
             err = err_of(Lf)
@@ -1528,6 +1625,8 @@ def _make_solver(plan: _Plan, matter: Any):
         return realize(model, state.with_q(q), Stage.POSITION), info
 
     solve.plan = plan  # type: ignore[attr-defined]
+    solve.branch_plan = bp  # type: ignore[attr-defined]
+    solve.branches = branches  # type: ignore[attr-defined]
     solve.solve_q = solve_q  # type: ignore[attr-defined]
     solve.solve_q_lanes = solve_q_lanes  # type: ignore[attr-defined]
     return solve
@@ -1606,10 +1705,15 @@ def _track_segments(
     later frames from the segment's previous solution (the warm barrier). Then the seams:
     segment k's first frame is solved again from segment k-1's last solution; where that
     is better (lower goal, or feasible where the first was not) segment k is solved again
-    from there, and the seams are checked again, until no segment changes.
+    from there, and the seams are checked again, until no segment changes. Last, every
+    frame's q's are moved to the equivalent (whole turns, Euler branch) in range, else
+    nearest the frame before (the first: nearest ``state``), as ``_branches`` says.
     """
     T = next(iter(frames.values())).shape[0]
     pad = S * Ls - T
+    if "branches" not in settings:  # the same for every lane and frame
+        settings = dict(settings, branches=solve.branches(state))
+    bdata = settings["branches"]
 
     def lanes(a):
         a = jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a
@@ -1703,7 +1807,23 @@ def _track_segments(
         passes=jnp.asarray(0),
     )
     cf = jax.lax.while_loop(lambda c: c["phase"] != 3, body, c0)
-    return jax.tree.map(lambda a: a.reshape((S * Ls,) + a.shape[2:])[:T], cf["buf"])
+    qs, infos = jax.tree.map(lambda a: a.reshape((S * Ls,) + a.shape[2:])[:T], cf["buf"])
+    bp = solve.branch_plan
+    if bp.any:
+        model = solve.plan.model
+        user = bp.user_positions(model.topology(state.use_euler_angles), model.topology(True))
+        dt = qs.dtype
+        lo, hi = br.ranges(*(jnp.asarray(settings[k], dt) for k in ("lo", "hi", "range_lo", "range_hi")))
+        qs = br.continuity(bp, qs, state.q, bdata, lo, hi, infos.on_bounds != 0, user)
+    return qs, infos
+
+
+def _branch_data(state: State, *, plan: _Plan, matter: Any) -> dict[str, jax.Array]:
+    """The whole turns and Euler branches allowed in ``state``'s model (``_branches``; a
+    program of its own, its answer passed to the solvers in their settings)."""
+    assert plan.branches is not None
+    internal = matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
+    return br.branch_data(plan.branches, plan.model, internal)
 
 
 def _realize_frames(state: State, qs: jax.Array, *, model: Any) -> State:
