@@ -97,6 +97,13 @@ class RESULTS(eqx.Enumeration):
         "limit. Use a smaller step (`dt`), remove limits that contradict each other or the "
         "bilateral constraints, or widen ranges that leave no admissible configuration."
     )
+    events_unresolved = (
+        "The simulation ran to its end, but within some step a TriggeredEvent's witness "
+        "changed faster than the step's samples resolve (or crossed more often than one "
+        "step handles), so crossings may have been missed (Trajectory.events_unresolved "
+        "marks which). Use a smaller step (`dt`, or `max_step`/`accuracy` for the adaptive "
+        "integrators) or more samples per step (`event_samples`)."
+    )
 
 
 def all_finite(tree) -> jax.Array:
@@ -109,7 +116,8 @@ def all_finite(tree) -> jax.Array:
 
 
 def simulation_ok(result: RESULTS) -> jax.Array:
-    """True where a simulation result is not a failure (successful, or stopped by a
-    terminating event)."""
+    """True where a simulation result is not a failure (successful, stopped by a
+    terminating event, or with unresolved event witnesses)."""
     with jax.ensure_compile_time_eval():
-        return (result == RESULTS.successful) | (result == RESULTS.event_occurred)
+        ok = (result == RESULTS.successful) | (result == RESULTS.event_occurred)
+        return ok | (result == RESULTS.events_unresolved)

@@ -85,10 +85,16 @@ class Trajectory(eqx.Module):
             when it failed (the final time otherwise).
         reports: ``{name: (n, ...)}`` values of the reporters at the output times.
         result: An ``sj.RESULTS`` item: ``successful``, ``event_occurred`` (stopped by a
-            terminating event), or a failure: ``simulation_nonfinite``,
-            ``max_steps_reached``, ``step_size_too_small``. After a failure the outputs
-            later than ``termination_time`` are NaN and ``final_state`` is the last good
-            State, at ``termination_time``.
+            terminating event), ``events_unresolved`` (ran to the end, but a witness
+            changed faster than a step's samples resolve: see ``events_unresolved``), or a
+            failure: ``simulation_nonfinite``, ``max_steps_reached``,
+            ``step_size_too_small``. After a failure the outputs later than
+            ``termination_time`` are NaN and ``final_state`` is the last good State, at
+            ``termination_time``.
+        events_unresolved: One bool per ``TriggeredEvent`` (in the order given): in some
+            step its witness changed faster than ``event_samples`` samples resolve, or it
+            crossed more often than a fixed step handles, so crossings may have been
+            missed. Use a smaller step (``dt``) or more samples (``event_samples``).
     """
 
     t: Float[Array, " n"]
@@ -105,6 +111,7 @@ class Trajectory(eqx.Module):
     reports: dict[str, Any]
     discrete: Any
     result: RESULTS
+    events_unresolved: jax.Array
 
     @property
     def states(self) -> State:
@@ -131,6 +138,7 @@ class _Config(eqx.Module):
     project: bool = eqx.field(static=True)
     projection_iterations: int = eqx.field(static=True)
     adjoint: str = eqx.field(static=True, default="reverse")
+    event_samples: int = eqx.field(static=True, default=4)
 
 
 def _with_disc(base: State, disc: Any) -> State:
@@ -245,13 +253,26 @@ class TriggeredEvent(eqx.Module):
         handler: ``handler(state) -> state`` (or ``(state, terminate)``), given the State
             at the located event time realized to Acceleration; it may change q, u, z and
             discrete variables. ``None``: only record (with ``terminate``: stop).
-        direction: ``"rising"`` (negative to non-negative), ``"falling"`` or ``"both"``.
+        direction: ``"rising"`` (negative to zero or positive), ``"falling"`` (positive
+            to zero or negative) or ``"both"``. Leaving zero is not a crossing (Simbody's
+            rule), so a zero the witness arrives at, touches or stays on is one event.
         terminate: Stop the simulation at this event.
         stage: Stage the witness needs (default Acceleration).
 
-    The crossing is located inside the step by regula falsi (Illinois) on the
-    integrator's own sub-steps, the handler runs at the time just after the root, and the
-    step is finished from there.
+    Every step samples the witness (value and rate) at ``event_samples + 1`` points along
+    its interpolant, plus the lowest and highest point of a cubic model between them, and
+    the sign changes are located in time order (Illinois regula falsi; on the integrator's
+    own sub-steps where a handler may change the state, so the State handed over is just
+    past the root). The value at a step's end is carried as the next step's start, so a
+    zero on a step boundary is one crossing. Several crossings in one step are all found:
+    a fixed step handles up to ``event_samples`` and takes the rest of the step again after
+    each handler; an adaptive step ends at the first and the next step goes on from it. A
+    witness that changes faster than the samples resolve (judged from values and rates)
+    shortens adaptive steps, and makes a fixed-step run report
+    ``RESULTS.events_unresolved`` with ``Trajectory.events_unresolved`` (and a warning,
+    eagerly) instead of ``successful``. Crossings of one witness closer than 1e-9 of a step
+    are one event. The witness should be continuous in time: a jump or kink near zero is
+    reported as unresolved.
     """
 
     witness: Any = eqx.field(static=True)
@@ -319,83 +340,55 @@ def _scheduled_in_range(events: Sequence[Any], t0: float, t1: float) -> list[tup
     return sched
 
 
-def _crossed(w0, w1, directions):
-    rising = (w0 < 0) & (w1 >= 0)
-    falling = (w0 > 0) & (w1 <= 0)
-    return jnp.stack(
-        [
-            {"rising": rising[i], "falling": falling[i], "both": rising[i] | falling[i]}[d]
-            for i, d in enumerate(directions)
-        ]
-    )
+# Witnesses within a step. Each step samples every witness (its value, and its rate along
+# the step's interpolant by forward-mode derivative) at ``event_samples + 1`` evenly
+# spaced points, adds in each sub-interval the extreme of its cubic Hermite model, and
+# locates the sign changes between consecutive points in time order. The first point's
+# value is the one carried from the end of the previous step, so a zero on a step boundary
+# is one crossing, seen once. A value exactly zero follows Simbody
+# (``Event::classifyTransition``): arriving at zero is a crossing, leaving it is not.
+_EVENT_GRID = 15  # points of each sub-interval's cubic searched for its extreme
+_ROOT_ITERATIONS = 10  # Illinois iterations locating one crossing
+# A sub-interval's witness is unresolved where its trapezoid defect
+# |w1 - w0 - d (w0' + w1') / 2| exceeds this fraction of its variation
+# d (|w0'| + |w1'|) / 2 + |w1 - w0| while it may reach zero: about (omega d)^2 / 12 for an
+# oscillation of angular frequency omega sampled d apart (0.12 at four samples per period),
+# near 1 where it is aliased.
+_UNRESOLVED = 0.25
+# Crossings of one witness closer in time than this fraction of the step are one event
+# (round-off at the located root, or a handler that leaves the witness at its zero).
+_EVENT_WINDOW = 1e-9
 
 
-# Sub-intervals of an adaptive step in which the witnesses are modelled (issue 16).
-_EVENT_SEGMENTS = 2
-# Points of each sub-interval's cubic searched for its extreme.
-_EVENT_GRID = 15
+def _transition_masks(trig: Sequence[TriggeredEvent]) -> tuple[np.ndarray, np.ndarray]:
+    """Which witnesses report rising and which falling crossings."""
+    rising = np.array([e.direction in ("rising", "both") for e in trig])
+    falling = np.array([e.direction in ("falling", "both") for e in trig])
+    return rising, falling
 
 
-def _witness_samples(W, interp, t, h, w_end, dtype):
-    """Sample points (thetas in [0, 1]) and witness values (points, events) at which sign
-    changes are looked for within one adaptive step: the ends, the sub-interval ends
-    (``_EVENT_SEGMENTS``), and in each sub-interval the extreme point of the cubic Hermite
-    model of every witness built from its values and rates along the step's dense output
-    (forward-mode derivative). A witness that dips through zero and back between two
-    samples, with the same sign at both, has a sign change at its extreme: both crossings
-    are then bracketed. Values at the extremes are the model's (Illinois refines on real
-    sub-steps)."""
-    nseg = _EVENT_SEGMENTS
-    grid = jnp.arange(nseg + 1, dtype=dtype) / nseg
-
-    def w_rate(th):
-        return jax.jvp(lambda x: W(t + x * h, interp(x)), (th,), (jnp.ones((), dtype),))
-
-    vals, rates = zip(*(w_rate(th) for th in grid), strict=True)
-    vals = (w_end[0], *vals[1:-1], w_end[1])  # the ends: the step's own states
-    tau = jnp.arange(1, _EVENT_GRID + 1, dtype=dtype) / (_EVENT_GRID + 1)
-    h00, h10 = 2 * tau**3 - 3 * tau**2 + 1, tau**3 - 2 * tau**2 + tau
-    h01, h11 = -2 * tau**3 + 3 * tau**2, tau**3 - tau**2
-    thetas, ws = [grid[0]], [vals[0]]
-    d = 1.0 / nseg
-    for i in range(nseg):
-        wa, wb, sa, sb = vals[i], vals[i + 1], rates[i], rates[i + 1]
-        cub = (
-            h00[:, None] * wa[None]
-            + h10[:, None] * (d * sa)[None]
-            + h01[:, None] * wb[None]
-            + h11[:, None] * (d * sb)[None]
-        )
-        # the extreme toward zero (per event): the minimum of cub * sign(wa)
-        sgn = jnp.where(wa >= 0, 1.0, -1.0)
-        m = jnp.argmin(cub * sgn[None], axis=0)  # (events,)
-        # one point per sub-interval: the event whose cubic dips deepest past zero decides
-        depth = jnp.take_along_axis(cub * sgn[None], m[None], axis=0)[0]
-        e = jnp.argmin(depth)
-        thetas += [grid[i] + d * tau[m[e]], grid[i + 1]]
-        ws += [cub[m[e]], vals[i + 1]]
-    return jnp.stack(thetas), jnp.stack(ws)
+def _crossed(w0, w1, masks):
+    """Which witnesses cross from ``w0`` to ``w1`` in their direction (negative to zero or
+    positive: rising; positive to zero or negative: falling; from zero: neither);
+    broadcasts over leading axes."""
+    lead = (1,) * (jnp.ndim(w0) - 1)
+    rising, falling = (jnp.asarray(m).reshape(lead + m.shape) for m in masks)
+    return ((w0 < 0) & (w1 >= 0) & rising) | ((w0 > 0) & (w1 <= 0) & falling)
 
 
-def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc, interp=None):
-    """After an accepted step ``y0 -> y1`` on ``[t, t+h]``: locate the first triggered
-    event, apply its handler and finish the step. Returns (y, disc, terminated, t_end,
-    fired).
+def _witness_fn(model: Model, base: State, trig: Sequence[TriggeredEvent], policy: Any = None):
+    """``W(t, y, disc) -> (n,)``: every witness at one state, realized once to the highest
+    stage they need. ``policy``: a controls function evaluated at ``(t, y)`` (adaptive
+    integrators, whose derivatives see it at every evaluation)."""
+    stage = max(e.stage for e in trig)
 
-    With ``interp`` (the step's dense output, ``theta -> y(t + theta h)``, adaptive
-    integrators) the witnesses are also sampled inside the step, so two crossings within
-    one step are both seen, and the step ends at the event (the integrator goes on from
-    there, where the next crossing is found). Without it (fixed steps) only the ends are
-    compared, and the rest of the step is taken after the handler."""
-    trig = [e for e in events if isinstance(e, TriggeredEvent)]
-    if not trig:
-        return y1, disc, jnp.asarray(False), t + h, jnp.asarray(False)
-    b0 = _with_disc(base, disc)
-
-    def W(tt, yy):
+    def W(tt, yy, disc):
+        b = _with_disc(base, disc)
+        if policy is not None:
+            b = _with_disc(b, policy.at(model, b, tt, yy, None))
+        st = realize(model, _state_of(b, tt, yy), stage)
         out = []
         for e in trig:
-            st = realize(model, _state_of(b0, tt, yy), e.stage)
             w = jnp.asarray(e.witness(st), yy[0].dtype)
             if w.size != 1:
                 raise ValueError(
@@ -407,66 +400,270 @@ def _finish_step(model, base, cfg, events, advance, t, y0, y1, h, disc, interp=N
             out.append(jnp.reshape(w, ()))
         return jnp.stack(out)
 
-    dirs = [e.direction for e in trig]
-    w_end = (W(t, y0), W(t + h, y1))
-    if interp is None:
-        thetas = jnp.array([0.0, 1.0], dtype=y0[0].dtype)
-        ws = jnp.stack(w_end)
-    else:
-        thetas, ws = _witness_samples(W, interp, t, h, w_end, y0[0].dtype)
-    n = ws.shape[0] - 1
-    cross = jnp.stack([_crossed(ws[j], ws[j + 1], dirs) for j in range(n)])  # (n, events)
-    seg_has = jnp.any(cross, axis=1)
-    fired = jnp.any(seg_has)
+    return W
+
+
+def _hermite(y0, y1, f0, f1, h):
+    """The cubic Hermite interpolant ``theta -> y(t + theta h)`` of a step from its end
+    values and derivatives (exact at both ends)."""
+
+    def interp(th):
+        h00, h10 = (1 + 2 * th) * (1 - th) ** 2, th * (1 - th) ** 2
+        h01, h11 = th**2 * (3 - 2 * th), th**2 * (th - 1)
+        return jax.tree.map(
+            lambda a, b, fa, fb: h00 * a + (h10 * h) * fa + h01 * b + (h11 * h) * fb, y0, y1, f0, f1
+        )
+
+    return interp
+
+
+def _linear(y0, y1):
+    """The linear interpolant of a step (exact at both ends)."""
+    return lambda th: jax.tree.map(lambda a, b: (1 - th) * a + th * b, y0, y1)
+
+
+def _sample(W, interp, t, h, disc, w0, scale, nsub: int):
+    """The points of one step ``[t, t + h]`` searched for crossings: ``nsub + 1`` evenly
+    spaced ones and, between them, the lowest and the highest point of each witness's
+    cubic Hermite model (from the values and rates at the sub-interval's ends; values there
+    are the model's), so a witness that dips through zero and back between two samples is
+    bracketed. ``w0``: the value carried to the start (None: the value there). ``scale``:
+    the largest magnitude of each witness so far; variations within its round-off are not
+    judged. Returns thetas ``(nsub (2 n + 1) + 1,)`` (every ``2 n + 1``-th sampled), values
+    ``(nsub (2 n + 1) + 1, n)``, which witnesses are unresolved ``(n,)``, the largest
+    defect ratio near zero, and the scale updated."""
+    dt = jnp.result_type(t, h)
+    th = jnp.arange(nsub + 1, dtype=dt) / nsub
+    v, r = jax.vmap(lambda x: jax.jvp(lambda s: W(t + s * h, interp(s), disc), (x,), (jnp.ones((), dt),)))(th)
+    d = 1.0 / nsub
+    va, vb, ra, rb = v[:-1], v[1:], d * r[:-1], d * r[1:]
+    defect = jnp.abs(vb - va - (ra + rb) / 2)
+    var = (jnp.abs(ra) + jnp.abs(rb)) / 2 + jnp.abs(vb - va)
+    scale = jnp.maximum(scale, jnp.max(jnp.abs(v), axis=0))
+    eps = float(jnp.finfo(v.dtype).eps)
+    near = jnp.minimum(jnp.abs(va), jnp.abs(vb)) <= var + defect
+    judged = near & (var > 2**12 * eps * scale[None])
+    ratio = jnp.where(judged, defect / jnp.where(var > 0, var, 1.0), 0.0)
+    unresolved = jnp.any(ratio > _UNRESOLVED, axis=0)
+    tau = jnp.arange(1, _EVENT_GRID + 1, dtype=dt) / (_EVENT_GRID + 1)
+    h00, h10 = 2 * tau**3 - 3 * tau**2 + 1, tau**3 - 2 * tau**2 + tau
+    h01, h11 = -2 * tau**3 + 3 * tau**2, tau**3 - tau**2
+    cub = (  # (nsub, grid, n)
+        h00[None, :, None] * va[:, None]
+        + h10[None, :, None] * ra[:, None]
+        + h01[None, :, None] * vb[:, None]
+        + h11[None, :, None] * rb[:, None]
+    )
+    # each witness's lowest and highest point, in time order; every witness's model there
+    at = jnp.sort(jnp.concatenate([jnp.argmin(cub, axis=1), jnp.argmax(cub, axis=1)], axis=1), axis=1)
+    w_x = jnp.take_along_axis(cub, at[:, :, None], axis=1)  # (nsub, 2 n, n)
+    th_x = th[:-1, None] + d * tau[at]
+    n = v.shape[1]
+    thetas = jnp.concatenate([jnp.concatenate([th[:-1, None], th_x], axis=1).reshape(-1), th[-1:]])
+    ws = jnp.concatenate([jnp.concatenate([va[:, None], w_x], axis=1).reshape(-1, n), v[-1:]])
+    if w0 is not None:
+        ws = ws.at[0].set(w0)
+    return thetas, ws, unresolved, jnp.max(ratio), scale
+
+
+def _locate(g, a, b, wa, wb, sampled_b, masks):
+    """The first crossing in ``[a, b]``, from the values ``wa`` at ``a`` and ``wb`` at
+    ``b``: Illinois regula falsi on ``g(theta) -> (values (n,), aux)``, following whichever
+    witness crosses first (an iterate at which another one has crossed becomes the far end,
+    and that witness is followed). ``sampled_b``: ``wb`` was evaluated there (a point's
+    value is computed once: another evaluation may differ in the last bit, enough to move
+    a zero on the point across it); otherwise it is a model's, and ``g(b)`` replaces it.
+    Returns the far end ``b``, the values and ``aux`` there, and which witnesses cross
+    between the final ends (none: the bracket held no crossing)."""
+    wg, aux = g(b)
+    wb = jnp.where(sampled_b, wb, wg)
+
+    def first(w0, w1):
+        cr = _crossed(w0, w1, masks)
+        return cr, jnp.argmin(jnp.where(cr, w0 / jnp.where(w0 != w1, w0 - w1, 1.0), jnp.inf))
+
+    _, k = first(wa, wb)
+
+    def body(_, c):
+        a, b, wa, wb, aux, fa, fb, k, side = c
+        den = jnp.where(fb != fa, fb - fa, 1.0)
+        x = jnp.clip((a * fb - b * fa) / den, a + 1e-3 * (b - a), b - 1e-3 * (b - a))
+        wx, ax = g(x)
+        cr, kx = first(wa, wx)
+        hit = jnp.any(cr)  # a crossing in [a, x]: x is the new far end
+        k2 = jnp.where(hit, kx, k)
+        fa_hit = jnp.where(k2 == k, jnp.where(side == 1, fa / 2, fa), wa[k2])
+        fb_miss = jnp.where(side == -1, fb / 2, fb)
+        return (
+            jnp.where(hit, a, x),
+            jnp.where(hit, x, b),
+            jnp.where(hit, wa, wx),
+            jnp.where(hit, wx, wb),
+            _select(hit, ax, aux),
+            jnp.where(hit, fa_hit, wx[k]),
+            jnp.where(hit, wx[k2], fb_miss),
+            k2,
+            jnp.where(hit, 1, -1),
+        )
+
+    init = (a, b, wa, wb, aux, wa[k], wb[k], k, jnp.asarray(0))
+    _, b, wa, wb, aux, *_ = jax.lax.fori_loop(0, _ROOT_ITERATIONS, body, init)
+    return b, wb, aux, _crossed(wa, wb, masks)
+
+
+def _fire(model, base, cfg, trig, te, y, disc, fired):
+    """Run the handlers of the ``fired`` events at ``te``, in the order the events were
+    given, then project. Returns (y, disc, terminate)."""
+    term = jnp.asarray(False)
+    for i, e in enumerate(trig):
+        if e.handler is None and not e.terminate:
+            continue
+
+        def run(c, e=e):
+            y2, d2, t2 = _apply_handler(model, base, c[1], te, c[0], e.handler, e.terminate)
+            return y2, d2, c[2] | t2
+
+        y, disc, term = jax.lax.cond(fired[i], run, lambda c: c, (y, disc, term))
+    y, _ = _project(model, _with_disc(base, disc), te, y, cfg)
+    return y, disc, term
+
+
+class _Witnessed(eqx.Module):
+    """The triggered events' part of the integration carry (one entry per witness)."""
+
+    w: jax.Array  # values at the current state: the "before" side of the next step
+    scale: jax.Array  # largest magnitude seen (round-off below it is not judged)
+    t_ev: jax.Array  # time of each witness's last event
+    unresolved: jax.Array  # a step did not resolve this witness
+
+
+def _fixed_events(model, base, cfg, trig, W, adv, interp_of, t, h, y0, y1, disc, ev: _Witnessed):
+    """The triggered events of a fixed step ``y0 -> y1`` on ``[t, t + h]``, in time order:
+    each crossing is located (Illinois, on the interpolant; on the integrator's own
+    sub-steps when a handler may change the state), its handler runs, the rest of the step
+    is taken again from there and searched anew. Up to ``cfg.event_samples`` events per
+    step; crossings left over mark their witness unresolved. Returns (y, disc, terminated,
+    t_end, events handled, carry)."""
+    masks = _transition_masks(trig)
+    nsub = cfg.event_samples
+    every = 2 * len(trig) + 1  # every this many points is sampled (the others: models)
+    nbr = nsub * every  # brackets between the points
+    window = _EVENT_WINDOW * h
+    handlers = any(e.handler is not None or e.terminate for e in trig)
+    interp0 = interp_of(t, y0, y1, h, disc)
+    thetas, ws, bad, _, scale = _sample(W, interp0, t, h, disc, ev.w, ev.scale, nsub)
+
+    def remaining(c):
+        cross = _crossed(c["ws"][:-1], c["ws"][1:], masks)
+        return cross & (jnp.arange(nbr) >= c["jpos"])[:, None] & ~c["term"]
+
+    def handle(c, cross):
+        ts, hs, dd = c["ts"], c["hs"], c["disc"]
+        j = jnp.argmax(jnp.any(cross, axis=1))
+        if handlers:  # the integrator's own sub-step: the state handed over is past the root
+            g = lambda th: (lambda yy: (W(ts + th * hs, yy, dd), yy))(adv(ts, c["ys"], th * hs, dd))  # noqa: E731
+        else:  # nothing changes the state: the interpolant the crossings were seen on
+            g = lambda th: (W(ts + th * hs, interp0(th), dd), None)  # noqa: E731
+        th, ws = c["thetas"], c["ws"]
+        b, wb, yb, crossed = _locate(g, th[j], th[j + 1], ws[j], ws[j + 1], (j + 1) % every == 0, masks)
+        te = ts + b * hs
+        fired = crossed & (te - c["t_ev"] > window)
+        # the search goes on from the far end; past a bracket that held no crossing, from
+        # the value found at its end
+        seen = jnp.any(crossed)
+        c = dict(
+            c,
+            thetas=th.at[j].set(jnp.where(seen, b, th[j])),
+            ws=ws.at[j].set(jnp.where(seen, wb, ws[j])).at[j + 1].set(jnp.where(seen, ws[j + 1], wb)),
+            jpos=jnp.where(seen, j, j + 1),
+            count=c["count"] + jnp.sum(fired),
+            t_ev=jnp.where(fired, te, c["t_ev"]),
+        )
+        if not handlers:
+            return c
+
+        def reintegrate(c):
+            ye, d2, term = _fire(model, base, cfg, trig, te, yb, dd, fired)
+            rest = t + h - te
+            yr, _ = _project(model, _with_disc(base, d2), t + h, adv(te, ye, rest, d2), cfg)
+            interp = interp_of(te, ye, yr, rest, d2)
+            th2, ws2, bad2, _, scale = _sample(W, interp, te, rest, d2, None, c["scale"], nsub)
+            return dict(
+                c,
+                ts=te,
+                hs=rest,
+                ys=ye,
+                ye=_select(term, ye, yr),
+                thetas=th2,
+                ws=ws2,
+                jpos=jnp.where(term, nbr, 0),
+                disc=d2,
+                term=term,
+                t_end=jnp.where(term, te, c["t_end"]),
+                unresolved=c["unresolved"] | bad2,
+                scale=scale,
+            )
+
+        return jax.lax.cond(jnp.any(fired), reintegrate, lambda c: c, c)
+
+    def slot(_, c):
+        cross = remaining(c)
+        return jax.lax.cond(jnp.any(cross), handle, lambda c, _: c, c, cross)
+
+    c = dict(
+        ts=t,
+        hs=h,
+        ys=y0,
+        ye=y1,
+        thetas=thetas,
+        ws=ws,
+        jpos=jnp.asarray(0),
+        disc=disc,
+        term=jnp.asarray(False),
+        t_end=t + h,
+        count=jnp.asarray(0),
+        unresolved=ev.unresolved | bad,
+        t_ev=ev.t_ev,
+        scale=scale,
+    )
+    c = jax.lax.fori_loop(0, nsub, slot, c)
+    unresolved = c["unresolved"] | jnp.any(remaining(c), axis=0)  # more crossings than slots
+    carry = _Witnessed(w=c["ws"][-1], scale=c["scale"], t_ev=c["t_ev"], unresolved=unresolved)
+    return c["ye"], c["disc"], c["term"], c["t_end"], c["count"], carry
+
+
+def _adaptive_events(model, base, cfg, trig, W, adv, interp, t, h, y0, y1, disc, ev: _Witnessed):
+    """The triggered events of an adaptive step ``y0 -> y1`` on ``[t, t + h]``: the first
+    crossing is located on the integrator's own sub-steps, its handler runs and the step
+    ends there (the loop goes on from it, where the next crossing is found). Returns
+    (y, disc, terminated, t_end, events handled, carry, reject, ratio): ``reject`` asks for
+    a shorter step where a witness is unresolved (down to the time resolution, where it is
+    marked unresolved instead); ``ratio`` is the largest defect ratio, which bounds the
+    next step."""
+    masks = _transition_masks(trig)
+    thetas, ws, bad, ratio, scale = _sample(W, interp, t, h, disc, ev.w, ev.scale, cfg.event_samples)
+    cross = _crossed(ws[:-1], ws[1:], masks)
+    eps = float(jnp.finfo(ws.dtype).eps)
+    floor = h <= 2**16 * eps * jnp.maximum(1.0, jnp.abs(t))
+    reject = jnp.any(bad) & ~floor
 
     def on_event(_):
-        j = jnp.argmax(seg_has)  # the first sub-interval with a crossing
-        wa, wb, cj = ws[j], ws[j + 1], cross[j]
-        lin = jnp.where(cj, wa / jnp.where(wa - wb != 0, wa - wb, 1.0), jnp.inf)
-        k = jnp.argmin(lin)
-        # the root on real sub-steps (the dense output only brackets it): the State handed
-        # to the handler is then on the far side of the crossing, as the next step assumes
-        g = lambda th: W(t + th * h, advance(t, y0, th * h))[k]
-        a, b = thetas[j], thetas[j + 1]
-        ga, gb, side = wa[k], wb[k], jnp.asarray(0)
-        for _ in range(10):  # Illinois regula falsi
-            den = jnp.where(gb - ga != 0, gb - ga, 1.0)
-            c = jnp.clip((a * gb - b * ga) / den, a + 1e-3 * (b - a), b - 1e-3 * (b - a))
-            gc = g(c)
-            to_b = jnp.sign(gc) == jnp.sign(gb)
-            ga_n = jnp.where(to_b & (side == -1), ga / 2, ga)
-            gb_n = jnp.where(~to_b & (side == 1), gb / 2, gb)
-            a, ga, b, gb = (
-                jnp.where(to_b, a, c),
-                jnp.where(to_b, ga_n, gc),
-                jnp.where(to_b, c, b),
-                jnp.where(to_b, gc, gb_n),
-            )
-            side = jnp.where(to_b, -1, 1)
+        j = jnp.argmax(jnp.any(cross, axis=1))
+        g = lambda th: (lambda yy: (W(t + th * h, yy, disc), yy))(adv(t, y0, th * h, disc))  # noqa: E731
+        sampled = (j + 1) % (2 * len(trig) + 1) == 0
+        b, _, yb, crossed = _locate(g, thetas[j], thetas[j + 1], ws[j], ws[j + 1], sampled, masks)
         te = t + b * h
-        ye = advance(t, y0, b * h)
-        branches = [
-            (lambda yy, dd, e=e: _apply_handler(model, base, dd, te, yy, e.handler, e.terminate))
-            for e in trig
-        ]
-        ye, d2, term = jax.lax.switch(k, branches, ye, disc)
-        ye, _ = _project(model, _with_disc(base, d2), te, ye, cfg)
-        if interp is not None:  # end the step at the event; the loop goes on from te
-            return ye, d2, term, te
-        rest = advance_with(d2, te, ye, (1 - b) * h)
-        y_end = _select(term, ye, rest)
-        return y_end, d2, term, jnp.where(term, te, t + h)
-
-    def advance_with(d2, tt, yy, hh):
-        y2 = advance(tt, yy, hh, _with_disc(base, d2))
-        y2, _ = _project(model, _with_disc(base, d2), tt + hh, y2, cfg)
-        return y2
+        fired = crossed & (te - ev.t_ev > _EVENT_WINDOW * h)
+        ye, d2, term = _fire(model, base, cfg, trig, te, yb, disc, fired)
+        return ye, d2, term, te, jnp.sum(fired), W(te, ye, d2), jnp.where(fired, te, ev.t_ev)
 
     def no_event(_):
-        return y1, disc, jnp.asarray(False), t + h
+        return y1, disc, jnp.asarray(False), t + h, jnp.asarray(0), ws[-1], ev.t_ev
 
-    y_end, d2, term, t_end = jax.lax.cond(fired, on_event, no_event, None)
-    return y_end, d2, term, t_end, fired
+    out = jax.lax.cond(jnp.any(cross), on_event, no_event, None)
+    y_end, d2, term, t_end, count, w_end, t_ev = out
+    carry = _Witnessed(w=w_end, scale=scale, t_ev=t_ev, unresolved=ev.unresolved | (bad & floor))
+    return y_end, d2, term, t_end, count, carry, reject, jnp.where(floor, 0.0, ratio)
 
 
 class _Loop(eqx.Module):
@@ -481,6 +678,7 @@ class _Loop(eqx.Module):
     n_rej: jax.Array
     n_events: jax.Array
     result: RESULTS  # successful, or the failure that stopped it
+    ev: _Witnessed  # the triggered events' witnesses
 
 
 def _stopped(L: _Loop) -> jax.Array:
@@ -492,8 +690,9 @@ def _failed(L: _Loop, t, result: RESULTS) -> _Loop:
     return eqx.tree_at(lambda x: (x.t_done, x.result), L, (jnp.asarray(t, L.t_done.dtype), result))
 
 
-def _accepted(L: _Loop, y, disc, term, t_end, err, fired) -> _Loop:
-    """``L`` after an accepted step to ``y`` (``term``: a terminating event fired at ``t_end``)."""
+def _accepted(L: _Loop, y, disc, term, t_end, err, fired, ev: _Witnessed) -> _Loop:
+    """``L`` after an accepted step to ``y`` (``term``: a terminating event fired at
+    ``t_end``; ``fired`` events were handled; ``ev``: the witnesses after it)."""
     return _Loop(
         y=y,
         disc=disc,
@@ -504,6 +703,7 @@ def _accepted(L: _Loop, y, disc, term, t_end, err, fired) -> _Loop:
         n_rej=L.n_rej,
         n_events=L.n_events + fired,
         result=L.result,
+        ev=ev,
     )
 
 
@@ -518,6 +718,14 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
     limits = bool(model.limit_objects)
     project = jax.checkpoint(lambda b, t, y: _project(model, b, t, y, cfg))
     controls = jax.checkpoint(lambda b, t, y, n: ctl.at(model, b, t, y, n))
+    trig = [e for e in events if isinstance(e, TriggeredEvent)]
+    W: Any = _witness_fn(model, base, trig) if trig else None
+
+    def interp_of(ts, ys, ye, hs, dd):
+        if cfg.integrator != "rk4":  # first order: the straight line
+            return _linear(ys, ye)
+        bd = _with_disc(base, dd)
+        return _hermite(ys, ye, _ydot_remat(model, bd, ts, ys), _ydot_remat(model, bd, ts + hs, ye), hs)
 
     def step(L: _Loop, i):
         t = t0 + i * h
@@ -538,9 +746,15 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
             y1, e = project(bd, t + h, y1)
             disc0 = L.disc
             adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
-        y1, disc, term, t_end, fired = _finish_step(model, base, cfg, events, adv, t, L.y, y1, h, disc0)
+        if trig:
+            adv_d = lambda tt, yy, hh, dd: adv(tt, yy, hh, _with_disc(base, dd))  # noqa: E731
+            y1, disc, term, t_end, fired, ev = _fixed_events(
+                model, base, cfg, trig, W, adv_d, interp_of, t, h, L.y, y1, disc0, L.ev
+            )
+        else:
+            disc, term, t_end, fired, ev = disc0, jnp.asarray(False), t + h, jnp.asarray(0), L.ev
         live = (i < n) & ~_stopped(L)
-        new = _accepted(L, y1, disc, term, t_end, e, fired)
+        new = _accepted(L, y1, disc, term, t_end, e, fired, ev)
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(ok, new, _failed(L, t, RESULTS.unilateral_solve_failed))  # type: ignore[arg-type]
         # a step to a non-finite state is not taken: stop at the last good one
@@ -577,6 +791,8 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events,
     sstate = solver.init(term_of(base), t0, t1, L.y, None)
     n0 = L.n_steps  # max_steps bounds each interval
     eps = float(jnp.finfo(L.err.dtype).eps)
+    trig = [e for e in events if isinstance(e, TriggeredEvent)]
+    W: Any = _witness_fn(model, base, trig, ctl) if trig else None
 
     def unfinished(t):
         return t1 - t > 1e-12 * jnp.maximum(1.0, jnp.abs(t1))
@@ -606,18 +822,29 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events,
         def adv(tt, yy, hh, b=None):
             return solver.step(term_of(bd if b is None else b), tt, tt + hh, yy, None, ss, made_jump=True)[0]
 
-        interp = None
-        if events:
+        if trig:
+            # the step's dense output, moved onto the projected end (exact at both ends)
             dense_y = solver.interpolation_cls(t0=t, t1=t + h, **dense)
-            interp = lambda th: dense_y.evaluate(t + th * h)  # noqa: E731
-        y_end, disc, term, t_end, fired = _finish_step(
-            model, base, cfg, events, adv, t, L.y, y1p, h, L.disc, interp
-        )
-        new = _accepted(L, y_end, disc, term, t_end, e, fired)
-        # a non-finite error estimate or end state rejects the step and shrinks it by 5
+            corr = jax.tree.map(jnp.subtract, y1p, dense_y.evaluate(t + h))
+            interp = lambda th: jax.tree.map(  # noqa: E731
+                lambda a, c: a + th * c, dense_y.evaluate(t + th * h), corr
+            )
+            adv_d = lambda tt, yy, hh, dd: adv(tt, yy, hh, _with_disc(base, dd))  # noqa: E731
+            y_end, disc, term, t_end, fired, ev, w_reject, w_ratio = _adaptive_events(
+                model, base, cfg, trig, W, adv_d, interp, t, h, L.y, y1p, L.disc, L.ev
+            )
+            # a step no longer than its witnesses resolve (the defect ratio grows as h^2)
+            w_ratio = jax.lax.stop_gradient(w_ratio)
+            factor = jnp.minimum(factor, jnp.sqrt(_UNRESOLVED / (2 * jnp.maximum(w_ratio, 1e-12))))
+        else:
+            y_end, disc, term, t_end, fired, ev = y1p, L.disc, jnp.asarray(False), t + h, jnp.asarray(0), L.ev
+            w_reject = jnp.asarray(False)
+        new = _accepted(L, y_end, disc, term, t_end, e, fired, ev)
+        # a non-finite error estimate or end state rejects the step and shrinks it by 5; an
+        # unresolved witness, by 4
         finite = jnp.isfinite(enorm) & all_finite(y_end)
-        ok = (enorm <= 1.0) & finite
-        factor = jnp.where(finite, factor, 0.2)
+        ok = (enorm <= 1.0) & finite & ~w_reject
+        factor = jnp.where(finite, jnp.where(w_reject, 0.25, jnp.clip(factor, 0.2, 5.0)), 0.2)
         rejected = eqx.tree_at(lambda x: x.n_rej, L, L.n_rej + 1)
         Ln = _select(ok, new, rejected)
         tn = jnp.where(ok, jnp.where(term, t1, t_end), t)
@@ -664,6 +891,7 @@ def simulate(
     throw: bool = True,
     adjoint: str = "reverse",
     controls: Any = None,
+    event_samples: int = 4,
 ) -> Trajectory:
     """Simulate from ``state`` (at ``state.t``) to ``t1``; returns a ``Trajectory``.
 
@@ -681,14 +909,9 @@ def simulate(
         projection_iterations: Gauss-Newton steps of each position projection.
         max_steps: Bound on the steps of each output interval (adaptive integrators).
         max_step: Largest step the adaptive integrators may take (Simbody's
-            ``setMaximumStepSize``); default unbounded. With triggered events, each
-            adaptive step also models every witness along its dense output (values and
-            rates at the step's ends and middle, a cubic between) and looks for a sign
-            change at the model's extremes, so a witness that crosses zero and back within
-            one step is found; the step then ends at the first crossing. A dip narrower
-            than the model resolves (much shallower than the witness's curvature over the
-            step) can still pass unseen: bound the step below the shortest time between
-            crossings you need resolved. Fixed-step integrators compare the step's ends.
+            ``setMaximumStepSize``); default unbounded. With triggered events, adaptive
+            steps are also kept short enough for the witnesses' samples to resolve them
+            (``event_samples``).
         events: ``TriggeredEvent``s and ``ScheduledEvent``s; handlers may change q, u, z
             and discrete variables, and may terminate the run.
         reporters: ``{name: fn(state)}`` evaluated at the output times on the State
@@ -716,6 +939,12 @@ def simulate(
             over the step (as MuJoCo holds ``ctrl`` over ``mj_step``); the adaptive ones at
             every derivative evaluation (a continuous-time controller). All three are
             traced: ``vmap`` over a batch of sequences, ``grad`` with respect to them.
+        event_samples: Sub-intervals of each step at which triggered events' witnesses
+            are sampled (values and rates along the step's interpolant: a cubic Hermite for
+            ``"rk4"``, the line for ``"euler"``, the dense output for the adaptive ones),
+            and the most crossings one fixed step handles. Each sample costs one
+            forward-mode evaluation of the witnesses; about four per period of the fastest
+            oscillation of a witness near zero resolve it. See ``TriggeredEvent``.
 
     Output times and ``t1`` are static (Python numbers or NumPy arrays); the State may be
     traced, so ``jax.jit(jax.vmap(lambda s: simulate(system, s, 1.0, dt=1e-3)))`` works,
@@ -751,6 +980,8 @@ def simulate(
         )
     if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
         raise ValueError(f"simulate: max_steps must be an integer >= 1, got {max_steps!r}")
+    if not (isinstance(event_samples, (int, np.integer)) and event_samples >= 1):
+        raise ValueError(f"simulate: event_samples must be an integer >= 1, got {event_samples!r}")
     model = system.model_for(state)
     if model.limit_objects and integrator != "euler":
         names = ", ".join(lim.name for lim in model.limit_objects[:3])
@@ -774,6 +1005,7 @@ def simulate(
         project=bool(project),
         projection_iterations=int(projection_iterations),
         adjoint=adjoint,
+        event_samples=int(event_samples),
     )
     ctl = None
     if controls is not None:
@@ -809,7 +1041,30 @@ def simulate(
         ) from None
     if dg.debug_nans_enabled():
         _diagnose_nonfinite(system, traj, cfg.dt if cfg.dt else (float(times[-1]) - t0) / 1000)
+    _warn_unresolved(traj, events, cfg)
     return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
+
+
+def _warn_unresolved(traj: Trajectory, events: Sequence[Any], cfg: _Config) -> None:
+    """An eager run whose witnesses a step did not resolve warns, naming them (under
+    ``jit`` ``traj.result`` and ``traj.events_unresolved`` say so)."""
+    flags = traj.events_unresolved
+    if isinstance(flags, jax.core.Tracer) or not np.any(np.asarray(flags)):
+        return
+    trig = [e for e in events if isinstance(e, TriggeredEvent)]
+    which = np.any(np.asarray(flags).reshape(-1, len(trig)), axis=0)
+    names = ", ".join(
+        f"#{i} ({getattr(e.witness, '__name__', 'witness')})" for i, e in enumerate(trig) if which[i]
+    )
+    step = f"dt, now {cfg.dt:g}" if cfg.integrator in _FIXED else "accuracy or max_step"
+    warnings.warn(
+        f"simulate: the witness of TriggeredEvent {names} changed faster than the "
+        f"{cfg.event_samples} samples per step resolve (or crossed more often than a step "
+        "handles), so some of its crossings may have been missed (traj.events_unresolved). "
+        f"Use a smaller step ({step}) or more samples per step (event_samples, now "
+        f"{cfg.event_samples})",
+        stacklevel=3,
+    )
 
 
 def _controls_for(
@@ -1006,6 +1261,24 @@ def _simulate(
         disc0 = dict(base.discrete)
         disc0["matter"] = us.initial_engagement(model, _state_of(base, t0, y))
         base = _with_disc(base, disc0)
+    trig = [e for e in events if isinstance(e, TriggeredEvent)]
+    # the witnesses' values at the start: the "before" side of the first step (with the
+    # controls of the first step; a policy's at every evaluation for adaptive integrators)
+    policy = ctl if cfg.integrator not in _FIXED else None
+    W: Any = _witness_fn(model, base, trig, policy) if trig else None
+    if trig:
+        disc_first = base.discrete
+        if ctl is not None and cfg.integrator in _FIXED:
+            disc_first = ctl.at(model, base, t0, y, jnp.asarray(0))
+        w_start = W(t0, y, disc_first)
+    else:
+        w_start = jnp.zeros((0,), dtype)
+    ev0 = _Witnessed(
+        w=w_start,
+        scale=jnp.abs(w_start),
+        t_ev=jnp.full((len(trig),), -jnp.inf, dtype),
+        unresolved=jnp.zeros((len(trig),), bool),
+    )
     sched = _scheduled_in_range(events, t0, float(times[-1]))
     bounds = sorted(set(times) | {tt for tt, _ in sched})
     tb = np.asarray(bounds)
@@ -1027,6 +1300,7 @@ def _simulate(
         n_rej=jnp.asarray(0),
         n_events=jnp.asarray(0),
         result=RESULTS.successful,  # type: ignore[arg-type]  # an eqx.Enumeration item: str to mypy
+        ev=ev0,
     )
     sched_events = [e for e in events if isinstance(e, ScheduledEvent)]
     sched_index = {id(e): i for i, e in enumerate(sched_events)}
@@ -1039,25 +1313,19 @@ def _simulate(
             L = one_scheduled(L, b, ks[j])
         return L
 
+    def after_scheduled(L: _Loop, b, e) -> _Loop:
+        y2, d2, term = _apply_handler(model, base, L.disc, b, L.y, e.handler, e.terminate)
+        ev = L.ev
+        if trig:  # the handler may have moved the witnesses: their values after it
+            ev = eqx.tree_at(lambda x: x.w, ev, W(b, y2, d2))
+        return eqx.tree_at(
+            lambda x: (x.y, x.disc, x.done, x.t_done, x.n_events, x.ev),
+            L,
+            (y2, d2, L.done | term, jnp.where(term & ~L.done, b, L.t_done), L.n_events + 1, ev),
+        )
+
     def one_scheduled(L: _Loop, b, k):
-        branches = [lambda L: L] + [
-            (
-                lambda L, e=e: (
-                    lambda r: _Loop(
-                        y=r[0],
-                        disc=r[1],
-                        done=L.done | r[2],
-                        t_done=jnp.where(r[2] & ~L.done, b, L.t_done),
-                        err=L.err,
-                        n_steps=L.n_steps,
-                        n_rej=L.n_rej,
-                        n_events=L.n_events + 1,
-                        result=L.result,
-                    )
-                )(_apply_handler(model, base, L.disc, b, L.y, e.handler, e.terminate))
-            )
-            for e in sched_events
-        ]
+        branches = [lambda L: L] + [(lambda L, e=e: after_scheduled(L, b, e)) for e in sched_events]
         out = jax.lax.switch(k + 1, branches, L)
         return _select(_stopped(L), L, out)
 
@@ -1105,6 +1373,13 @@ def _simulate(
     okay = L.result == RESULTS.successful
     # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
     result = RESULTS.where(okay & L.done, RESULTS.event_occurred, L.result)  # type: ignore[arg-type]
+    unresolved = jnp.any(L.ev.unresolved)
+    # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+    result = RESULTS.where(
+        (result == RESULTS.successful) & unresolved,
+        RESULTS.events_unresolved,  # type: ignore[arg-type]
+        result,
+    )
     t_out = jnp.asarray(times, dtype)
     # after a failure, the outputs it did not reach are NaN; the final State is the last good one
     lost = ~okay & (t_out > L.t_done)
@@ -1141,6 +1416,7 @@ def _simulate(
         reports=reports,
         discrete=ds,
         result=result,
+        events_unresolved=L.ev.unresolved,
     )
 
 
