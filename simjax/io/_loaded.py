@@ -358,13 +358,18 @@ class LoadedModel:
     def make_assembler(self, markers: Any = None, *, clamp: bool = True, lock: bool = True):
         """An ``sj.Assembler`` for this model: its constraints as errors, the ranges of
         clamped coordinates as bounds (``restrict_q``), locked coordinates held (``lock_q``),
-        and, if given, a Markers condition (or marker names) as the goal."""
+        the ranges of the other rotational coordinates as where their reported values are
+        put when a whole turn brings them there (``prefer_q_range``, not a bound), and, if
+        given, a Markers condition (or marker names) as the goal."""
         asm = Assembler(self.system)
         for c in self.coordinates.values():
+            ranged = any(math.isfinite(x) for x in c.range)
             if lock and c.locked:
                 asm.lock_q(c.body, c.which)
-            elif clamp and c.clamped and any(math.isfinite(x) for x in c.range):
+            elif clamp and c.clamped and ranged:
                 asm.restrict_q(c.body, c.which, c.range[0], c.range[1])
+            elif ranged and c.motion_type == "rotational":
+                asm.prefer_q_range(c.body, c.which, c.range[0], c.range[1])
         if markers is not None:
             if not hasattr(markers, "add_marker"):
                 markers = self.make_markers(markers)
