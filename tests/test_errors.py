@@ -291,3 +291,47 @@ def test_an_osim_model_loaded_from_text_can_be_scaled():
     m = sj.io.load_osim(text)
     scaled = sj.io.scale_osim(m, {})
     assert scaled.state.nq == m.state.nq
+
+
+# ---------------------------------------------------------------- values no model has (issue 65)
+def _readme_pendulum():
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    gravity = sj.Force.UniformGravity(forces, matter, [0, -9.81, 0])
+    link1 = MB.Pin(matter.Ground(), sj.Transform(), _body(), sj.Transform(p=[0, 1, 0]))
+    link2 = MB.Ball(link1, sj.Transform(), _body(), sj.Transform(p=[0, 1, 0]))
+    return system, gravity, link1, link2, system.realize_topology()
+
+
+def test_nonphysical_values_are_refused_naming_the_part_and_the_fix():
+    """Each of these flowed silently into a number (udot of a NaN gravity was NaN; a massless
+    terminal Ball, an inertia no body has, a NaN time, complex or boolean q/u were accepted)."""
+    system, gravity, link1, link2, s = _readme_pendulum()
+    with pytest.raises(ValueError, match=r"with_time: t must be finite"):
+        s.with_time(float("nan"))
+    with pytest.raises(TypeError, match="q must be real numbers, got complex128"):
+        s.with_q(jnp.ones(s.nq, complex))
+    with pytest.raises(TypeError, match="u must be real numbers, got bool"):
+        s.with_u(jnp.ones(s.nu, bool))
+    with pytest.raises(TypeError, match="must be real numbers"):
+        s.with_instance("matter", "mass", jnp.ones(3, complex))
+    with pytest.raises(ValueError, match=r"forces\.UniformGravity\.g\[0, 1\] is NaN; set a number"):
+        system.realize(gravity.set_gravity(s, [0, float("nan"), 0]))
+    with pytest.raises(ValueError, match="has mass 0, mobilities and no children.*give it a mass"):
+        system.realize(link2.set_mass(s, 0.0))
+    with pytest.raises(ValueError, match="negative mass"):  # set_mass refuses it itself; with_instance:
+        system.realize(s.with_instance("matter", "mass", s.instance["matter"]["mass"].at[1].set(-1.0)))
+    G = s.instance["matter"]["unit_inertia"]
+    with pytest.raises(ValueError, match="principal moments .* no mass distribution has"):
+        system.realize(
+            s.with_instance("matter", "unit_inertia", G.at[1].set(jnp.diag(jnp.array([1.0, 0.1, 0.1]))))
+        )
+    with pytest.raises(ValueError, match="not symmetric"):
+        system.realize(s.with_instance("matter", "unit_inertia", G.at[1, 0, 1].set(0.05)))
+    # what is physical still realizes: a massless body with children, a point mass
+    assert np.isfinite(np.asarray(system.realize(link1.set_mass(s, 0.0)).udot)).all()
+    point = s.with_instance("matter", "unit_inertia", G.at[2].set(jnp.diag(jnp.array([0.0, 0.5, 0.5]))))
+    assert np.isfinite(np.asarray(system.realize(point).udot)).all()
+    # and under jit the checks stay out of the way (values are traced)
+    jax.jit(lambda st: system.realize(st).udot)(s)

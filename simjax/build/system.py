@@ -46,6 +46,7 @@ class MultibodySystem:
         self._traced = False  # used inside a jax trace since the last topology change
         self._model: Model | None = None
         self._matter: Any = None
+        self._checked_instance: list = []  # the Instance values _check_instance last accepted
 
     # ------------------------------------------------------------------ building
     def _adopt(self, sub: Subsystem) -> None:
@@ -300,6 +301,12 @@ class MultibodySystem:
                     f"realize: the State's {name}[{i}] ({body_of(i, start)}) is {float(xn[0, i])}; set "
                     f"finite values (state.with_{name}(...)) before realizing"
                 )
+        t = state.t
+        if not isinstance(t, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(t))):
+            raise ValueError(
+                f"realize: the State's time is {np.asarray(t)}; set a finite time (state.with_time(t))"
+            )
+        self._check_instance(state, mobods, topo)
         slots = np.asarray(topo.quaternion_slots)
         if len(slots):
             qn = np.asarray(q).reshape(-1, q.shape[-1])
@@ -311,6 +318,65 @@ class MultibodySystem:
                     f"{body_of(int(slots[k, 0]), topo.q_start)} is zero, which is no rotation; "
                     "set a unit quaternion (e.g. [1, 0, 0, 0] for the identity)"
                 )
+
+    def _check_instance(self, state: State, mobods: list, topo: Any) -> None:
+        """Refuse concrete Instance parameters that no physical model has: NaN anywhere (a
+        gravity, a stiffness, a frame), a negative mass, a massless body with mobilities and
+        no children (its mass matrix is singular), and a unit inertia that is not symmetric
+        positive semi-definite or breaks the triangle inequality (I1 + I2 >= I3). Each
+        error names the parameter or the body and the fix. Checked once per set of values."""
+        leaves = jax.tree.leaves(state.instance)
+        last = self._checked_instance
+        if len(last) == len(leaves) and all(a is b for a, b in zip(last, leaves, strict=True)):
+            return
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return
+        for sub, params in state.instance.items():
+            for name, x in params.items():
+                xn = np.asarray(x)
+                if np.issubdtype(xn.dtype, np.floating) and np.isnan(xn).any():
+                    i = np.argwhere(np.isnan(xn))[0]
+                    raise ValueError(
+                        f"realize: Instance parameter {sub}.{name}{list(map(int, i))} is NaN; set a "
+                        "number (the element's set_... method, or state.with_instance)"
+                    )
+        matter = state.instance.get("matter", {})
+        if "mass" in matter and "unit_inertia" in matter:
+            mass = np.asarray(matter["mass"])
+            G = np.asarray(matter["unit_inertia"])
+            children = {m.get_parent_mobilized_body().index for m in mobods[1:]}
+            for b in range(1, len(mobods)):
+                name = f"MobilizedBody {mobods[b].name!r}"
+                mb = mass[..., b]
+                if np.any(mb < 0):
+                    raise ValueError(
+                        f"realize: {name} has a negative mass {float(np.min(mb))}; set a mass >= 0"
+                    )
+                u0, nu = int(topo.u_start[b]), int(topo.nu_body[b])
+                armature = np.asarray(matter["armature"])[..., u0 : u0 + nu] if "armature" in matter else None
+                held = armature is not None and bool(np.all(armature > 0))  # armature keeps M regular
+                if nu and b not in children and np.any(mb == 0) and not held:
+                    raise ValueError(
+                        f"realize: {name} has mass 0, mobilities and no children: its mass matrix is "
+                        "singular (Simbody refuses a massless terminal body); give it a mass or its "
+                        "mobilities an armature, or weld it"
+                    )
+                Gb = G[..., b, :, :].reshape(-1, 3, 3)
+                scale = 1.0 + np.max(np.abs(Gb))
+                if np.max(np.abs(Gb - np.swapaxes(Gb, -1, -2))) > 1e-9 * scale:
+                    raise ValueError(
+                        f"realize: the inertia of {name} is not symmetric; set a symmetric inertia"
+                    )
+                ev = np.linalg.eigvalsh(Gb)  # ascending: I1 <= I2 <= I3
+                tol = 1e-9 * scale
+                if np.any(ev[..., 0] < -tol) or np.any(ev[..., 0] + ev[..., 1] < ev[..., 2] - tol):
+                    raise ValueError(
+                        f"realize: the inertia of {name} has principal moments "
+                        f"{np.round(ev.reshape(-1, 3)[0], 9)}, "
+                        "which no mass distribution has (each must be >= 0 and the two smaller must sum "
+                        "to at least the largest); set a physical inertia (sj.Inertia, sj.MassProperties)"
+                    )
+        self._checked_instance = leaves
 
     def realize_model(self, state: State) -> State:
         """``realize(state, Stage.MODEL)``."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .. import _spatial as sp
@@ -201,7 +202,11 @@ class State(eqx.Module):
         return _replace(self, stage=new_stage, cache=_cache_up_to(self.cache, new_stage), **changes)
 
     def with_time(self, t: Any) -> State:
-        """New State at time ``t``; the stage falls back to Instance."""
+        """New State at time ``t``; the stage falls back to Instance. A concrete ``t`` must
+        be a finite real number."""
+        _check_real("t", t)
+        if not isinstance(t, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(t))):
+            raise ValueError(f"with_time: t must be finite, got {np.asarray(t)}")
         return self._fall_to(Stage.INSTANCE, t=jnp.asarray(t, dtype=self.t.dtype))
 
     def with_q(self, q: Any) -> State:
@@ -387,7 +392,20 @@ def _replace(module: Any, **kw: Any) -> Any:
     return new
 
 
+def _check_real(what: str, x: Any) -> None:
+    """Refuse complex and boolean values for a real variable (they would be cast silently)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(x).dtype
+    if jnp.issubdtype(dtype, jnp.complexfloating) or jnp.issubdtype(dtype, jnp.bool_):
+        raise TypeError(
+            f"{what} must be real numbers, got {dtype} values; pass floats (for a complex "
+            "array, its .real, if that is what you meant)"
+        )
+
+
 def _check_vec(name: str, x: Any, like: jax.Array) -> jax.Array:
+    _check_real(name, x)
     x = jnp.asarray(x)
     if x.shape != like.shape:
         raise ValueError(
@@ -401,6 +419,8 @@ def _check_vec(name: str, x: Any, like: jax.Array) -> jax.Array:
 
 
 def _check_like(what: str, x: Any, like: Any) -> Any:
+    if jnp.issubdtype(jnp.asarray(like).dtype, jnp.floating):
+        _check_real(what, x)
     x = jnp.asarray(x)
     like = jnp.asarray(like)
     if x.shape != like.shape:
