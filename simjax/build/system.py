@@ -9,6 +9,7 @@ later change to the System bumps its topology version: States made before are re
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
@@ -47,6 +48,7 @@ class MultibodySystem:
         self._model: Model | None = None
         self._matter: Any = None
         self._checked_instance: list = []  # the Instance values _check_instance last accepted
+        self._warned_inertia: set[int] = set()  # bodies whose non-physical inertia was reported
 
     # ------------------------------------------------------------------ building
     def _adopt(self, sub: Subsystem) -> None:
@@ -369,12 +371,23 @@ class MultibodySystem:
                     )
                 ev = np.linalg.eigvalsh(Gb)  # ascending: I1 <= I2 <= I3
                 tol = 1e-9 * scale
-                if np.any(ev[..., 0] < -tol) or np.any(ev[..., 0] + ev[..., 1] < ev[..., 2] - tol):
+                moments = np.round(ev.reshape(-1, 3)[0], 9)
+                if np.any(ev[..., 0] < -tol):
                     raise ValueError(
-                        f"realize: the inertia of {name} has principal moments "
-                        f"{np.round(ev.reshape(-1, 3)[0], 9)}, "
-                        "which no mass distribution has (each must be >= 0 and the two smaller must sum "
-                        "to at least the largest); set a physical inertia (sj.Inertia, sj.MassProperties)"
+                        f"realize: the inertia of {name} has principal moments {moments}: a negative "
+                        "one, which no mass distribution has (the mass matrix is then indefinite); set "
+                        "a physical inertia (sj.Inertia, sj.MassProperties)"
+                    )
+                if np.any(ev[..., 0] + ev[..., 1] < ev[..., 2] - tol) and b not in self._warned_inertia:
+                    # Real models carry such inertias (Pose2Sim's toes) and Simbody runs them:
+                    # said once per body, not refused.
+                    self._warned_inertia.add(b)
+                    warnings.warn(
+                        f"realize: the inertia of {name} has principal moments {moments}, which break "
+                        "the triangle inequality (the two smaller sum to less than the largest): no "
+                        "mass distribution has it. simjax runs it, as Simbody does; fix the model's "
+                        "inertia if it is a typo",
+                        stacklevel=3,
                     )
         self._checked_instance = leaves
 
