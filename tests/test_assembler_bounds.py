@@ -185,3 +185,46 @@ def test_track_retry_leaves_a_local_minimum_held_by_a_bound():
     assert float(states.q[1, 0]) == pytest.approx(target, abs=1e-4)
     with pytest.raises(ValueError, match="push must be in"):
         asm.set_track_retry(0.7)
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-3])
+def test_a_solved_fit_with_bounds_is_reported_converged_not_stalled(noise):
+    """The README's synthetic IK (a pin with a bound and a ball, closed by a Ball constraint;
+    markers where a simulation put them, exact or with 1 mm of noise): every frame's fit is
+    solved to round-off (error 6e-17) and must say so. A rejected round-off step while the
+    barrier could still fall used to end the solve as 'stalled' (status 6) at the segment
+    starts, goal 7e-7 (4e-33 on exact data)."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    sj.Force.UniformGravity(sj.GeneralForceSubsystem(system), matter, [0, -9.81, 0])
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.1, 0.1, 0.1)))
+    link1 = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), body, sj.Transform(p=[0, 1, 0]))
+    link2 = sj.MobilizedBody.Ball(link1, sj.Transform(), body, sj.Transform(p=[0, 1, 0]))
+    sj.Constraint.Ball(matter.Ground(), [0, -1.9, 0.1], link2, [0, 0, 0])
+    state = system.project(link1.set_q(system.realize_topology(), 0.3), tol=1e-10)
+    traj = sj.simulate(system, state, 1.0, save_at=40, integrator="rk4", dt=1e-3)
+    asm = sj.Assembler(system)
+    asm.set_accuracy(1e-5)
+    markers = sj.Markers()
+    markers.add_marker("elbow", link1, [0, -0.9, 0], weight=1.0)
+    markers.add_marker("wrist", link2, [0, -1.0, 0], weight=2.0)
+    asm.adopt_assembly_goal(markers)
+    asm.restrict_q(link1, 0, -1.0, 1.0)
+
+    def where(q):
+        s = system.realize(state.with_q(q), sj.Stage.POSITION)
+        return jnp.stack(
+            [
+                link1.find_station_location_in_ground(s, [0, -0.9, 0]),
+                link2.find_station_location_in_ground(s, [0, -1.0, 0]),
+            ]
+        )
+
+    frames = jax.vmap(where)(traj.q) + noise * jax.random.normal(jax.random.key(0), (40, 2, 3))
+    markers.move_all_observations(frames[0])
+    _, info = asm.assemble(state)
+    assert int(info.status) == A.SUCCESS, A.STATUS_NAMES[int(info.status)]
+    _, infos = asm.track(state, frames)
+    status = np.asarray(infos.status)
+    assert np.all(status == A.SUCCESS), [A.STATUS_NAMES[int(v)] for v in status if v != A.SUCCESS]
+    assert float(np.max(np.asarray(infos.error_norm))) < 1e-12

@@ -1489,6 +1489,14 @@ def _make_solver(plan: _Plan, matter: Any):
             mu_b_new = jnp.where(
                 sub_done, jnp.maximum(mu_final, fref * jnp.minimum(0.2 * mu_rel, mu_rel**1.5)), mu_b
             )
+            # A rejected step at round-off size (stall) while the barrier can still fall is not
+            # the end: the barrier falls and the damping and radius start afresh for its new
+            # subproblem (else a solved subproblem stopped as "stalled" at its barrier, short
+            # of the converged point: the README's synthetic IK, goal 7e-7, error 6e-17).
+            reset = sub_done & ~accept
+            mu = jnp.where(reset, jnp.minimum(mu, 1e-6 * dscale), mu).astype(dt)
+            radius = jnp.where(reset, jnp.maximum(radius, 1.0), radius).astype(dt)
+            stall = stall & ~sub_done
             Sn2 = plan_step(xn, Ln, zl_n, zh_n, mu_b_new, mu, radius)
             Sn = jax.tree.map(lambda a, b: jnp.where(sub_done, a, b), Sn2, Sn)
             conv = converged(Ln, Sn, mu_b_new, mu_final)
