@@ -126,3 +126,17 @@ def test_run_refuses_what_it_cannot_do_naming_the_fix(folder):
     (folder / "nomodel.xml").write_text(re.sub(r"<model_file>[^<]*</model_file>", "", text))
     with pytest.raises(ModelFileError, match="names no <model_file>; pass run"):
         sj.io.read_ik_setup(folder / "nomodel.xml").run()
+
+
+@pytest.mark.parametrize("read", [sj.io.read_ik_setup, sj.io.read_scale_setup])
+def test_tool_setups_are_parsed_without_entities(tmp_path, read):
+    """Setup files are parsed as the model files are (no DTD, no entity expansion): an
+    entity-expansion document is refused, not expanded."""
+    bomb = tmp_path / "bomb.xml"
+    bomb.write_text(
+        '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;">]>'
+        "<OpenSimDocument><InverseKinematicsTool><accuracy>&lol2;</accuracy></InverseKinematicsTool>"
+        "<ScaleTool/></OpenSimDocument>"
+    )
+    with pytest.raises(ModelFileError, match="without DTDs or entities"):
+        read(bomb)

@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.parsers import expat
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ from ..studies.conditions import Markers, QValue
 from ._loaded import LoadedModel, ModelFileError, _coordinate_label
 from ._motion import CoordinateTable, read_mot, read_trc, write_mot, write_sto
 from ._osim import load_osim
+from ._xml import parse_tree, read_bounded
 
 
 @dataclass
@@ -329,9 +331,9 @@ def _read_tasks(tool: ET.Element, sp: str) -> tuple[dict[str, float], dict[str, 
 def _tool_root(p: Path, tag: str, who: str, what: str) -> ET.Element:
     """The ``<tag>`` element of an OpenSim tool setup file (at the root or under
     ``<OpenSimDocument>``)."""
-    try:
-        root = ET.parse(p).getroot()
-    except (OSError, ET.ParseError) as e:
+    try:  # parsed as the model loaders parse: no DTDs or entities, bounded depth and size
+        root = parse_tree(read_bounded(str(p)), str(p))
+    except (OSError, ET.ParseError, expat.ExpatError) as e:
         raise ModelFileError(f"{who}: cannot read {p}: {e}") from None
     tool = root if root.tag == tag else root.find(tag)
     if tool is None:
