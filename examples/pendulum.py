@@ -1,11 +1,12 @@
 """A pin + ball double pendulum: forward dynamics, an RK4 rollout, and 1024 rollouts at once.
 
-Run:  python examples/pendulum.py          (add --view to watch the motion in the browser)
+Run:  python examples/pendulum.py          (add --view to watch the motion in the browser,
+      --out PATH to save the figure elsewhere)
 
 Prints the mass matrix and accelerations at a sample state, the energy drift of a 2 s
 fixed-step rollout, a gradient through the whole rollout, and the throughput of the same
 rollout batched with ``sj.vmap`` over 1024 initial states with different link masses;
-saves ``examples/pendulum.png`` (the pendulum at the start and the end of the rollout, and
+saves ``pendulum.png`` in the current folder (the pendulum at the start and the end of the rollout, and
 the energy drift) with ``sj.viz.plot_pose``. ``--view`` serves the rollout in the 3D viewer
 (``sj.viz.View``, on localhost) until Ctrl-C.
 """
@@ -128,7 +129,8 @@ def figure(system, start, end, drift):
     ax.set_ylabel("energy - E0 (J)")
     ax.set_title("energy drift, RK4 h = 1 ms")
     fig.tight_layout()
-    out = Path(__file__).with_name("pendulum.png")
+    # in the current folder, not over the copy the README shows (examples/pendulum.png)
+    out = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else Path("pendulum.png")
     fig.savefig(out, dpi=90)
     print(f"saved {out}")
 

@@ -1,0 +1,124 @@
+"""The README's code blocks run as written.
+
+Every ```python block of README.md is executed, in a folder holding the files the blocks
+name (Pose2Sim 0.4.0's demo, fetched from PyPI and cached, see ``data_fetch``; the README
+says where to get them):
+
+- the short example and the inverse-kinematics block run first, in one namespace;
+- the blocks on models and data made elsewhere (loading, scaling, OpenSim's IK setup,
+  seeing it) run in order, each continuing from the one before, after those two;
+- the sharding block runs after the first two only (its names are theirs);
+- the multi-process recipe is the one block not run here: it needs several processes
+  (``tests/test_sharding.py`` runs it with two).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from data_fetch import fetch
+
+jax.config.update("jax_enable_x64", True)
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+DEMO = "Pose2Sim/Demo/opensim/"
+FILES = (
+    "Model_Pose2Sim_Body25b.osim",
+    "Balancing_for_IK.trc",
+    "Standing_for_Scaling.trc",
+    "IK_Setup_Pose2Sim_Body25b.xml",
+    "Scaling_Setup_Pose2Sim_Body25b.xml",
+)
+
+
+def blocks() -> list[tuple[int, str]]:
+    """(first line number, code) of each ```python block of the README."""
+    text = README.read_text()
+    out = []
+    for m in re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M):
+        out.append((text[: m.start()].count("\n") + 2, m.group(1)))
+    return out
+
+
+def _kind(code: str) -> str:
+    if "jax.distributed.initialize" in code:
+        return "multi-process"
+    if "sj.shard(" in code:
+        return "sharding"
+    return "run"
+
+
+def test_readme_blocks_run_as_written(tmp_path, monkeypatch):
+    # as a user runs them: JAX's defaults (the suite raises on rank promotion)
+    with jax.numpy_rank_promotion("allow"):
+        _run_blocks(tmp_path, monkeypatch)
+
+
+def _run_blocks(tmp_path, monkeypatch):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    files = fetch("pose2sim", "0.4.0", [DEMO + f for f in FILES])
+    for f in files.values():
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.chdir(tmp_path)
+
+    found = blocks()
+    assert len(found) >= 8
+    short, rest = found[:2], found[2:]
+    ns: dict = {}
+    for line, code in short:
+        exec(compile(code, f"README.md:{line}", "exec"), ns)
+    after_short = dict(ns)
+    chained = dict(after_short)
+    ran, skipped = 0, []
+    try:
+        for line, code in rest:
+            kind = _kind(code)
+            if kind == "multi-process":
+                skipped.append(line)
+                continue
+            target = dict(after_short) if kind == "sharding" else chained
+            t = time.perf_counter()
+            exec(compile(code, f"README.md:{line}", "exec"), target)
+            print(f"README.md:{line}: {time.perf_counter() - t:.1f} s")
+            ran += 1
+    finally:
+        for space in (ns, chained):
+            for v in list(space.values()):
+                if type(v).__name__ == "View":
+                    v.close()
+    assert len(skipped) == 1 and ran == len(rest) - 1
+
+    # what the blocks promise, checked
+    dE = ns["dE"]
+    assert np.any(np.asarray(dE.q) != 0) and np.any(np.asarray(dE.u) != 0)  # the realized State's gradient
+    assert bool(np.all(np.asarray(ns["infos"].success)))  # the synthetic IK converges in every frame
+    result = chained["result"]  # OpenSim's IK tool, from its setup: 100 frames in its time range
+    assert len(result.time) == 100 and Path(result.files["motion"]).exists()
+    assert Path("subject.osim").exists() and Path("Model_Pose2Sim_Body25b_scaled.osim").exists()
+
+
+def test_set_up_command_1_example_runs_and_leaves_the_readmes_figure_alone(tmp_path):
+    """``python examples/pendulum.py`` (the README's first command) runs in a fresh process and
+    writes its figure into the current folder, not over the committed examples/pendulum.png."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    example = README.parent / "examples" / "pendulum.py"
+    committed = README.parent / "examples" / "pendulum.png"
+    before = hashlib.sha256(committed.read_bytes()).hexdigest()
+    env = dict(os.environ, MPLBACKEND="Agg", JAX_PLATFORMS="cpu")
+    r = subprocess.run(
+        [sys.executable, str(example)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "pendulum.png").stat().st_size > 10_000
+    assert hashlib.sha256(committed.read_bytes()).hexdigest() == before
