@@ -43,13 +43,12 @@ def _compiled(method: _F, static: tuple[str, ...]) -> _F:
     names = list(inspect.signature(method).parameters)
     argnums = (0, *(names.index(n) for n in static))
     jitted = jax.jit(method, static_argnums=argnums, static_argnames=static)
+    traced = reads_cache(method)  # under a trace: as written, the States' caches dependent
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _concrete((args, kwargs)):
-            args = tuple(_dependent(self, a) for a in args)
-            kwargs = {k: _dependent(self, a) for k, a in kwargs.items()}
-            return method(self, *args, **kwargs)
+            return traced(self, *args, **kwargs)
         return jitted(self, *args, **kwargs)
 
     call.compiled = jitted  # type: ignore[attr-defined]  # the jitted method (introspection, tests)
