@@ -24,6 +24,7 @@ import json, sys, time
 import jax
 jax.config.update("jax_enable_x64", True)
 import simjax as sj
+sj.configure()
 n, nball = int(sys.argv[1]), int(sys.argv[2])
 t0 = time.perf_counter()
 system = sj.MultibodySystem()

@@ -162,7 +162,9 @@ def select_device(kind: str):
     the device simjax (and MJX) will run on; a GPU that JAX cannot see is an error."""
     import jax
 
-    import simjax  # noqa: F401  (its XLA:CPU settings must precede the backend's start)
+    import simjax
+
+    simjax.configure()  # its XLA:CPU settings must precede the backend's start
 
     jax.config.update("jax_platforms", "cuda,cpu" if kind == "gpu" else "cpu")
     fix = (

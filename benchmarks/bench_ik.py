@@ -303,6 +303,9 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     import jax
 
+    import simjax
+
+    simjax.configure()  # before the backend starts
     jax.config.update("jax_enable_x64", True)
     t_start = time.perf_counter()
     info = bf.machine_info("float64")

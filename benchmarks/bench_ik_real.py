@@ -58,6 +58,7 @@ t0 = time.perf_counter()
 import numpy as np, jax
 jax.config.update("jax_enable_x64", True)
 import simjax as sj
+sj.configure()
 setup = sj.io.read_ik_setup(sys.argv[3])
 model = sj.io.load_osim(sys.argv[1])
 trc = sj.io.read_trc(sys.argv[2]).in_units("m")
@@ -82,6 +83,7 @@ sys.path.insert(0, sys.argv[5])
 import numpy as np
 import oracle_osim_ik as ook
 import simjax as sj
+sj.configure()
 setup = sj.io.read_ik_setup(sys.argv[3])
 trc = sj.io.read_trc(sys.argv[2]).in_units("m")
 names = [n for n in setup.marker_weights if n in trc.marker_names]

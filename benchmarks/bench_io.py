@@ -28,6 +28,8 @@ from data_fetch import fetch  # noqa: E402
 
 import simjax as sj  # noqa: E402
 
+sj.configure()
+
 OSIM = {
     "arm26": ("osim-rl", "3.0.11", "osim/models/arm26.osim"),
     "gait14dof22musc": ("osim-rl", "3.0.11", "osim/models/gait14dof22musc_20170320.osim"),

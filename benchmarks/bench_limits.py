@@ -65,6 +65,9 @@ def main(argv=None) -> dict:
     import jax
     import jax.numpy as jnp
 
+    import simjax
+
+    simjax.configure()  # before the backend starts
     jax.config.update("jax_enable_x64", True)
     import oracle_models as om
 

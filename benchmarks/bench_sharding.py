@@ -35,6 +35,7 @@ import jax, jax.numpy as jnp, numpy as np
 jax.config.update("jax_enable_x64", True)
 import oracle_models as om
 import simjax as sj
+sj.configure()
 
 n, B, steps, repeats = {n}, {batch}, {steps}, {repeats}
 assert len(jax.devices()) == n

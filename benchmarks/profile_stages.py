@@ -29,6 +29,9 @@ def main(argv=None) -> None:
 
     import jax
 
+    import simjax
+
+    simjax.configure()  # before the backend starts
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import oracle_models as om

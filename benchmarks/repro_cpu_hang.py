@@ -41,6 +41,9 @@ def main(argv=None) -> None:
     import jax.numpy as jnp
     import numpy as np
 
+    import simjax
+
+    simjax.configure()  # simjax's thread count (the fix), unless --threads chose one
     jax.config.update("jax_enable_x64", True)
     import oracle_models as om
 

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 import simjax as sj
 
+sj.configure()  # XLA:CPU settings and a compilation cache, before the first computation
 jax.config.update("jax_enable_x64", True)
 
 

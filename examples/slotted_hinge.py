@@ -24,6 +24,7 @@ import numpy as np
 
 import simjax as sj
 
+sj.configure()  # XLA:CPU settings and a compilation cache, before the first computation
 jax.config.update("jax_enable_x64", True)
 
 SIZE = 1.0

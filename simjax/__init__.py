@@ -1,16 +1,17 @@
 """simjax: Simbody's multibody dynamics on JAX (jit, vmap and grad throughout).
 
 Enable float64 for Simbody-level accuracy: ``jax.config.update("jax_enable_x64", True)``.
-On import simjax turns one XLA:CPU scheduler off (it can hang nested loops), picks
-XLA:CPU's classic fusion emitters on jaxlib 0.10 (quicker compiles, faster batches) and
-keeps compiled programs in a persistent cache; see ``simjax._config`` for these and their
-opt-outs.
+Importing simjax changes nothing outside it; ``sj.configure()``, called before the first
+JAX computation, makes the XLA:CPU settings and the persistent compilation cache simjax's
+programs were measured with (see :func:`simjax.configure`).
 """
 
-from . import _config as _config  # first: process settings before any JAX computation
+from . import _config as _config
 from . import io as io  # sj.io.load_osim, read_trc, ...
 from . import viz as viz  # sj.viz.plot_marker_errors, plot_coordinates
 from ._batching import vmap as vmap
+from ._config import Configuration as Configuration
+from ._config import configure as configure
 from ._functions import Function as Function
 from ._results import RESULTS as RESULTS
 from ._sharding import make_mesh as make_mesh

@@ -1,73 +1,36 @@
-"""Process-wide JAX settings simjax makes on import (each with an opt-out).
+"""Process settings for simjax's programs, made by an explicit call: :func:`configure`.
 
-* **XLA:CPU scheduler.** On a CPU with few cores, programs with nested while loops (a
-  batched ``Assembler.track``, batched constrained dynamics) can hang for ever under
-  XLA:CPU's concurrency-optimised scheduler: the main thread waits for a result, every
-  XLA thread idles (seen with jax 0.10 on 2 cores; never with the scheduler off).
-  simjax appends ``--xla_cpu_enable_concurrency_optimized_scheduler=false`` to
-  ``XLA_FLAGS`` unless that flag is already there. It takes effect only if JAX's CPU
-  backend has not started yet (import simjax before running JAX computations); opt out
-  with ``SIMJAX_XLA_FLAGS=0``.
-* **XLA:CPU's classic fusion emitters.** With jaxlib 0.10, simjax also appends
-  ``--xla_cpu_use_fusion_emitters=false`` (unless ``XLA_FLAGS`` names that flag already):
-  XLA:CPU then emits its fusions with the classic (elemental) emitters instead of the
-  newer MLIR ones. Measured on a 2-core machine (float64): programs compile about twice as
-  fast (an OpenSim model's IK ``track``: XLA compile 20.3 -> 13.7 s; batched forward
-  dynamics 0.9 -> 0.45 s) and batched forward dynamics runs 1.1-1.6x faster (B = 1024).
-  Other jaxlib versions are left alone (XLA stops the process on a flag it does not know,
-  and the classic path is being retired upstream); same opt-out, same caveat.
-* **No YNNPACK library fusions.** With jaxlib 0.10, simjax also appends
-  ``--xla_cpu_experimental_ynn_fusion_type=`` (an empty list; unless ``XLA_FLAGS`` names
-  that flag already): XLA:CPU then emits its dots itself instead of handing each one to
-  YNNPACK, whose per-call cost dominates simjax's many small batched products (3x3 and 6x6
-  blocks, small mass matrices). Measured on a 2-core machine (float64, B = 1024, chunks
-  of 128): batched forward dynamics 1.2-1.4x faster (the 20-link chain 17.7 -> 12.4,
-  the humanoid 23.3 -> 16.3 µs per state; real robots 1.2x), constrained forward
-  dynamics 1.1x; single-state programs unchanged within the noise. Compiling is ~8%
-  slower (``tests/test_dynamics.py`` without caches: 237-239 -> 254-259 s).
-  The price, for other code in the process: large dense matmuls go to Eigen instead of
-  YNNPACK (a 512 x 512 product 4.4 -> 5.9 ms); XLA's own default
-  (``--xla_cpu_experimental_ynn_fusion_type=individual_dot``) in ``XLA_FLAGS`` restores it.
-  The Assembler's own programs (below) get XLA's default back as a compiler option: a
-  full-body IK ``track`` compiled ~2 s (8%) slower without YNNPACK and solved no faster.
-* **No loop-invariant code motion in the IK solver's programs.** The Assembler compiles
-  its solve and track programs with XLA's ``while-loop-invariant-code-motion`` pass off
-  (a per-program compiler option, ``solver_compiler_options()``; nothing else is touched).
-  That pass ran over the solver's nested while loops again and again: measured on a
-  2-core machine (jax 0.10.2, float64), body25b's 100-frame ``track`` compiled in 5.2-5.3 s
-  without it against 6.8-7.1 s with it, and ran in 1.6 s against 1.8-1.9 s (the answers
-  agree to 2e-13). A ``--xla_disable_hlo_passes`` in the user's ``XLA_FLAGS`` is kept
-  (the passes it names stay off too); ``SIMJAX_XLA_FLAGS=0`` opts out. The program that
-  realizes the States a ``track`` returns (brief work: 8 ms for 100 frames of a full-body
-  model) is compiled with LLVM's optimisations off (``light_compiler_options()``):
-  1.9 instead of 4.1 CPU-seconds to compile, 23 instead of 8 ms to run.
-* **One XLA:CPU intra-op thread.** With two or more threads in XLA:CPU's intra-op pool,
-  batched programs that run loops whose bodies XLA splits across threads (a batched
-  time step with coordinate limits, a batched ``Assembler.track``, constrained dynamics of
-  robots with couplers at B >= 512) hang for ever, intermittently: the main thread waits
-  for the result while every XLA and Eigen thread waits for work (jax/jaxlib 0.10.2,
-  2 cores; the scheduler flag above, ``--xla_cpu_multi_thread_eigen=false`` and XNNPACK
-  off do not prevent it; a pool of one thread does, as does pinning the process to one
-  core). ``benchmarks/repro_cpu_hang.py`` reproduces it. simjax sets ``PJRT_NPROC=1``
-  (the size of that pool) unless ``PJRT_NPROC`` or ``NPROC`` is already set.
-  ``SIMJAX_CPU_THREADS=N`` asks for N threads instead (``0``: JAX's default, one per
-  core) at the risk of the hang; measured on 2 cores at B = 1024, the second thread gave
-  1.0x (humanoid) to 1.3x (50-link chain) in forward dynamics. With several host devices
-  (``--xla_force_host_platform_device_count=N`` in ``XLA_FLAGS``, or
-  ``JAX_NUM_CPU_DEVICES=N``), a pool of N threads or fewer hangs a batch split over the
-  devices (the humanoid at B = 256 and 1024 over 2 devices with 1 or 2 threads: 5 runs of
-  6 hung; none of 9 with N + 1), so simjax then sets ``PJRT_NPROC=N+1``. Like the
-  flag, it takes effect only if JAX's CPU backend has not started yet (a device count set
-  through ``jax.config`` after importing simjax is not seen: set ``PJRT_NPROC`` too).
-* **Persistent compilation cache.** Compiled programs are kept on disk so a second
-  process (a notebook restart, the next trial) skips XLA compilation: JAX's cache in
-  ``$SIMJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/simjax/jax``, else
-  ``~/.cache/simjax/jax``, unless a JAX cache directory is already configured. Opt out
-  with ``SIMJAX_COMPILATION_CACHE=0``; ``compilation_cache_dir()`` tells where it is. The
-  cache is limited to 4 GiB (least recently used entries go first), which also makes JAX
-  lock its files, so parallel processes sharing it never read a half-written entry.
-  Traced IK solvers are kept beside it (``simjax.studies._traces``; opt out with
-  ``SIMJAX_TRACE_CACHE=0``).
+Importing simjax changes nothing outside simjax. ``sj.configure()``, called right after
+``import simjax`` and before the first JAX computation, makes four process-wide settings
+that simjax's programs were measured with (numbers in ``benchmarks/RESULTS.md``):
+
+* ``XLA_FLAGS`` gets ``--xla_cpu_enable_concurrency_optimized_scheduler=false``: with that
+  XLA:CPU scheduler on, programs with nested while loops (a batched ``Assembler.track``,
+  batched constrained dynamics) can hang on a CPU with few cores.
+* On jaxlib 0.10 only (XLA stops the process on a flag it does not know), also
+  ``--xla_cpu_use_fusion_emitters=false`` (XLA:CPU's classic fusion emitters: programs
+  compile about twice as fast and batched dynamics run 1.1-1.6x faster) and
+  ``--xla_cpu_experimental_ynn_fusion_type=`` (XLA emits its small dots itself rather
+  than calling YNNPACK per product: batched forward dynamics 1.2-1.4x faster; large dense
+  matmuls elsewhere in the process get slower, and the Assembler's own programs get
+  XLA's default back as a compiler option).
+* XLA:CPU's intra-op thread pool gets one thread (``PJRT_NPROC=1``), or one more than the
+  host devices when there are several: with more, batched programs whose loop bodies XLA
+  splits across threads hung intermittently (``benchmarks/repro_cpu_hang.py``).
+* JAX's persistent compilation cache points at simjax's cache directory, so a second
+  process skips compiling (and, beside it, tracing the Assembler's solvers).
+
+Each is kept where the user already chose (a flag already in ``XLA_FLAGS``, ``PJRT_NPROC``
+or ``NPROC`` set, a JAX cache directory configured), and each has an argument of
+:func:`configure` and an environment opt-out (``SIMJAX_XLA_FLAGS=0``,
+``SIMJAX_CPU_THREADS=N``, ``SIMJAX_COMPILATION_CACHE=0``, ``SIMJAX_CACHE_DIR``).
+
+Without the call simjax runs on JAX's defaults: the same answers, slower compiles, and on
+a CPU with few cores the risk of the hangs above. Two per-program compiler options are
+applied to the Assembler's own programs whether or not :func:`configure` ran (they touch
+no other program): XLA's ``while-loop-invariant-code-motion`` pass off (its solve and
+track compile ~25% faster and run ~10% faster), and LLVM's optimisations off for the brief
+program that realizes the States a ``track`` returns.
 """
 
 from __future__ import annotations
@@ -76,6 +39,8 @@ import importlib.metadata
 import os
 import re
 import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -167,15 +132,23 @@ def host_device_count() -> int:
     return max(1, int(env) if env.isdigit() and int(env) > 0 else n)
 
 
-def configure_cpu_threads() -> None:
-    """Size XLA:CPU's intra-op thread pool (see the module docstring): one thread, or one
-    more than the host devices when there are several, unless the user chose
-    (``PJRT_NPROC``/``NPROC``, or ``SIMJAX_CPU_THREADS``)."""
+def configure_cpu_threads(threads: int | None = None) -> None:
+    """Size XLA:CPU's intra-op thread pool (see the module docstring): ``threads``, else
+    ``SIMJAX_CPU_THREADS``, else one thread, or one more than the host devices when there
+    are several; ``0`` leaves JAX's own choice. A ``PJRT_NPROC``/``NPROC`` the user set wins."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
+        raise ValueError(
+            f"sj.configure: cpu_threads={threads!r}; give a whole number of XLA:CPU threads "
+            "(1 is the default, 0 leaves JAX's own choice of one per core)"
+        )
     if "PJRT_NPROC" in os.environ or "NPROC" in os.environ:
         return
     n = host_device_count()
-    # set but empty (``SIMJAX_CPU_THREADS= python ...``) means unset, as for the other variables
-    want = os.environ.get("SIMJAX_CPU_THREADS", "").strip() or ("1" if n == 1 else str(n + 1))
+    if threads is not None:
+        want = str(threads)
+    else:
+        # set but empty (``SIMJAX_CPU_THREADS= python ...``) means unset, as for the others
+        want = os.environ.get("SIMJAX_CPU_THREADS", "").strip() or ("1" if n == 1 else str(n + 1))
     if not want.isdigit():
         raise ValueError(
             f"SIMJAX_CPU_THREADS={want!r} is not a whole number; give the number of XLA:CPU "
@@ -191,11 +164,13 @@ def compilation_cache_dir() -> str | None:
     return None if d is None else str(d)
 
 
-def configure_compilation_cache() -> None:
-    """Point JAX's persistent compilation cache at simjax's user cache directory."""
-    if _off("SIMJAX_COMPILATION_CACHE") or jax.config.values.get("jax_compilation_cache_dir") is not None:
+def configure_compilation_cache(directory: str | os.PathLike[str] | None = None) -> None:
+    """Point JAX's persistent compilation cache at ``directory``, else ``SIMJAX_CACHE_DIR``,
+    else simjax's user cache directory (``$XDG_CACHE_HOME/simjax/jax`` or
+    ``~/.cache/simjax/jax``), unless a JAX cache directory is configured already."""
+    if jax.config.values.get("jax_compilation_cache_dir") is not None:
         return
-    base = os.environ.get("SIMJAX_CACHE_DIR")
+    base = os.fspath(directory) if directory is not None else os.environ.get("SIMJAX_CACHE_DIR")
     if base:
         path = Path(base)
     else:
@@ -239,6 +214,67 @@ def _has_filelock() -> bool:
     return True
 
 
-configure_xla_flags()
-configure_cpu_threads()
-configure_compilation_cache()
+@dataclass(frozen=True)
+class Configuration:
+    """What :func:`configure` left in place: ``XLA_FLAGS``, XLA:CPU's thread count
+    (``PJRT_NPROC``; None: JAX's own choice), the compilation cache directory (None: off),
+    and whether JAX's backend had already started (then the flags and threads apply only
+    to a new process)."""
+
+    xla_flags: str
+    cpu_threads: str | None
+    compilation_cache_dir: str | None
+    backend_was_running: bool
+
+
+def configure(
+    *,
+    xla_flags: bool = True,
+    cpu_threads: int | None = None,
+    compilation_cache: bool | str | os.PathLike[str] = True,
+) -> Configuration:
+    """Make the process settings simjax's programs were measured with (see
+    :mod:`simjax._config`): XLA:CPU flags, XLA:CPU's thread count and a persistent
+    compilation cache. Call it once, right after ``import simjax`` and before the first JAX
+    computation (XLA reads its flags and threads when its CPU backend starts). Calling it
+    again changes nothing that is already set.
+
+    Args:
+        xla_flags: Append simjax's XLA:CPU flags to ``XLA_FLAGS`` (flags already there are
+            kept as they are). ``SIMJAX_XLA_FLAGS=0`` in the environment also says no.
+        cpu_threads: XLA:CPU's intra-op threads; default ``SIMJAX_CPU_THREADS`` or one
+            (one more than the host devices when there are several). ``0``: JAX's own
+            choice, one per core, at the risk of the hangs the module docstring describes.
+        compilation_cache: ``True`` (default): JAX's persistent cache in
+            ``SIMJAX_CACHE_DIR`` or simjax's user cache directory; a path: there;
+            ``False``: no cache. ``SIMJAX_COMPILATION_CACHE=0`` also says no.
+
+    Returns:
+        A :class:`Configuration` with what is in place.
+
+    Example::
+
+        import jax
+        import simjax as sj
+
+        sj.configure()                              # before the first JAX computation
+        jax.config.update("jax_enable_x64", True)
+    """
+    from jax._src import xla_bridge  # noqa: PLC0415 (private: whether XLA's backend started)
+
+    running = bool(xla_bridge.backends_are_initialized())
+    before = (os.environ.get("XLA_FLAGS", ""), os.environ.get("PJRT_NPROC"))
+    if xla_flags:
+        configure_xla_flags()
+    configure_cpu_threads(cpu_threads)
+    if compilation_cache is not False and not _off("SIMJAX_COMPILATION_CACHE"):
+        configure_compilation_cache(None if compilation_cache is True else compilation_cache)
+    after = (os.environ.get("XLA_FLAGS", ""), os.environ.get("PJRT_NPROC"))
+    if running and after != before:
+        warnings.warn(
+            "sj.configure(): JAX's backend has already started in this process, so the XLA "
+            "flags and thread count it set take effect only in a new process; call "
+            "sj.configure() right after importing simjax, before the first JAX computation",
+            stacklevel=2,
+        )
+    return Configuration(after[0], after[1], compilation_cache_dir(), running)

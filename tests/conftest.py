@@ -3,6 +3,12 @@ import gc
 import jax
 import pytest
 
+import simjax
+
+# The process settings simjax's programs were measured with (XLA:CPU flags and one thread,
+# which keep batched loops from hanging on a 2-core machine; the persistent compilation
+# cache), before the first JAX computation.
+simjax.configure()
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

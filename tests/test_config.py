@@ -1,5 +1,5 @@
-"""Process settings simjax makes on import (``simjax._config``) and their opt-outs, each
-checked in a fresh Python process."""
+"""Process settings simjax makes when asked (``sj.configure()``, ``simjax._config``), and
+nothing on import; each checked in a fresh Python process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 PROBE = (
-    "import json, os, jax, simjax; "
+    "import json, os, jax, simjax; simjax.configure(); "
     "print(json.dumps([jax.config.values.get('jax_compilation_cache_dir'), os.environ.get('XLA_FLAGS', ''), "
     "os.environ.get('PJRT_NPROC'), simjax._config._ynn_off_by_simjax]))"
 )
@@ -30,11 +30,63 @@ def probe(**env: str) -> tuple[str | None, str]:
     return tuple(probe_all(**env)[:2])  # type: ignore[return-value]
 
 
-def probe_all(**env: str) -> list:
+def probe_all(probe: str = PROBE, **env: str) -> list:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=clean_env(**env), check=True
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=clean_env(**env), check=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_simjax_changes_nothing_outside_it(tmp_path):
+    """No XLA flag, no thread count, no compilation cache, no file written: the process is
+    as JAX left it until the user calls ``sj.configure()``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    plain = (
+        "import json, os, jax; print(json.dumps([jax.config.values.get('jax_compilation_cache_dir'), "
+        "os.environ.get('XLA_FLAGS', ''), os.environ.get('PJRT_NPROC'), "
+        "repr(sorted(jax.config.values.items()))]))"
+    )
+    with_simjax = plain.replace("import json, os, jax;", "import json, os, jax, simjax;")
+    env = {"HOME": str(home), "XLA_FLAGS": "--xla_dump_to=/nowhere"}
+    assert probe_all(with_simjax, **env) == probe_all(plain, **env)
+    assert not any(home.iterdir())
+
+
+def test_configure_reports_and_takes_arguments(tmp_path):
+    code = (
+        "import json, simjax as sj; c = sj.configure(cpu_threads=3, compilation_cache={cache!r}); "
+        "print(json.dumps([c.cpu_threads, c.compilation_cache_dir, c.backend_was_running, "
+        "sj.configure() == c]))"
+    ).format(cache=str(tmp_path / "mine"))
+    assert probe_all(code) == ["3", str(tmp_path / "mine"), False, True]
+    off = (
+        "import json, simjax as sj; c = sj.configure(xla_flags=False, compilation_cache=False); "
+        "print(json.dumps([c.xla_flags, c.compilation_cache_dir]))"
+    )
+    assert probe_all(off) == ["", None]
+
+
+def test_configure_after_jax_started_says_it_is_too_late():
+    code = (
+        "import json, warnings, jax, jax.numpy as jnp, simjax as sj; jnp.ones(2).block_until_ready()\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always'); c = sj.configure(compilation_cache=False)\n"
+        "print(json.dumps([c.backend_was_running, [str(x.message) for x in w]]))"
+    )
+    running, messages = probe_all(code)
+    assert running is True and len(messages) == 1
+    assert "already started" in messages[0] and "before the first JAX computation" in messages[0]
+
+
+def test_configure_refuses_a_bad_thread_count():
+    import pytest
+
+    import simjax as sj
+
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="cpu_threads"):
+            sj.configure(cpu_threads=bad, xla_flags=False, compilation_cache=False)  # type: ignore[arg-type]
 
 
 def test_cache_dir_and_scheduler_flag_defaults(tmp_path):
@@ -84,7 +136,7 @@ def test_one_xla_cpu_thread_by_default_and_the_users_choice_wins():
     assert probe_all(JAX_NUM_CPU_DEVICES="2")[2] == "3"
     assert probe_all(XLA_FLAGS="--xla_force_host_platform_device_count=2", SIMJAX_CPU_THREADS="5")[2] == "5"
     bad = subprocess.run(
-        [sys.executable, "-c", "import simjax"],
+        [sys.executable, "-c", "import simjax; simjax.configure()"],
         capture_output=True,
         text=True,
         env=clean_env(SIMJAX_CPU_THREADS="many"),

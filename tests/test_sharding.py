@@ -31,6 +31,7 @@ MODEL = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import simjax as sj
 
+    sj.configure()  # one XLA:CPU thread more than host devices: with fewer, a split batch hung
     system = sj.MultibodySystem()
     matter = sj.SimbodyMatterSubsystem(system)
     forces = sj.GeneralForceSubsystem(system)
@@ -145,8 +146,8 @@ PROCESS = MODEL + textwrap.dedent(
 
 
 def _env(devices: int) -> dict[str, str]:
-    # not this process's thread setting (simjax set PJRT_NPROC=1 here): the child's simjax
-    # sizes its pool for its device count
+    # not this process's thread setting (sj.configure set PJRT_NPROC=1 here): the child's
+    # sj.configure() sizes its pool for its device count
     env = {k: v for k, v in os.environ.items() if k not in ("PJRT_NPROC", "NPROC")}
     env["JAX_PLATFORMS"] = "cpu"
     flag = f"--xla_force_host_platform_device_count={devices}"
@@ -236,6 +237,7 @@ HANG = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import oracle_models as om
     import simjax as sj
+    sj.configure()
     system, _, _ = om.to_simjax(om.humanoid())
     st = system.realize_topology()
     B = 1024

@@ -63,6 +63,7 @@ import json, sys
 import jax
 jax.config.update("jax_enable_x64", True)
 import simjax as sj
+sj.configure()
 import simjax.forward.realize as rm
 calls = {"position": 0}
 inner = rm.realize_eager
@@ -220,7 +221,7 @@ def test_the_compilation_cache_is_locked_and_limited(tmp_path):
     cache.mkdir()
     (cache / "jit_f-0123-cache").write_bytes(b"x")  # an entry written without a size limit
     code = (
-        "import jax, simjax; print(jax.config.values['jax_compilation_cache_max_size'], "
+        "import jax, simjax; simjax.configure(); print(jax.config.values['jax_compilation_cache_max_size'], "
         "simjax._config.compilation_cache_dir())"
     )
     r = subprocess.run(
