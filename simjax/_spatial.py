@@ -347,11 +347,6 @@ def quat_mul(a: Float[Array, " 4"], b: Float[Array, " 4"]) -> Float[Array, " 4"]
     return jnp.concatenate([jnp.stack([aw * bw - av @ bv]), aw * bv + bw * av + cross(av, bv)])
 
 
-def quat_qdot_from_w_parent(q: Float[Array, " 4"], w: Float[Array, " 3"]) -> Float[Array, " 4"]:
-    """``qdot = 1/2 (0, w) * q`` for angular velocity ``w`` expressed in the parent frame."""
-    return 0.5 * quat_mul(jnp.concatenate([jnp.zeros_like(w[:1]), w]), q)
-
-
 def quat_N_parent(q: Float[Array, " 4"]) -> Float[Array, "4 3"]:
     """Matrix N with ``qdot = N w`` for ``w`` in the parent (F) frame."""
     w, x, y, z = q
@@ -361,19 +356,6 @@ def quat_N_parent(q: Float[Array, " 4"]) -> Float[Array, "4 3"]:
             jnp.stack([w, z, -y]),
             jnp.stack([-z, w, x]),
             jnp.stack([y, -x, w]),
-        ]
-    )
-
-
-def quat_N_child(q: Float[Array, " 4"]) -> Float[Array, "4 3"]:
-    """Matrix N with ``qdot = N w`` for ``w`` in the child (M) frame."""
-    w, x, y, z = q
-    return 0.5 * jnp.stack(
-        [
-            jnp.stack([-x, -y, -z]),
-            jnp.stack([w, -z, y]),
-            jnp.stack([z, w, -x]),
-            jnp.stack([-y, x, w]),
         ]
     )
 
@@ -513,12 +495,6 @@ def cross_force(v: Float[Array, " 6"], f: Float[Array, " 6"]) -> Float[Array, " 
     w, vl = jnp.split(v, 2)
     fa, fl = jnp.split(f, 2)
     return jnp.concatenate([cross(w, fa) + cross(vl, fl), cross(w, fl)])
-
-
-def shift_force_to_origin(F: Float[Array, " 6"], p: Float[Array, " 3"]) -> Float[Array, " 6"]:
-    """Spatial force applied at point ``p`` -> the same force about the origin."""
-    torque, force = jnp.split(F, 2)
-    return jnp.concatenate([torque + cross(p, force), force])
 
 
 def _upper_entries(J: Float[Array, "3 3"]) -> Float[Array, " 6"]:

@@ -242,3 +242,17 @@ def test_computed_once_is_the_value_in_a_kernel_of_its_own():
 
     once = kernels_rounding(True)
     assert once and all(b.split("->")[1].split("{")[0].strip() == "f64[1000]" for b in once)
+
+
+def test_point_mass_inertia_is_the_parallel_axis_term():
+    """``Inertia.point_mass`` (Simbody's ``Inertia::pointMassAt``): m (|p|^2 1 - p p^T), so a
+    point mass's inertia about an axis through the origin is m times its squared distance
+    from that axis."""
+    m, p = 2.5, np.array([0.3, -0.4, 1.2])
+    inertia = sj.Inertia.point_mass(m, p).matrix
+    for axis in np.eye(3):
+        d = p - (p @ axis) * axis
+        assert inertia[np.argmax(axis), np.argmax(axis)] == pytest.approx(m * d @ d, rel=1e-15)
+    np.testing.assert_allclose(inertia, m * (p @ p * np.eye(3) - np.outer(p, p)), rtol=1e-15)
+    with pytest.raises(ValueError, match="inertia"):
+        sj.Inertia.point_mass(-1.0, p)

@@ -157,11 +157,6 @@ class Topology:
         return LevelTree.of(self.parent)
 
     @cached_property
-    def qslot_body(self) -> np.ndarray:
-        """Body owning each generalized coordinate, shape (nq,)."""
-        return np.repeat(np.arange(self.nb), self.nq_body).astype(int)
-
-    @cached_property
     def depth(self) -> np.ndarray:
         """Depth of each body (Ground 0)."""
         d = np.zeros(self.nb, dtype=int)
