@@ -1,8 +1,8 @@
 """MkDocs hook: pages kept outside ``docs/`` join the site where they live in the repository.
 
 The notebooks in ``notebooks/`` become ``tutorials/`` (rendered by mkdocs-jupyter, not
-executed: ``tests/test_notebooks.py`` executes them), ``benchmarks/RESULTS.md`` and
-``HISTORY.md`` become ``benchmarks/``, and the README's figure ``examples/pendulum.png`` is
+executed: ``tests/test_notebooks.py`` executes them), ``benchmarks/``'s pages (``README.md``,
+``RESULTS.md``, ``HISTORY.md``) become ``benchmarks/``, and the README's figure ``examples/pendulum.png`` is
 the home page's too: each has one copy, the one the tests, benchmarks and README use.
 """
 
@@ -26,8 +26,6 @@ def on_files(files, config):
     """Add the files of ``OUTSIDE`` to the site's files, under their folder's site name."""
     for name, (folder, pattern) in OUTSIDE.items():
         for path in sorted(folder.glob(pattern)):
-            if path.name == "README.md":
-                continue
             uri = path.name if name == "." else f"{name}/{path.name}"
             files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files
