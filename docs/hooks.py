@@ -1,9 +1,11 @@
-"""MkDocs hook: pages kept outside ``docs/`` join the site where they live in the repository.
+"""MkDocs hook: files kept outside ``docs/`` join the site at their place in the repository.
 
-The notebooks in ``notebooks/`` become ``tutorials/`` (rendered by mkdocs-jupyter, not
-executed: ``tests/test_notebooks.py`` executes them), ``benchmarks/``'s pages (``README.md``,
-``RESULTS.md``, ``HISTORY.md``) become ``benchmarks/``, and the README's figure ``examples/pendulum.png`` is
-the home page's too: each has one copy, the one the tests, benchmarks and README use.
+The notebooks in ``notebooks/`` are the tutorials (rendered by mkdocs-jupyter, not executed:
+``tests/test_notebooks.py`` executes them), ``benchmarks/``'s pages (``README.md``,
+``RESULTS.md``, ``HISTORY.md``) the benchmark pages, and ``examples/pendulum.png`` (the
+README's figure) the home page's: each has one copy, the one the tests, benchmarks and
+README use. Each is a plain file of the repository root (``src_dir``), so mkdocs-jupyter's
+wrapper reads it as it reads a page of ``docs/``.
 """
 
 from __future__ import annotations
@@ -14,18 +16,14 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTSIDE = {
-    "tutorials": (ROOT / "notebooks", "*.ipynb"),
-    "benchmarks": (ROOT / "benchmarks", "*.md"),
-    ".": (ROOT / "examples", "pendulum.png"),
-}
+OUTSIDE = ("notebooks/*.ipynb", "benchmarks/*.md", "examples/pendulum.png")
 
 
 @event_priority(100)  # before mkdocs-jupyter looks for notebooks among the files
 def on_files(files, config):
-    """Add the files of ``OUTSIDE`` to the site's files, under their folder's site name."""
-    for name, (folder, pattern) in OUTSIDE.items():
-        for path in sorted(folder.glob(pattern)):
-            uri = path.name if name == "." else f"{name}/{path.name}"
-            files.append(File.generated(config, uri, abs_src_path=str(path)))
+    """Add the files of ``OUTSIDE`` to the site's files, at their path from the root."""
+    for pattern in OUTSIDE:
+        for path in sorted(ROOT.glob(pattern)):
+            uri = path.relative_to(ROOT).as_posix()
+            files.append(File(uri, str(ROOT), config["site_dir"], config["use_directory_urls"]))
     return files
