@@ -1,7 +1,7 @@
 """The package's layers: each module imports only from its own layer or below, never in a
 circle, never inside a function and never under ``TYPE_CHECKING``.
 
-Layers, lowest first (README "Architecture")::
+Layers, lowest first (the documentation's "Architecture and layout" page, docs/architecture.md)::
 
     _spatial, _functions, _stage,    pure math, the Stage enum, the RESULTS enum,
     _results, _config, _sharding,    process settings (XLA flags, compilation cache), meshes,
@@ -64,7 +64,7 @@ def _layer(mod: str) -> int:
         for n in names:
             if (mod == n or mod.startswith(n + ".")) and (best is None or len(n) > best[1]):
                 best = (i, len(n))
-    assert best is not None, f"{mod} belongs to no layer; add it to LAYERS and the README"
+    assert best is not None, f"{mod} belongs to no layer; add it to LAYERS and docs/architecture.md"
     return best[0]
 
 

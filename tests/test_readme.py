@@ -1,13 +1,16 @@
-"""The README's code blocks run as written.
+"""The code blocks of the README and of the documentation's pages run as written.
 
-Every ```python block of README.md is executed, in a folder holding the files the blocks
-name (Pose2Sim 0.4.0's demo, fetched from PyPI and cached, see ``data_fetch``; the README
-says where to get them):
+Every ```python block of the pages in ``PAGES`` is executed, in their order, in a folder
+holding the files the blocks name (Pose2Sim 0.4.0's demo, fetched from PyPI and cached, see
+``data_fetch``; the OpenSim guide says where to get them):
 
-- the short example and the inverse-kinematics block run first, in one namespace;
-- the blocks on models and data made elsewhere (loading, scaling, OpenSim's IK setup,
-  seeing it) run in order, each continuing from the one before, after those two;
-- the sharding block runs after the first two only (its names are theirs);
+- the README's short example and the getting-started page's inverse-kinematics block run
+  first, in one namespace (the pages marked "short");
+- the blocks on models and data made elsewhere (the OpenSim guide's loading, scaling and
+  IK setup; the viewer page's) run in order, each continuing from the one before, after
+  those two;
+- the sharding block (the performance page's) runs after the first two only (its names are
+  theirs);
 - the multi-process recipe is the one block not run here: it needs several processes
   (``tests/test_sharding.py`` runs it with two).
 """
@@ -26,7 +29,17 @@ from data_fetch import fetch
 
 jax.config.update("jax_enable_x64", True)
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The pages whose blocks run, in order: "short" ones share the first namespace, "chained"
+# ones continue from it (see the module docstring).
+PAGES = (
+    ("README.md", "short"),
+    ("docs/getting-started.md", "short"),
+    ("docs/guides/opensim.md", "chained"),
+    ("docs/guides/viz.md", "chained"),
+    ("docs/guides/performance.md", "chained"),
+)
 DEMO = "Pose2Sim/Demo/opensim/"
 FILES = (
     "Model_Pose2Sim_Body25b.osim",
@@ -37,9 +50,9 @@ FILES = (
 )
 
 
-def blocks() -> list[tuple[int, str]]:
-    """(first line number, code) of each ```python block of the README."""
-    text = README.read_text()
+def blocks(page: str = "README.md") -> list[tuple[int, str]]:
+    """(first line number, code) of each ```python block of a page (path from the root)."""
+    text = (ROOT / page).read_text()
     out = []
     for m in re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M):
         out.append((text[: m.start()].count("\n") + 2, m.group(1)))
@@ -54,7 +67,7 @@ def _kind(code: str) -> str:
     return "run"
 
 
-def test_readme_blocks_run_as_written(tmp_path, monkeypatch):
+def test_readme_and_docs_blocks_run_as_written(tmp_path, monkeypatch):
     # as a user runs them: JAX's defaults (the suite raises on rank promotion)
     with jax.numpy_rank_promotion("allow"):
         _run_blocks(tmp_path, monkeypatch)
@@ -68,25 +81,27 @@ def _run_blocks(tmp_path, monkeypatch):
         shutil.copy(f, tmp_path / f.name)
     monkeypatch.chdir(tmp_path)
 
-    found = blocks()
-    assert len(found) >= 8
-    short, rest = found[:2], found[2:]
+    found: dict[str, list[tuple[str, str]]] = {"short": [], "chained": []}
+    for page, how in PAGES:
+        found[how] += [(f"{page}:{line}", code) for line, code in blocks(page)]
+    short, rest = found["short"], found["chained"]
+    assert len(short) == 2 and len(rest) >= 6, (len(short), len(rest))
     ns: dict = {}
-    for line, code in short:
-        exec(compile(code, f"README.md:{line}", "exec"), ns)
+    for where, code in short:
+        exec(compile(code, where, "exec"), ns)
     after_short = dict(ns)
     chained = dict(after_short)
     ran, skipped = 0, []
     try:
-        for line, code in rest:
+        for where, code in rest:
             kind = _kind(code)
             if kind == "multi-process":
-                skipped.append(line)
+                skipped.append(where)
                 continue
             target = dict(after_short) if kind == "sharding" else chained
             t = time.perf_counter()
-            exec(compile(code, f"README.md:{line}", "exec"), target)
-            print(f"README.md:{line}: {time.perf_counter() - t:.1f} s")
+            exec(compile(code, where, "exec"), target)
+            print(f"{where}: {time.perf_counter() - t:.1f} s")
             ran += 1
     finally:
         for space in (ns, chained):

@@ -186,7 +186,7 @@ def _free_port() -> int:
 
 
 def test_two_processes_split_one_batch_with_jax_distributed():
-    """The README's multi-host recipe, on one machine: two processes, one device each."""
+    """The multi-host recipe of docs/guides/performance.md, on one machine: two processes, one device each."""
     port, n = _free_port(), 2
     procs = []
     for pid in range(n):

@@ -56,7 +56,7 @@ def test_rk4_traces_forward_dynamics_once_per_step(loop):
     """RK4's four stages are one loop over a single forward-dynamics evaluation, so its
     program holds the mass matrix's Cholesky factorisation as often as semi-explicit
     Euler's (one evaluation per step); written out, it held it four times and XLA compiled
-    forward dynamics four times (``benchmarks/RESULTS.md``: rollouts compile in half the
+    forward dynamics four times (``benchmarks/HISTORY.md``: rollouts compile in half the
     time)."""
     system, _, _, s = loop
 

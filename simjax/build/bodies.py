@@ -596,7 +596,9 @@ class FunctionBased(MobilizedBody):
     """Mobilizer defined by six functions of q (Simbody ``MobilizedBody::FunctionBased``).
 
     Args:
-        parent, X_PF, body, X_BM: As for every mobilized body.
+        parent: As for every mobilized body.
+        *args: ``X_PF, body, X_BM`` as for every mobilized body, then (Simbody's order) the
+            keyword arguments below may follow positionally.
         n_mobilities: Number of coordinates (and speeds; ``qdot == u``).
         functions: Six callables of a 1-D array (the listed coordinates): three rotation
             angles about ``axes[0:3]`` (applied in order, body fixed) then three
@@ -660,8 +662,10 @@ class Custom(MobilizedBody):
     """A user mobilizer (Simbody ``MobilizedBody::Custom``), H and derivatives by autodiff.
 
     Args:
-        parent, X_PF, body, X_BM: As for every mobilized body.
-        nq, nu: Numbers of coordinates and speeds.
+        parent: As for every mobilized body.
+        *args: ``X_PF, body, X_BM`` as for every mobilized body.
+        nq: Number of coordinates.
+        nu: Number of speeds (default ``nq``).
         n_angles: How many of the q are angles.
         X_FM: ``q -> sj.Transform`` or ``(R_FM, p_FM)``.
         N: ``q -> (nq, nu)`` matrix with ``qdot = N u``; omit when ``qdot == u``.

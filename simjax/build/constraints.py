@@ -1369,8 +1369,9 @@ class CoordinateLimit:
     Args:
         mobod: The mobilized body whose mobilizer's coordinate is limited.
         which_q: Index of the coordinate in that mobilizer's q (quaternion mode numbering).
-        lower, upper: The admissible range (either may be infinite). Instance data:
-            ``set_range`` changes them per State (a batch may hold different limits).
+        lower: The admissible range's lower end (may be ``-inf``). Instance data:
+            ``set_range`` changes it per State (a batch may hold different limits).
+        upper: Its upper end (may be ``inf``), Instance data as ``lower``.
         tol: Penetration tolerance of this limit (the deadband); default the matter
             subsystem's ``rotary_limit_tol`` for a rotary coordinate, ``penetration_tol``
             for a linear one.
