@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._stage import Stage
+from ..studies import _traces
 from ._loaded import LoadedModel, ModelFileError
 from ._motion import MarkerTable, read_trc
 from ._osim import FUNCTION_TAGS, _OsimReader, load_osim, rotation_body_xyz
@@ -121,7 +122,7 @@ class ScaleSetup:
         lo, hi = _frame_range(np.asarray(table.time), self.time_range)
         idx = {n: k for k, n in enumerate(table.marker_names)}
         needed = {m for ms in self.measurements for pr in ms.marker_pairs for m in pr}
-        pos = _model_marker_positions(model, [m for m in needed if m in model.markers])
+        pos = _model_marker_positions(model, sorted(m for m in needed if m in model.markers))
         out = []
         for ms in self.measurements:
             pairs, factor = [], 0.0
@@ -344,20 +345,31 @@ def _frame_range(t: np.ndarray, time_range: tuple[float, float]) -> tuple[int, i
 def _model_marker_positions(model: LoadedModel, names: list[str]) -> dict[str, np.ndarray]:
     """Ground positions of the named markers at the model's default pose, assembled onto
     its constraints as OpenSim's ``initSystem`` does (the projection is skipped when the
-    default coordinates already satisfy them)."""
+    default coordinates already satisfy them). The program is kept on disk (``_traces``):
+    a second process does not trace the model's realization again."""
     if not names:
         return {}
     markers = [model.markers[n] for n in names]
     system = model.system
+    index = tuple(int(m.body.index) for m in markers)
+    stations = jnp.asarray(np.stack([np.asarray(m.station, float) for m in markers]))
 
     @jax.jit
-    def where(state: Any) -> Any:
+    def where(state: Any, stations: jax.Array) -> Any:
         rs = system.realize(state, Stage.POSITION)
-        return [m.find_location_in_ground(rs) for m in markers], jnp.max(jnp.abs(rs.qerr), initial=0.0)
+        pc = rs.position_cache
+        idx = jnp.asarray(index)
+        R, p = pc.R_GB[idx], pc.p_GB[idx]
+        pos = p + jnp.einsum("nij,nj->ni", R, stations.astype(p.dtype))
+        return pos, jnp.max(jnp.abs(rs.qerr), initial=0.0)
 
-    pos, err = where(model.default_state if model._assembled is None else model.state)
+    def at(state: Any) -> Any:
+        key = _traces.fingerprint(("io.marker_positions", system.model_for(state).structure_key, index))
+        return _traces.call(where, key, (state, stations), state)
+
+    pos, err = at(model.default_state if model._assembled is None else model.state)
     if float(err) > 1e-10:
-        pos, err = where(model.state)
+        pos, err = at(model.state)
     return {n: np.asarray(p) for n, p in zip(names, pos, strict=True)}
 
 
@@ -733,8 +745,10 @@ def place_markers(
     info = jax.tree.map(lambda x: x[0], infos)
     errors = {}
     pos = {}
-    for n in model.markers:
-        pos[n] = np.asarray(model.markers[n].find_location_in_ground(rs))
+    R_GB, p_GB = np.asarray(rs.position_cache.R_GB), np.asarray(rs.position_cache.p_GB)
+    for n, m in model.markers.items():  # on the host: one small program per body otherwise
+        b = int(m.body.index)
+        pos[n] = p_GB[b] + R_GB[b] @ np.asarray(m.station, float)
     for n in names:
         errors[n] = float(np.linalg.norm(pos[n] - avg[col[n]]))
     if setup.move_model_markers:
