@@ -746,9 +746,9 @@ def place_markers(
     errors = {}
     pos = {}
     R_GB, p_GB = np.asarray(rs.position_cache.R_GB), np.asarray(rs.position_cache.p_GB)
-    for n, m in model.markers.items():  # on the host: one small program per body otherwise
-        b = int(m.body.index)
-        pos[n] = p_GB[b] + R_GB[b] @ np.asarray(m.station, float)
+    for n, marker in model.markers.items():  # on the host: one small program per body otherwise
+        b = int(marker.body.index)
+        pos[n] = p_GB[b] + R_GB[b] @ np.asarray(marker.station, dtype=np.float64)
     for n in names:
         errors[n] = float(np.linalg.norm(pos[n] - avg[col[n]]))
     if setup.move_model_markers:
