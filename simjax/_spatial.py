@@ -23,8 +23,8 @@ from jaxtyping import Array, ArrayLike, Float
 
 def safe_norm(x: Float[Array, " ..."], axis: int = -1) -> Float[Array, " ..."]:
     """Euclidean norm whose gradient is zero (not NaN) at ``x = 0``. Over up to four entries
-    (vectors, quaternions) the squares are added, not reduced: a reduction costs a
-    single-state call on XLA:CPU about 0.3 µs besides its kernel."""
+    (vectors, quaternions) the squares are added, not reduced: on XLA:CPU a reduction is a
+    kernel of its own, a fixed cost in a single-state call."""
     n = x.shape[axis]
     if n <= 4:
         parts = jnp.split(x * x, n, axis=axis) if n else [jnp.sum(x * x, axis=axis, keepdims=True)]
@@ -52,8 +52,8 @@ def take_rows(x: jax.Array, rows: ArrayLike) -> jax.Array:
 
     Where the flattened ``rows`` is a few contiguous runs (a chain's levels and jumps, a kind
     group's coordinates mostly are), the selection is static slices, concatenated: no
-    index constant and no gather kernel. On XLA:CPU every constant of a program costs about
-    0.1 µs per call (the runtime wraps each one afresh), and a gather is a kernel of its own
+    index constant and no gather kernel. On XLA:CPU every constant of a program costs time
+    on every call (the runtime wraps each one afresh), and a gather is a kernel of its own
     where slices fuse with their consumers. More runs than ``TAKE_MAX_RUNS``: one gather."""
     rows = np.asarray(rows)
     flat = rows.reshape(-1)
@@ -76,7 +76,7 @@ def small_matmul(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Floa
     that measured faster: the pose products of ``compose_outward``'s doubling rounds, whose
     cost at one state is the number of kernels. It is not a general replacement for ``@``:
     applied to every 3x3 and 6x6 product of the tree passes it made batched forward
-    dynamics slower (``benchmarks/RESULTS.md``)."""
+    dynamics slower (``benchmarks/HISTORY.md``)."""
     k = a.shape[-1]
     out = a[..., :, 0:1] * b[..., 0:1, :]
     for i in range(1, k):
@@ -87,8 +87,8 @@ def small_matmul(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Floa
 def matmul_fused(a: Float[Array, "... n k"], b: Float[Array, "... k m"]) -> Float[Array, "... n m"]:
     """``a @ b`` as a broadcast product summed over ``k``: a reduction XLA:CPU fuses with its
     neighbours, not a ``dot`` kernel of its own. For the per-body 3x3 and 3x6 products of the
-    Position stage under a ``vmap``, where it measured 1.1-1.2x faster in batched forward
-    dynamics (with YNNPACK fusions off, ``simjax._config``; ``benchmarks/RESULTS.md``)."""
+    Position stage under a ``vmap``, where it is faster than a ``dot`` in batched forward
+    dynamics (with ``sj.configure()``'s YNNPACK setting; ``benchmarks/HISTORY.md``)."""
     return (a[..., :, :, None] * b[..., None, :, :]).sum(-2)
 
 
@@ -120,7 +120,7 @@ def cross(a: Float[Array, "... 3"], b: Float[Array, "... 3"]) -> Float[Array, ".
     """``jnp.cross`` of 3-vectors (broadcast), from one ``unstack`` of each operand. Reverse
     mode then gathers each operand's cotangent with one ``stack``; ``jnp.cross`` indexes
     each component, whose transposes are a zero-padded copy per component, added up, and on
-    XLA:CPU each pad ended a fused kernel (a constrained rollout's gradient: ``RESULTS.md``)."""
+    XLA:CPU each pad ended a fused kernel."""
     a, b = jnp.broadcast_arrays(a, b)
     a0, a1, a2 = jnp.unstack(a, axis=-1)
     b0, b1, b2 = jnp.unstack(b, axis=-1)
@@ -187,7 +187,7 @@ def cos_sin(a: Any) -> tuple[jax.Array, jax.Array]:
     call each); these polynomials vectorise. Used for the joint angles of the kinds with
     ``X_FM_terms`` (Pin, Screw, Cylinder), under ``computed_once``: XLA counts the
     polynomials as cheap and would otherwise compute them again in every kernel that reads
-    them (``benchmarks/RESULTS.md``, 2026-11-29, sixth and eighth stops)."""
+    them (``benchmarks/HISTORY.md``)."""
     a = jnp.asarray(a)
     a = a.astype(jnp.result_type(a, float))  # (an integer angle: the default float)
     if a.dtype.itemsize < 8:  # float32 and narrower: XLA's own (fast on a GPU)

@@ -1,12 +1,10 @@
 """Operators that run as one compiled program when called on concrete values.
 
-Outside ``jit`` a JAX function runs op by op: one dispatch per array operation (10–50 µs
-each on a CPU), and in a fresh process one small XLA compilation per new operation. On the
-humanoid, ``matter.calc_qdot(state)`` took 1.2 s on its first call that way and 6.2 ms on
-every later one, ``system.calc_energy(state)`` 0.6 s and 3.1 ms, where OpenSim's reporting
-calls take microseconds. ``compiled_outside_traces`` runs a method ``f(self, state,
-*arrays)`` through ``jax.jit`` instead (``self`` static, by identity; one program per State
-structure and argument shape): 55 ms for the first call (trace and compile), then 43 µs.
+Outside ``jit`` a JAX function runs op by op: one dispatch per array operation, and in a
+fresh process one small XLA compilation per new operation, where OpenSim's reporting calls
+take microseconds. ``compiled_outside_traces`` runs a method ``f(self, state, *arrays)``
+through ``jax.jit`` instead (``self`` static, by identity; one program per State structure
+and argument shape): one compilation on the first call, then one dispatch per call.
 Inside a user's ``jit``, ``vmap`` or ``grad`` (any traced argument) it runs as written,
 traced into the caller's program, each State's cache carrying its dependence on the State's
 variables (``forward.realize.with_cache_dependence``): derivatives do not depend on the stage

@@ -23,19 +23,15 @@ Forward dynamics passes the bias terms in whole (``solve``'s ``forces`` and ``pr
 Featherstone's recursion as he writes it: each body's gyroscopic and applied force starts
 its node's ``z``, its velocity product ``c`` enters as ``v -= U . c`` and ``zc += IA c``
 inward and ``a = a_p + c + s x`` outward, so the RNEA's outward sum of the velocity
-products, inward sum of the forces and projection on ``cdof`` are not computed at all
-(B = 1024: a 7-link chain's forward dynamics 1.18x, a 50-link chain's 1.30x, Panda's 1.24x
-the throughput; ``benchmarks/RESULTS.md``, 2026-11-30).
+products, inward sum of the forces and projection on ``cdof`` are not computed at all.
 
 The levels are unrolled (static slices, no gathers over the tree) with an
 ``optimization_barrier`` after each. The barriers keep the program smaller and its compile
-shorter (the humanoid's forward dynamics 9.6k -> 7.8k HLO lines); its run time is the same
-without them, and they do not stop XLA fusing a level's arithmetic into its consumers (a
-reduction does: ``_combine``; ``benchmarks/RESULTS.md``, 2026-12-06). The program grows
-with the depth of the dof tree, not with the batch. Measured in ``benchmarks/RESULTS.md``
-(2026-11-29, fifth stop): at B = 1024 it is faster than the dense Cholesky on deep chains
-(a 50-link chain's forward dynamics 24.5 -> 15.6 µs per state) and than the tree-sparse
-``L^T L`` factorization it replaced on branched trees (TALOS with its hands 18.0 -> 15.0 µs).
+shorter, at the same run time, and they do not stop XLA fusing a level's arithmetic into
+its consumers (a reduction does: ``_combine``). The program grows with the depth of the dof
+tree, not with the batch. For batches it is faster than the dense Cholesky on deep chains
+and than a tree-sparse ``L^T L`` factorization on branched trees (measurements:
+``benchmarks/HISTORY.md``).
 """
 
 from __future__ import annotations
@@ -57,9 +53,8 @@ def _sum(rows: list[jax.Array], like: jax.Array) -> jax.Array:
 
 def _sum_axis(x: jax.Array, axis: int) -> jax.Array:
     """``x.sum(axis)`` over a short axis as a chain of additions: elementwise, so it fuses
-    with its neighbours, where XLA:CPU runs a small reduction as a kernel of its own (a
-    7-link chain's forward dynamics at one state: 28 -> 23 µs a call). ``U = IA s`` stays a
-    reduction: written out it made a 50-link chain's at B = 1024 ~5% slower."""
+    with its neighbours, where XLA:CPU runs a small reduction as a kernel of its own.
+    ``U = IA s`` stays a reduction: written out it made long chains' batches slower."""
     parts = [jax.lax.index_in_dim(x, i, axis, keepdims=False) for i in range(x.shape[axis])]
     return sum(parts[1:], parts[0])
 
@@ -78,9 +73,8 @@ def _combine(columns: list[jax.Array], weights: list[jax.Array]) -> jax.Array:
     """``sum_i columns[i] @ weights[i]`` per node: columns (w, 6, k_i), weights (w, k_i) ->
     (w, 6), as one product summed over the concatenated last axis. A reduction is where
     XLA:CPU ends a kernel: written as additions, the levels' ``zc`` (or ``a``) chain with
-    the velocity products in it fused into each consumer over every deeper level, a
-    50-link chain's program grew from 11k to 35k HLO lines and its solve ran 10x slower
-    (``benchmarks/RESULTS.md``, 2026-11-30)."""
+    the velocity products in it fused into each consumer over every deeper level, and a long
+    chain's program grew threefold and ran an order of magnitude slower."""
     return (jnp.concatenate(columns, -1) * jnp.concatenate(weights, -1)[:, None, :]).sum(-1)
 
 

@@ -45,9 +45,7 @@ def _use_dense(topo: Topology, dense: bool | None) -> bool:
 def _unrolled(topo: Topology, dense: bool | None) -> bool:
     """Whether the default sums (``dense=None``) run level by level, unrolled: one kernel per
     depth level against the dense product's ``nb^2`` work, which pays on branched trees
-    (B = 1024: TALOS with its hands 18.6 -> 13.3 µs of forward dynamics per state, the
-    humanoid 7.0 -> 6.2) and not on chains (a 50-link chain 15.6 -> 17.4;
-    ``benchmarks/RESULTS.md``, 2026-11-29)."""
+    (shallow for their size) and not on chains (measurements: ``benchmarks/HISTORY.md``)."""
     nb = topo.nb
     return dense is None and UNROLLED_MIN_BODIES <= nb <= DENSE_MAX_BODIES and 2 * int(topo.depth.max()) <= nb
 
@@ -192,7 +190,7 @@ def _compose_levels(topo: Topology, R_PB: jax.Array, p_PB: jax.Array) -> tuple[j
     ``R_GP dp_PB - (R_GP dR_PB R_GB^-1) p_GB``. Each body's term is elementwise (the 3x3
     inverse by cofactors) and the sum one product, so a reverse pass transposes a product
     instead of running the scan backwards with a scatter, gathers and a stacked carry per
-    level (a 20-link chain's rollout gradient: ``benchmarks/RESULTS.md``)."""
+    level."""
     if not _use_dense(topo, None):
         return _compose_levels_scan(topo, R_PB, p_PB)
     f = jax.custom_jvp(lambda R, p: _compose_levels_scan(topo, R, p))
@@ -256,10 +254,9 @@ def _body_matmul(A: np.ndarray, x: jax.Array) -> jax.Array:
 
 def _sum_rows(A: np.ndarray, x: jax.Array) -> jax.Array:
     """``A @ x`` for a small static 0/1 matrix ``A``: each result row is a sum of rows of ``x``
-    (one ``unstack``), and the whole one fused kernel. XLA:CPU hands a ``dot`` to Eigen, about
-    0.6 µs a call for one state; a 7-link chain's forward dynamics went 19.9 -> 17.8 µs a call
-    and 1.70 -> 1.48 µs per state at B = 1024. Past about a dozen bodies the one-state program
-    grows instead (a 20-link chain's call 36 -> 61 µs), hence ``SUM_BY_ROWS_MAX``. One
+    (one ``unstack``), and the whole one fused kernel, where XLA:CPU would hand a ``dot`` to
+    Eigen at a fixed cost per call. Past about a dozen bodies the one-state program grows
+    instead, hence ``SUM_BY_ROWS_MAX``. One
     ``unstack`` rather than a slice per row: reverse mode stacks the rows' cotangents once
     (``sp.cross``)."""
     zero = jnp.zeros(x.shape[1:], x.dtype)
