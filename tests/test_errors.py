@@ -339,3 +339,21 @@ def test_nonphysical_values_are_refused_naming_the_part_and_the_fix():
     assert np.isfinite(np.asarray(system.realize(point).udot)).all()
     # and under jit the checks stay out of the way (values are traced)
     jax.jit(lambda st: system.realize(st).udot)(s)
+
+
+def test_an_adaptive_accuracy_below_what_the_dtype_delivers_is_refused():
+    """tsit5 at accuracy 1e-16 ran 840 steps to "successful" (in float64 its error stalls
+    near 3e-15 from accuracy 1e-14 down); float32 at 1e-7 delivered 4e-7. Both are refused
+    with the minimum named (4 machine epsilons: 8.9e-16 in float64, 4.8e-7 in float32)."""
+    system, matter, _, _ = pendulum(2)
+    s = system.realize_topology().with_q([0.5, 0.2])
+    for integrator in ("tsit5", "kvaerno5"):
+        below = r"accuracy=1e-16 is below what float64 can deliver.*>= 8\.9e-16"
+        with pytest.raises(ValueError, match=below):
+            sj.simulate(system, s, 0.1, integrator=integrator, accuracy=1e-16)
+    s32 = jax.tree.map(lambda x: x.astype(jnp.float32) if getattr(x, "dtype", None) == jnp.float64 else x, s)
+    with pytest.raises(ValueError, match=r"below what float32 can deliver.*>= 4\.8e-07.*float64"):
+        sj.simulate(system, s32, 0.1, integrator="tsit5", accuracy=1e-7)
+    # the minimum itself runs
+    traj = sj.simulate(system, s, 0.1, integrator="tsit5", accuracy=8.9e-16)
+    assert sj.RESULTS[traj.result] == "successful"
