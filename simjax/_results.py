@@ -104,6 +104,16 @@ class RESULTS(eqx.Enumeration):
         "marks which). Use a smaller step (`dt`, or `max_step`/`accuracy` for the adaptive "
         "integrators) or more samples per step (`event_samples`)."
     )
+    constraints_unsatisfiable = (
+        "Simulation failed: after projection onto the constraints their errors stayed above "
+        "the tolerance (RMS position or velocity error above 10 x max(`accuracy`, 100 machine "
+        "epsilons), velocity errors relative to 1 + max |u|; or a coordinate limit penetrated "
+        "past twice its deadband): the constraints contradict each other (a point held at two "
+        "places, one speed demanded at two values, a ConstantCoordinate outside a "
+        "CoordinateLimit's range) or cannot be met from this state. Remove or disable the "
+        "contradicting constraint, assemble the initial State (sj.Assembler), or raise "
+        "`projection_iterations` or shorten the step."
+    )
 
 
 def all_finite(tree) -> jax.Array:

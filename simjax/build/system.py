@@ -94,6 +94,7 @@ class MultibodySystem:
         """Validate and freeze the System; return its default State (realized to Model)."""
         self._model = self._build_model()
         self._model.constraints(False)  # validate constraints now (clear errors early)
+        _check_held_within_limits(self.get_matter_subsystem())
         return self._model.default_state(euler=False)
 
     def get_default_state(self) -> State:
@@ -266,8 +267,9 @@ class MultibodySystem:
         """Return ``state`` realized to ``stage`` (pure; jit/vmap/grad friendly).
 
         Stages already realized are reused; the cache gains every entry up to ``stage``.
-        Constraints that contradict each other (no accelerations satisfy them all) raise,
-        outside ``jit`` at once and inside it at run time (``equinox.error_if``).
+        Constraints that contradict each other (no accelerations, or no velocities, satisfy
+        them all) raise, outside ``jit`` at once and inside it at run time
+        (``equinox.error_if``).
         """
         model = self.model_for(state)
         self._check_values(model, state)
@@ -571,6 +573,32 @@ _PROJECTION_FIX = (
     "that q satisfies the position constraints: project_q first), or loosen `tol`",
 )
 _DECADES = (-15, 15)  # error sizes named under jit: 1e-15 .. 1e15 by decade
+
+
+def _check_held_within_limits(matter: Any) -> None:
+    """Refuse a ConstantCoordinate (enabled by default) whose default value lies outside
+    the default range of a CoordinateLimit on the same coordinate by more than its deadband:
+    no configuration meets both (values changed per State are caught by ``simulate``'s
+    status, ``RESULTS.constraints_unsatisfiable``)."""
+    from .constraints import ConstantCoordinate  # noqa: PLC0415 (constraints imports this module)
+
+    for c in matter._constraints:
+        if not isinstance(c, ConstantCoordinate) or c.is_disabled_by_default():
+            continue
+        value = float(c._defaults["position"])
+        for lim in matter._limits:
+            if lim._mobod is not c._mobilizers[0] or lim._which != c._which:
+                continue
+            tol = lim._tol
+            if tol is None:
+                tol = matter.get_rotary_limit_tol() if lim.is_rotary() else matter.get_penetration_tol()
+            if value < lim._lower - tol or value > lim._upper + tol:
+                raise ValueError(
+                    f"Constraint.ConstantCoordinate(index={c.index}) holds {lim._mobod.name!r} q[{c._which}] "
+                    f"at {value:g}, outside the range [{lim._lower:g}, {lim._upper:g}] of {lim!r}: no "
+                    "configuration meets both. Hold it inside the range, widen the limit, or remove "
+                    "one of them"
+                )
 
 
 def _finish_projection(
