@@ -459,3 +459,48 @@ def test_a_constant_coordinate_outside_its_limit_fails_the_simulation():
     assert traj.result == sj.RESULTS.successful
     assert float(traj.q[-1, 0]) == pytest.approx(0.1, abs=1e-9)
 
+
+def test_a_float32_tolerance_below_what_it_resolves_is_not_reported_met():
+    """float32, the four-bar: the Assembler at accuracy 1e-12 (tolerance 1e-13) from
+    [0.3, 0.2, -0.4] reported status 0 (success), and project_q(tol=1e-12) from
+    [0.9, -0.7, -0.3] ``successful``, each with a computed error of 0, where the true error
+    (the float32 q's evaluated in float64) is 1.5e-7 and 1.1e-7. A tolerance below
+    ``2 eps (1 + max |p_GB|)`` (6.8e-7 here) is now reported not met, naming why (as
+    Simbody reports an accuracy it cannot reach); one above it is met, truly."""
+    from helpers import fourbar
+
+    system, matter, ball = fourbar()
+
+    def true_error(q):  # the float32 q's in float64 (x64 is on outside the block below)
+        s = system.realize_topology().with_q(jnp.asarray(np.asarray(q), jnp.float64))
+        return float(jnp.max(jnp.abs(system.realize(s, sj.Stage.POSITION).qerr)))
+
+    with jax.enable_x64(False):
+        s = system.realize_topology()
+        start = s.with_q(jnp.asarray([0.3, 0.2, -0.4]))
+        asm = sj.Assembler(system)
+        asm.set_accuracy(1e-12)
+        out, info = asm.solve(start, asm.get_parameters())
+        assert out.q.dtype == jnp.float32 and float(info.error_norm) <= 1e-13
+        assert int(info.status) == 2 and info.result == sj.RESULTS.assembly_infeasible
+        q_asm = np.asarray(out.q)
+        with pytest.raises(sj.AssemblyFailed, match=r"tolerance 1e-13 is below what float32 resolves"):
+            asm.assemble(start)
+        asm.set_error_tolerance(1e-5)
+        out, info = asm.solve(start, asm.get_parameters())
+        assert int(info.status) == 0
+        q_asm_met = np.asarray(out.q)
+
+        start = s.with_q(jnp.asarray([0.9, -0.7, -0.3]))
+        out, result = system.project_q(start, tol=1e-12, throw=False, return_result=True)
+        assert float(jnp.max(jnp.abs(out.qerr))) == 0.0 and result == sj.RESULTS.projection_failed
+        q_proj = np.asarray(out.q)
+        with pytest.raises(ValueError, match=r"tolerance 1e-12 is below what float32 resolves.*\(6\.8e-07"):
+            system.project_q(start, tol=1e-12)
+        with pytest.raises(RuntimeError, match=r"tolerance 1e-12 is below what float32 resolves"):
+            jax.jit(lambda st: system.project_q(st, tol=1e-12).q)(start)
+        out, result = system.project_q(start, tol=1e-6, return_result=True)
+        assert result == sj.RESULTS.successful
+        q_proj_met = np.asarray(out.q)
+    assert true_error(q_asm) > 1e-7 and true_error(q_proj) > 1e-7  # what "success" claimed 1e-13/1e-12 of
+    assert true_error(q_asm_met) <= 1e-5 and true_error(q_proj_met) <= 1e-6
