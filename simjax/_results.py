@@ -40,7 +40,10 @@ class RESULTS(eqx.Enumeration):
         "locks/bounds, or be unreachable from this start: make one a goal (finite weight), "
         "unlock q's or widen bounds, loosen Assembler.set_error_tolerance(...), or start "
         "closer to an assembled configuration; if it ran out of iterations "
-        "(info.iterations), raise Assembler.set_max_iterations(...)."
+        "(info.iterations), raise Assembler.set_max_iterations(...). The tolerance itself "
+        "may be below what the dtype resolves for the model (2 eps x (1 + the largest body "
+        "distance from Ground): about 1e-6 in float32), whatever error is computed: loosen it "
+        "or compute in float64."
     )
     assembly_no_data = (
         "Assembly failed: a goal has nothing to fit: every observation is missing (NaN) or "
@@ -66,9 +69,11 @@ class RESULTS(eqx.Enumeration):
     # ------------------------------------------------------------------ projection
     projection_failed = (
         "Projection failed: the RMS constraint error after projection is above the "
-        "tolerance (or non-finite). The constraints may be unsatisfiable from this state: "
-        "start from a configuration closer to satisfying them (assemble it with "
-        "sj.Assembler), raise `iterations`, or loosen `tol`."
+        "tolerance (or non-finite), or the tolerance is below what the dtype resolves for "
+        "the model (2 eps x (1 + the largest body distance from Ground): about 1e-6 in "
+        "float32). The constraints may be unsatisfiable from this state: start from a "
+        "configuration closer to satisfying them (assemble it with sj.Assembler), raise "
+        "`iterations`, or loosen `tol` (or compute in float64)."
     )
     # ------------------------------------------------------------------ simulation
     event_occurred = (
@@ -103,6 +108,16 @@ class RESULTS(eqx.Enumeration):
         "step handles), so crossings may have been missed (Trajectory.events_unresolved "
         "marks which). Use a smaller step (`dt`, or `max_step`/`accuracy` for the adaptive "
         "integrators) or more samples per step (`event_samples`)."
+    )
+    constraints_unsatisfiable = (
+        "Simulation failed: after projection onto the constraints their errors stayed above "
+        "the tolerance (RMS position or velocity error above 10 x max(`accuracy`, 100 machine "
+        "epsilons), velocity errors relative to 1 + max |u|; or a coordinate limit penetrated "
+        "past twice its deadband): the constraints contradict each other (a point held at two "
+        "places, one speed demanded at two values, a ConstantCoordinate outside a "
+        "CoordinateLimit's range) or cannot be met from this state. Remove or disable the "
+        "contradicting constraint, assemble the initial State (sj.Assembler), or raise "
+        "`projection_iterations` or shorten the step."
     )
 
 

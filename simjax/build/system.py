@@ -94,6 +94,7 @@ class MultibodySystem:
         """Validate and freeze the System; return its default State (realized to Model)."""
         self._model = self._build_model()
         self._model.constraints(False)  # validate constraints now (clear errors early)
+        _check_held_within_limits(self.get_matter_subsystem())
         return self._model.default_state(euler=False)
 
     def get_default_state(self) -> State:
@@ -266,8 +267,9 @@ class MultibodySystem:
         """Return ``state`` realized to ``stage`` (pure; jit/vmap/grad friendly).
 
         Stages already realized are reused; the cache gains every entry up to ``stage``.
-        Constraints that contradict each other (no accelerations satisfy them all) raise,
-        outside ``jit`` at once and inside it at run time (``equinox.error_if``).
+        Constraints that contradict each other (no accelerations, or no velocities, satisfy
+        them all) raise, outside ``jit`` at once and inside it at run time
+        (``equinox.error_if``).
         """
         model = self.model_for(state)
         self._check_values(model, state)
@@ -435,6 +437,12 @@ class MultibodySystem:
           ``equinox.error_if`` naming the error's size and the tolerance.
         * ``throw=False`` never raises.
 
+        A ``tol`` below what the dtype resolves for this model (``2 eps (1 + max |p_GB|)``,
+        the round-off of the largest body distance from Ground: about 1e-15 in float64,
+        1e-6 in float32 for a metre-sized model) fails the same way, whatever error is
+        computed (as Simbody reports an accuracy it cannot reach as a failure): a
+        computed error below it, even 0, does not show that the true error is.
+
         ``return_result=True`` returns ``(state, result)``, ``result`` an ``sj.RESULTS``
         item: ``successful`` or ``projection_failed`` (batched under ``vmap``).
         """
@@ -449,7 +457,8 @@ class MultibodySystem:
     ) -> State | tuple[State, RESULTS]:
         """Move u onto the velocity constraints (Simbody ``projectU``): the minimum-norm
         change of u that zeroes ``uerr`` (one exact least-squares step). Realized to
-        Velocity; ``throw`` and ``return_result`` as in :meth:`project_q`."""
+        Velocity; ``throw``, ``return_result`` and the smallest ``tol`` as in
+        :meth:`project_q` (that one times ``1 + max |u|``)."""
         model = self.model_for(state)
         out = realize(model, pj.project_u(model, state), Stage.VELOCITY)
         err = out.velocity_cache.uerr
@@ -573,17 +582,46 @@ _PROJECTION_FIX = (
 _DECADES = (-15, 15)  # error sizes named under jit: 1e-15 .. 1e15 by decade
 
 
+def _check_held_within_limits(matter: Any) -> None:
+    """Refuse a ConstantCoordinate (enabled by default) whose default value lies outside
+    the default range of a CoordinateLimit on the same coordinate by more than its deadband:
+    no configuration meets both (values changed per State are caught by ``simulate``'s
+    status, ``RESULTS.constraints_unsatisfiable``)."""
+    from .constraints import ConstantCoordinate  # noqa: PLC0415 (constraints imports this module)
+
+    for c in matter._constraints:
+        if not isinstance(c, ConstantCoordinate) or c.is_disabled_by_default():
+            continue
+        value = float(c._defaults["position"])
+        for lim in matter._limits:
+            if lim._mobod is not c._mobilizers[0] or lim._which != c._which:
+                continue
+            tol = lim._tol
+            if tol is None:
+                tol = matter.get_rotary_limit_tol() if lim.is_rotary() else matter.get_penetration_tol()
+            if value < lim._lower - tol or value > lim._upper + tol:
+                raise ValueError(
+                    f"Constraint.ConstantCoordinate(index={c.index}) holds {lim._mobod.name!r} q[{c._which}] "
+                    f"at {value:g}, outside the range [{lim._lower:g}, {lim._upper:g}] of {lim!r}: no "
+                    "configuration meets both. Hold it inside the range, widen the limit, or remove "
+                    "one of them"
+                )
+
+
 def _finish_projection(
     model: Model, state: State, err: jax.Array, tol: float, what: str, level: int, throw: bool, want: bool
 ) -> State | tuple[State, RESULTS]:
     """Check a projection's RMS error against ``tol``: raise (``throw``) and/or return the
     ``RESULTS`` item (``want``)."""
     norm = pj.rms(err)
-    failed = ~(norm <= tol)  # NaN fails
+    floor = pj.resolvable_tolerance(state, level)
+    # an error the dtype cannot resolve below tol does not show that tol is met
+    unresolved = (tol < floor) & (err.shape[-1] > 0)
+    failed = ~(norm <= tol) | unresolved  # NaN fails
     if throw and isinstance(err, jax.core.Tracer):
-        state = _projection_error_if(state, failed, norm, tol, what, level)
+        state = _projection_error_if(state, failed, norm, tol, what, level, unresolved)
     elif throw:
-        _check_accuracy(model, state, err, tol, what, level)
+        _check_accuracy(model, state, err, tol, what, level, floor)
     if not want:
         return state
     # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
@@ -591,7 +629,13 @@ def _finish_projection(
 
 
 def _projection_error_if(
-    state: State, failed: jax.Array, norm: jax.Array, tol: float, what: str, level: int
+    state: State,
+    failed: jax.Array,
+    norm: jax.Array,
+    tol: float,
+    what: str,
+    level: int,
+    unresolved: jax.Array,
 ) -> State:
     """``equinox.error_if`` for a traced projection: runtime messages can't hold runtime
     values, so the message is picked by the error's decade."""
@@ -605,19 +649,38 @@ def _projection_error_if(
         size = f"between 1e{k} and 1e{k + 1}"
         size = f"below 1e{lo + 1}" if k == lo else f"above 1e{hi}" if k == hi else size
         msgs.append(head + size + tail)
+    times_u = " x (1 + max |u|)" if level else ""
+    msgs.append(
+        f"projection failed ({fn}): the tolerance {tol:g} is below what {state.q.dtype.name} "
+        f"resolves for this model (2 eps x (1 + the largest body distance from Ground){times_u}), "
+        "so the computed error cannot show it is met. Loosen `tol`, or compute in float64 "
+        "(jax.config.update('jax_enable_x64', True))"
+    )
     decade = jnp.clip(jnp.floor(jnp.log10(jnp.where(norm > 0, norm, 1.0))), lo, hi)
     index = jnp.where(jnp.isfinite(norm), (decade - lo).astype(jnp.int32) + 1, 0)
+    index = jnp.where(jnp.isfinite(norm) & (norm <= tol) & unresolved, len(msgs) - 1, index)
     # under vmap the message is the largest index of the batch: count failures only
     return eqx.branched_error_if(state, failed, jnp.where(failed, index, 0), msgs)
 
 
-def _check_accuracy(model: Model, state: State, err: jax.Array, tol: float, what: str, level: int) -> None:
+def _check_accuracy(
+    model: Model, state: State, err: jax.Array, tol: float, what: str, level: int, floor: Any
+) -> None:
     if isinstance(err, jax.core.Tracer) or err.ndim != 1 or err.shape[0] == 0:
         return
     e = np.asarray(err)
     norm = float(np.sqrt(np.mean(e**2)))
-    if np.isfinite(norm) and norm <= tol:
+    if np.isfinite(norm) and norm <= tol and tol >= float(floor):
         return
+    if np.isfinite(norm) and norm <= tol:
+        times_u = " x (1 + max |u|)" if level else ""
+        raise ValueError(
+            f"projection failed: the tolerance {tol:g} is below what {e.dtype.name} resolves for this "
+            f"model ({float(floor):.2g}: 2 eps x (1 + the largest body distance from Ground{times_u})), "
+            f"so the computed RMS {what} error {norm:.3g} cannot show that it is met. Loosen `tol` to "
+            f"at least {float(floor):.2g}, or compute in float64 "
+            "(jax.config.update('jax_enable_x64', True))"
+        )
     mp, mv, _ = model.constraint_counts(state.use_euler_angles)
     worst = int(np.argmax(np.abs(e)))
     name = "?"

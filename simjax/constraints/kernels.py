@@ -709,25 +709,42 @@ def _kkt_finish(factors, z: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Arr
     return solve_lower(L, z - Y @ lam, transpose=True), lam
 
 
+def _velocity_residual(factors, verr: jax.Array) -> jax.Array:
+    """The part of ``verr`` (the first ``k`` rows' velocity errors) outside the range of
+    their rows of ``S = G M^-1 G^T``: ``verr - S_kk S_kk^+ verr``, by the same iterated
+    Tikhonov solve (the whole ``S``'s inverse when ``k`` is every row)."""
+    _, _, S, inv = factors
+    k = verr.shape[0]
+    if k == 0:
+        return verr
+    if k < S.shape[0]:
+        S = S[:k, :k]
+        inv = tikhonov_inverse(S)
+    return verr - S @ refine(S, inv, verr)
+
+
 @jax.custom_jvp
-def _kkt_solve(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return _kkt_primal(M, f, G, b)[0]
+def _kkt_solve(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array, verr: jax.Array):
+    (udot, lam), factors = _kkt_primal(M, f, G, b)
+    return udot, lam, _velocity_residual(factors, verr)
 
 
 @_kkt_solve.defjvp
 def _kkt_solve_jvp(primals, tangents):
     # The tangent solves the same system, K [dudot; dlam] = [df; db] - dK [udot; lam], with
     # the primal's factors: neither pass differentiates a factorisation (the reverse pass
-    # is transposed triangular solves and products).
-    M, f, G, b = primals
-    dM, df, dG, db = tangents
+    # is transposed triangular solves and products). The velocity residual is a diagnostic
+    # (zero wherever the constraints are consistent): its tangent is zero.
+    M, f, G, b, verr = primals
+    dM, df, dG, db, _ = tangents
     (udot, lam), factors = _kkt_primal(M, f, G, b)
     dz = solve_lower(factors[0], df - dM @ udot - dG.T @ lam)
     tangent = _kkt_finish(factors, dz, db - dG @ udot)
-    return (udot, lam), tangent
+    vres = _velocity_residual(factors, verr)
+    return (udot, lam, vres), (*tangent, jnp.zeros_like(vres))
 
 
-def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
+def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array, verr: jax.Array | None = None):
     """``udot, lambda`` of ``M udot + G^T lambda = f``, ``G udot = b``.
 
     With ``M = L L^T`` and ``[z, Y] = L^-1 [f, G^T]``, ``S = G M^-1 G^T = Y^T Y`` may be
@@ -741,7 +758,14 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     among rows that are redundant only in combination is the minimum-norm one to about
     ``1e-8`` relative (Simbody's rank-revealing factorisation gets it to round-off).
     Returns also the acceleration residual ``G udot - b`` (nonzero only for inconsistent
-    constraints).
+    constraints) and, given ``verr`` (the velocity errors of the first ``k`` rows, the
+    holonomic and nonholonomic ones, whose rows of ``G`` are their velocity Jacobian
+    ``V``), the velocity residual ``verr - S_kk S_kk^+ verr`` (``S_kk = V M^-1 V^T``): the
+    part of the velocity errors no change of u removes, ``-`` the projection of the
+    constraints' right side onto the null space of ``V^T``, whatever u is. It is zero to
+    round-off unless the velocity constraints are inconsistent (no u satisfies them all:
+    two speeds demanded of one coordinate, a speed demanded of a held coordinate). Its
+    derivative is taken as zero.
 
     Derivatives (a custom JVP): the tangent solves the same system with the primal's
     factors, ``K [udot'; lambda'] = [f'; b'] - K' [udot; lambda]``, so neither pass
@@ -749,8 +773,9 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     the minimum-norm tangent (the split of a redundant multiplier's change, like the split
     of the multiplier itself, is a choice).
     """
+    verr = jnp.zeros(0, f.dtype) if verr is None else verr
     if G.shape[0] == 0:
-        return solve_mass_matrix(M, f), jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype)
+        return solve_mass_matrix(M, f), jnp.zeros(0, f.dtype), jnp.zeros(0, f.dtype), verr
     # Rows that vanish to round-off (e.g. the out-of-plane row of a planar loop closed by
     # a Ball) are structurally redundant: drop them exactly so their multipliers are 0.
     G0, b0 = G, b
@@ -758,8 +783,8 @@ def solve_constrained(M: jax.Array, f: jax.Array, G: jax.Array, b: jax.Array):
     keep = rn > (1e-12 if G.dtype == jnp.float64 else 1e-6) * jnp.max(rn)
     G = jnp.where(keep[:, None], G, 0.0)
     b = jnp.where(keep, b, 0.0)
-    udot, lam = _kkt_solve(M, f, G, b)
-    return udot, lam, G0 @ udot - b0
+    udot, lam, vres = _kkt_solve(M, f, G, b, verr)
+    return udot, lam, G0 @ udot - b0, vres
 
 
 # ============================================================================ kinds

@@ -173,3 +173,23 @@ def project_u(model: Model, state: State) -> State:
 def rms(x: jax.Array) -> jax.Array:
     """Root mean square (0 for an empty vector)."""
     return jnp.sqrt(jnp.mean(x**2)) if x.shape[-1] else jnp.zeros((), x.dtype)
+
+
+#: A projection's tolerance must be at least this many round-offs of the largest body
+#: distance (``resolvable_tolerance``).
+RESOLVED_EPS = 2.0
+
+
+def resolvable_tolerance(state: State, level: int = 0) -> jax.Array:
+    """The smallest constraint tolerance ``state``'s dtype can show to be met:
+    ``2 eps (1 + max |p_GB|)`` for position errors (``level`` 0: the round-off of the
+    largest body-origin distance from Ground, which the errors are computed from), times
+    ``1 + max |u|`` for velocity errors (``level`` 1). In float64 about 1e-15 for a
+    metre-sized model, in float32 about 1e-6: a computed error below a smaller tolerance
+    (even 0) does not show that the true error is. Needs Position."""
+    eps = float(jnp.finfo(state.q.dtype).eps)
+    p = state.position_cache.p_GB
+    scale = 1 + jnp.max(jnp.abs(p), initial=0.0)
+    if level:
+        scale = scale * (1 + jnp.max(jnp.abs(state.u), initial=0.0))
+    return jax.lax.stop_gradient(RESOLVED_EPS * eps * scale)

@@ -33,7 +33,8 @@ def realize(model: Model, state: State, stage: Stage) -> State:
     """Realize ``state`` to ``stage`` (pure; see ``MultibodySystem.realize``).
 
     Compiled once per (Model, State structure, stage); inside a user's ``jit`` it inlines.
-    Outside ``jit``, inconsistent constraints (no accelerations satisfy them all) raise."""
+    Outside ``jit``, inconsistent constraints (no accelerations, or no velocities, satisfy
+    them all) raise."""
     stage = Stage(stage)
     if stage > Stage.REPORT:
         raise ValueError("realize: the highest stage is Stage.REPORT")
@@ -51,7 +52,7 @@ def realize(model: Model, state: State, stage: Stage) -> State:
         _OWNER.reset(token)
     out = _with_stage(state, stage, cache)
     if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_objects:
-        _check_consistent(out)
+        _check_consistent(out, model)
     return out
 
 
@@ -144,7 +145,7 @@ def realize_acceleration(
             # with the RNEA passes that made it, goes unused); one state solves -bias.
             terms = (dyn.mobility_forces, rz.bias_forces(model, state, pos, vel, dyn), dyn.velocity_products)
             udot = rz.forward_solve(model, state, pos, -dyn.bias, terms)
-        lam = err = jnp.zeros(0, udot.dtype)
+        lam = err = vres = jnp.zeros(0, udot.dtype)
     else:
         with jax.named_scope("mass_matrix"):
             M = rz.mass_matrix(model, state, pos)
@@ -152,11 +153,17 @@ def realize_acceleration(
         with jax.named_scope("constraint_rows"):
             G, b = cn.g_and_b(model, state, A0)
         with jax.named_scope("solve"):
-            udot, lam, err = cn.solve_constrained(M, -dyn.bias, G, b)
+            udot, lam, err, vres = cn.solve_constrained(M, -dyn.bias, G, b, vel.uerr[: mp + mv])
     with jax.named_scope("accelerations"):
         A, qdd = rz.accelerations_from_udot(model, state, pos, dyn.a_bias, udot)
     return AccelerationCache(
-        udot=udot, qdotdot=qdd, A_O=A, zdot=jnp.zeros_like(state.z), udoterr=err, multipliers=lam
+        udot=udot,
+        qdotdot=qdd,
+        A_O=A,
+        zdot=jnp.zeros_like(state.z),
+        udoterr=err,
+        multipliers=lam,
+        uerr_residual=vres,
     )
 
 
@@ -208,11 +215,26 @@ _INCONSISTENT = (
 )
 
 
+_INCONSISTENT_VELOCITY = (
+    "the velocity constraints are inconsistent: no velocities satisfy them all (a velocity "
+    "error of {err} remains whatever u is{names}). Two constraints demand different speeds "
+    "of the same motion (two ConstantSpeeds on one coordinate, a speed demanded of a "
+    "coordinate a holonomic constraint holds); disable or remove one"
+)
+
+
 def _consistency_tol(dtype) -> float:
     return 1e-6 if dtype == np.float64 else 1e-2
 
 
-def _check_consistent(state: State) -> None:
+def _velocity_scale(state: State, xp: Any = jnp) -> Any:
+    """``1 + max |u| + max |uerr|``: what a velocity residual is measured against."""
+    uerr = state.velocity_cache.uerr
+    big = xp.maximum(xp.max(xp.abs(state.u), initial=0.0), xp.max(xp.abs(uerr), initial=0.0))
+    return 1.0 + big
+
+
+def _check_consistent(state: State, model: Model | None = None) -> None:
     """Raise for inconsistent constraints when the result is concrete (outside jit)."""
     ac = state.acceleration_cache
     if isinstance(ac.udoterr, jax.core.Tracer) or ac.udoterr.size == 0:
@@ -224,11 +246,30 @@ def _check_consistent(state: State) -> None:
     worst = int(np.argmax(np.abs(err)))
     if not np.isfinite(err).all() or abs(err[worst]) > _consistency_tol(err.dtype) * scale:
         raise ValueError(_INCONSISTENT.format(err=f"{err[worst]:.3g} in row {worst}"))
+    res = np.asarray(ac.uerr_residual)
+    if res.size == 0:
+        return
+    tol = _consistency_tol(res.dtype) * float(_velocity_scale(state, np))
+    if np.isfinite(res).all() and np.max(np.abs(res)) <= tol:
+        return
+    worst = int(np.argmax(np.abs(res)))
+    names = ""
+    if model is not None:
+        mp, _, _ = model.constraint_counts(state.use_euler_angles)
+        bad = set(np.flatnonzero(~(np.abs(res) <= tol)).tolist())
+        hit = [
+            repr(model.constraint_objects[c.index])
+            for c in model.constraints(state.use_euler_angles)
+            if bad & set(np.concatenate([c.rows[0], mp + c.rows[1]]).tolist())
+        ]
+        names = f"; rows of {', '.join(hit)}" if hit else ""
+    raise ValueError(_INCONSISTENT_VELOCITY.format(err=f"{res[worst]:.3g} in row {worst}", names=names))
 
 
 def consistent_or_error(state: State) -> State:
     """``state`` (realized to Acceleration), through ``equinox.error_if`` when its results
-    are traced: under ``jit``/``vmap``/``grad`` inconsistent constraints raise at run time
+    are traced: under ``jit``/``vmap``/``grad`` inconsistent constraints (no accelerations,
+    or no velocities, satisfy them all) raise at run time
     (a ``RuntimeError``, or JAX's ``ValueError`` on some calls; under ``vmap`` if any
     member's are) instead of returning the
     least-squares accelerations. A no-op where the eager check already ran."""
@@ -239,4 +280,10 @@ def consistent_or_error(state: State) -> State:
     scale = 1.0 + jnp.max(jnp.abs(ac.udot), initial=0.0)
     bad = ~jnp.isfinite(err) | (err > _consistency_tol(ac.udoterr.dtype) * scale)
     msg = _INCONSISTENT.format(err="above tolerance") + " (outside jit the error names the row)"
-    return eqx.error_if(state, bad, msg)
+    state = eqx.error_if(state, bad, msg)
+    if ac.uerr_residual.shape[-1] == 0:
+        return state
+    res = jnp.max(jnp.abs(ac.uerr_residual))
+    bad = ~jnp.isfinite(res) | (res > _consistency_tol(ac.uerr_residual.dtype) * _velocity_scale(state))
+    msg = _INCONSISTENT_VELOCITY.format(err="above tolerance", names="")
+    return eqx.error_if(state, bad, msg + " (outside jit the error names the constraints)")

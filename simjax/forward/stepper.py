@@ -205,3 +205,14 @@ def _with_matter_discrete(state: State, dm: dict[str, Any]) -> State:
         if v is not state.discrete["matter"][name]:
             out = out.with_discrete("matter", name, v)
     return out
+
+
+def limits_penetrated(state: State, dm: dict[str, Any], slack: float) -> jax.Array:
+    """Whether a unilateral row's value (``dm["limit_value"]``, after a step's correction)
+    lies inside its inadmissible region deeper than twice its deadband plus ``slack``: the
+    correction could not bring it back, so the row contradicts the bilateral constraints
+    (or another row)."""
+    inst = state.instance["matter"]
+    phi = dm["limit_value"]
+    depth = jnp.maximum(inst["limit_lower"] - phi, phi - inst["limit_upper"])
+    return jnp.any(depth > 2 * inst["limit_tol"] + slack)

@@ -127,6 +127,10 @@ class AccelerationCache(eqx.Module):
         udoterr: Acceleration errors ``G udot - b`` (mp + mv + ma,): zero to round-off
             after forward dynamics unless the constraints are inconsistent.
         multipliers: Lagrange multipliers ``lambda`` of ``M udot + G^T lambda = f``.
+        uerr_residual: The part of the velocity errors ``uerr`` (mp + mv,) that no change
+            of u removes (the least-squares residual of the velocity constraints, the same
+            whatever u is): zero to round-off unless they are inconsistent, no velocities
+            satisfying them all.
     """
 
     udot: Float[Array, " nu"]
@@ -135,6 +139,7 @@ class AccelerationCache(eqx.Module):
     zdot: Float[Array, " nz"]
     udoterr: Float[Array, " m"]
     multipliers: Float[Array, " m"]
+    uerr_residual: Float[Array, " mpv"]
 
 
 class Cache(eqx.Module):

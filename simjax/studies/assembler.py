@@ -67,6 +67,7 @@ from .. import _config
 from .._results import RESULTS
 from .._stage import Stage
 from ..constraints import kernels as cn
+from ..forward import projection as pj
 from ..forward.realize import realize
 from ..model.state import State
 from ..tree.kinds import joint_inputs, map_kinds
@@ -132,7 +133,9 @@ class AssemblyInfo(eqx.Module):
         num_evaluations: evaluations of goals, errors, gradient and Jacobian (each
             iteration evaluates all four together once).
         status: 0 converged, 1 feasible but the goal did not converge in max
-            iterations, 2 error tolerance not met, 3 no data, 4 non-finite value,
+            iterations, 2 error tolerance not met (also where the tolerance is below what
+            the dtype resolves for the model, ``2 eps (1 + max |p_GB|)``: about 1e-6 in
+            float32, whatever error is computed), 3 no data, 4 non-finite value,
             5 converged with q's on their bounds, 6 feasible but stalled (no step makes
             progress although the goal has not converged); see ``STATUS_NAMES``.
         result: the same as an ``sj.RESULTS`` item (``successful``,
@@ -1009,12 +1012,28 @@ class Assembler:
                 name = f"{ci} {c.name!r}{entry}"
             k += n
         norm = "RMS" if self._rms else "infinity"
+        tol = self.get_error_tolerance_in_use()
+        if float(info.error_norm) <= tol:  # infeasible although the error is within tol
+            dtype = np.asarray(info.errors).dtype.name
+            return head + (
+                f"the error tolerance {tol:g} is below what {dtype} resolves for this model (2 eps x "
+                "(1 + the largest body distance from Ground)), so the assembly error "
+                f"{norm} norm {float(info.error_norm):.3g} cannot show that it is met. Loosen "
+                "Assembler.set_error_tolerance(...) (by default accuracy/10: set_accuracy(...)), or "
+                "compute in float64 (jax.config.update('jax_enable_x64', True))"
+            )
         return (
             head + f"the assembly error {norm} norm {float(info.error_norm):.3g} exceeds the tolerance "
             f"{self.get_error_tolerance_in_use():g}; the worst error is in condition {name}: "
             f"{errs[worst] if errs.size else 0:.3g}. "
             "The error conditions may contradict each other or the locks/bounds, or be unreachable "
             "from this start; make one a goal (finite weight), unlock q's, or start closer"
+            + (
+                f". The tolerance is also below what {errs.dtype.name} resolves (at least 2 eps = "
+                f"{2 * np.finfo(errs.dtype).eps:.2g}): loosen it or compute in float64"
+                if errs.size and tol < 2 * np.finfo(errs.dtype).eps
+                else ""
+            )
             + (
                 f". It stopped at the maximum of {self._max_iterations} iterations: raise "
                 "Assembler.set_max_iterations(...) if it was still converging"
@@ -1562,6 +1581,12 @@ def _make_solver(plan: _Plan, matter: Any):
             # (through x_out and directly): the loss of bilevel fits such as model scaling.
             goal_out = _goal_at(goal, x_out, base, params, plan=plan)
             finite = jnp.isfinite(goal) & jnp.isfinite(err) & jnp.all(jnp.isfinite(xs))
+            # A tolerance below what the dtype resolves here is not met, whatever error is
+            # computed (Simbody reports an accuracy it cannot reach as a failure).
+            unresolved = jnp.asarray(False)
+            if plan.ne:
+                q_sg = base.q.at[plan.free].set(x_star.astype(base.q.dtype))
+                unresolved = tol < pj.resolvable_tolerance(realize(model, base.with_q(q_sg), Stage.POSITION))
             status = jnp.where(
                 ~finite,
                 NONFINITE,
@@ -1569,7 +1594,7 @@ def _make_solver(plan: _Plan, matter: Any):
                     ~Lf["ok"],
                     NO_DATA,
                     jnp.where(
-                        err > tol,
+                        (err > tol) | unresolved,
                         INFEASIBLE,
                         jnp.where(
                             conv_f,

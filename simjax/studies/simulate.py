@@ -29,7 +29,8 @@ carry per step). Everything jits, vmaps over initial States and parameters, and
 differentiates.
 
 Failures (a non-finite state; an adaptive integrator out of ``max_steps`` or of step
-size) stop the run at the last good state and are reported in ``Trajectory.result`` (an
+size; constraints left unmet by the projection, ``RESULTS.constraints_unsatisfiable``)
+stop the run at the last good state and are reported in ``Trajectory.result`` (an
 ``sj.RESULTS`` item); ``simulate(..., throw=True)`` (the default) raises them, also under
 ``jit``, through ``equinox.error_if``.
 """
@@ -88,7 +89,14 @@ class Trajectory(eqx.Module):
             terminating event), ``events_unresolved`` (ran to the end, but a witness
             changed faster than a step's samples resolve: see ``events_unresolved``), or a
             failure: ``simulation_nonfinite``, ``max_steps_reached``,
-            ``step_size_too_small``. After a failure the outputs later than
+            ``step_size_too_small``, ``unilateral_solve_failed``,
+            ``constraints_unsatisfiable`` (after projection the RMS position or velocity
+            error, the latter relative to ``1 + max |u|``, stayed above 10 x
+            max(``accuracy``, 100 machine epsilons), or a coordinate limit stayed
+            penetrated past twice its deadband: contradictory constraints, such as two
+            Balls holding one point at two places or a ConstantCoordinate outside a
+            CoordinateLimit's range; failed at ``t0`` when the initial State cannot be
+            projected). After a failure the outputs later than
             ``termination_time`` are NaN and ``final_state`` is the last good State, at
             ``termination_time``.
         events_unresolved: One bool per ``TriggeredEvent`` (in the order given): in some
@@ -164,15 +172,38 @@ def _ydot_remat(model: Model, base: State, t, y):
 
 def _project(model: Model, base: State, t, y, cfg: _Config):
     """Project (q, u) onto the constraints; returns y and the RMS position error."""
+    return _project_checked(model, base, t, y, cfg)[:2]
+
+
+#: A run fails (``RESULTS.constraints_unsatisfiable``) where the errors after projection
+#: stay above this many times ``_constraint_tol``.
+_UNSATISFIED = 10.0
+
+
+def _constraint_tol(cfg: _Config, dtype: Any) -> float:
+    """The constraint tolerance of a run: ``accuracy``, but no tighter than 100 machine
+    epsilons of ``dtype`` (what a few Gauss-Newton steps reach)."""
+    return max(cfg.accuracy, 100 * float(jnp.finfo(dtype).eps))
+
+
+def _project_checked(model: Model, base: State, t, y, cfg: _Config):
+    """``_project``, and whether the constraints are met after it: RMS position error and
+    RMS velocity error (relative to ``1 + max |u|``) within ``_UNSATISFIED`` x
+    ``_constraint_tol``. They are not where the constraints contradict each other (no q or
+    u satisfies them all) or the projection did not converge."""
     mp, mv, _ = model.constraint_counts(base.use_euler_angles)
     s = _state_of(base, t, y)
     if mp + mv == 0 or not cfg.project:
         q = rz.normalize_quaternions(model, s, y[0])
-        return (q, y[1], y[2]), jnp.zeros((), y[0].dtype)
+        return (q, y[1], y[2]), jnp.zeros((), y[0].dtype), jnp.asarray(True)
     s = pj.project_q(model, s, cfg.projection_iterations)
     s = pj.project_u(model, s)
     s = realize(model, s, Stage.VELOCITY)
-    return (s.q, s.u, y[2]), pj.rms(s.position_cache.qerr[:mp])
+    err = pj.rms(s.position_cache.qerr[:mp])
+    bound = _UNSATISFIED * _constraint_tol(cfg, y[0].dtype)
+    verr = pj.rms(s.velocity_cache.uerr) / (1 + jnp.max(jnp.abs(s.u), initial=0.0))
+    met = (err <= bound) & (verr <= bound)
+    return (s.q, s.u, y[2]), err, jax.lax.stop_gradient(met)
 
 
 def _rk4(model, base, t, y, h):
@@ -716,7 +747,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         return stepper(model, base if b is None else b, t, yy, hh)
 
     limits = bool(model.limit_objects)
-    project = jax.checkpoint(lambda b, t, y: _project(model, b, t, y, cfg))
+    project = jax.checkpoint(lambda b, t, y: _project_checked(model, b, t, y, cfg))
     controls = jax.checkpoint(lambda b, t, y, n: ctl.at(model, b, t, y, n))
     trig = [e for e in events if isinstance(e, TriggeredEvent)]
     W: Any = _witness_fn(model, base, trig) if trig else None
@@ -737,13 +768,15 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         if limits:  # velocity-level step with complementarity (simjax.forward.stepper)
             y1, dm, e, ok = us.limit_step(model, bd, t, L.y, h, cfg.projection_iterations)
             disc0 = {**L.disc, "matter": dm}
+            bound = _UNSATISFIED * _constraint_tol(cfg, e.dtype)
+            met = (e <= bound) & ~us.limits_penetrated(bd, dm, bound)
 
             def adv(tt, yy, hh, b=None):
                 return us.velocity_step(model, bd if b is None else b, tt, yy, hh)[0]
 
         else:
             y1 = advance(t, L.y, h, bd)
-            y1, e = project(bd, t + h, y1)
+            y1, e, met = project(bd, t + h, y1)
             disc0 = L.disc
             adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
         if trig:
@@ -757,6 +790,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         new = _accepted(L, y1, disc, term, t_end, e, fired, ev)
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(ok, new, _failed(L, t, RESULTS.unilateral_solve_failed))  # type: ignore[arg-type]
+        new = _select(met, new, _failed(L, t, RESULTS.constraints_unsatisfiable))  # type: ignore[arg-type]
         # a step to a non-finite state is not taken: stop at the last good one
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
@@ -817,7 +851,7 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events,
         # zero error and crashed kvaerno5's reverse pass (issue 16)
         enorm = jax.lax.stop_gradient(jnp.sqrt(sum(jnp.sum(r) for r in ratios) / max(count, 1)))
         factor = jnp.clip(0.9 * jnp.where(enorm > 0, enorm, 1e-10) ** (-1.0 / (order + 1)), 0.2, 5.0)
-        y1p, e = _project(model, bd, t + h, y1, cfg)
+        y1p, e, met = _project_checked(model, bd, t + h, y1, cfg)
 
         def adv(tt, yy, hh, b=None):
             return solver.step(term_of(bd if b is None else b), tt, tt + hh, yy, None, ss, made_jump=True)[0]
@@ -847,6 +881,9 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events,
         factor = jnp.where(finite, jnp.where(w_reject, 0.25, jnp.clip(factor, 0.2, 5.0)), 0.2)
         rejected = eqx.tree_at(lambda x: x.n_rej, L, L.n_rej + 1)
         Ln = _select(ok, new, rejected)
+        # an accepted step whose projection left the constraints unmet ends the run there
+        # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
+        Ln = _select(ok & ~met, _failed(L, t, RESULTS.constraints_unsatisfiable), Ln)  # type: ignore[arg-type]
         tn = jnp.where(ok, jnp.where(term, t1, t_end), t)
         # a step clipped to hit t1 doesn't shrink the step size carried on
         dtn = jnp.where(ok & (h < dt), dt, h * factor)
@@ -903,9 +940,15 @@ def simulate(
             ``"kvaerno3"`` or ``"kvaerno5"`` (implicit, for stiff systems).
         dt: Step size of the fixed-step integrators (required for them), or the initial
             step of the adaptive ones.
-        accuracy: Relative error tolerance of the adaptive integrators.
+        accuracy: Relative error tolerance of the adaptive integrators. At least
+            ``MIN_ACCURACY_EPS`` (4) machine epsilons of the State's dtype: 8.9e-16 in
+            float64, 4.8e-7 in float32. Round-off in the error estimate is of that size, so
+            a tighter request cannot be met (the run would report success for an accuracy
+            it did not deliver): it is refused with a ``ValueError``.
         atol: Absolute tolerance (default ``accuracy``).
-        project: Project onto the constraints after every step (Simbody's scheme).
+        project: Project onto the constraints after every step (Simbody's scheme); the
+            run fails (``constraints_unsatisfiable``) where the errors stay above 10 x
+            max(``accuracy``, 100 machine epsilons) after it (see ``Trajectory.result``).
         projection_iterations: Gauss-Newton steps of each position projection.
         max_steps: Bound on the steps of each output interval (adaptive integrators).
         max_step: Largest step the adaptive integrators may take (Simbody's
@@ -919,7 +962,8 @@ def simulate(
         t0: Start time; default ``state.t``. Under ``vmap``/``jit`` the State's time is
             traced, so pass the (common) start time here.
         throw: Raise if the run failed (``traj.result`` a failure: a non-finite state,
-            or an adaptive integrator out of ``max_steps`` or of step size), naming the
+            an adaptive integrator out of ``max_steps`` or of step size, constraints left
+            unmet), naming the
             time reached and what to change; under ``jit``/``vmap``/``grad`` too, through
             ``equinox.error_if`` (a ``RuntimeError``; the time to within 1% of the run
             there, and under ``vmap`` if any member failed). ``throw=False`` never raises:
@@ -983,6 +1027,8 @@ def simulate(
     if not (isinstance(event_samples, (int, np.integer)) and event_samples >= 1):
         raise ValueError(f"simulate: event_samples must be an integer >= 1, got {event_samples!r}")
     model = system.model_for(state)
+    if integrator in _ADAPTIVE:
+        _check_reachable_accuracy(integrator, float(accuracy), state.q.dtype)
     if model.limit_objects and integrator != "euler":
         names = ", ".join(lim.name for lim in model.limit_objects[:3])
         more = f" and {len(model.limit_objects) - 3} more" if len(model.limit_objects) > 3 else ""
@@ -1137,6 +1183,7 @@ _FAILURES = (
     RESULTS.max_steps_reached,
     RESULTS.step_size_too_small,
     RESULTS.unilateral_solve_failed,
+    RESULTS.constraints_unsatisfiable,
 )
 _TIME_BINS = 100  # under jit the message names the time reached to 1/100 of the run
 
@@ -1160,6 +1207,20 @@ def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
         fix = (
             "raise max_steps, loosen accuracy/atol, add output times (save_at), or use an implicit "
             "integrator (integrator='kvaerno5') if the system is stiff"
+        )
+    elif kind == 4:
+        tol = _UNSATISFIED * max(cfg.accuracy, 100 * float(np.finfo(np.float64).eps))
+        what = (
+            "the constraints could not be satisfied: after projection their RMS error stayed above "
+            f"10 x max(accuracy, 100 machine epsilons) ({tol:.3g} in float64; "
+            "Trajectory.max_position_error), "
+            "or a coordinate limit stayed penetrated past twice its deadband"
+        )
+        fix = (
+            "remove or disable constraints that contradict each other (a point held at two places, one "
+            "speed demanded at two values, a ConstantCoordinate outside a CoordinateLimit's range), start "
+            f"from an assembled State (sj.Assembler), or raise projection_iterations (now "
+            f"{cfg.projection_iterations}) or shorten the step"
         )
     elif kind == 3:
         what = "the complementarity solve of the coordinate limits did not settle"
@@ -1217,6 +1278,27 @@ def _check_positive(name: str, value: Any, hint: str) -> None:
         raise ValueError(f"simulate: {name} must be finite and > 0, got {value!r}; {hint}")
 
 
+#: The tightest relative ``accuracy`` an adaptive integrator accepts, in machine epsilons
+#: of the State's dtype (float64: 8.9e-16; float32: 4.8e-7).
+MIN_ACCURACY_EPS = 4.0
+
+
+def _check_reachable_accuracy(integrator: str, accuracy: float, dtype: Any) -> None:
+    """Refuse a relative accuracy below what ``dtype`` resolves (``MIN_ACCURACY_EPS``
+    epsilons): round-off in the error estimate is that large, so the run's success would
+    claim an accuracy it did not deliver."""
+    eps = float(jnp.finfo(dtype).eps)
+    floor = MIN_ACCURACY_EPS * eps
+    if accuracy < floor:
+        raise ValueError(
+            f"simulate: accuracy={accuracy:g} is below what {jnp.dtype(dtype).name} can deliver: "
+            f"integrator {integrator!r} needs accuracy >= {floor:.2g} ({MIN_ACCURACY_EPS:g} machine "
+            f"epsilons of {jnp.dtype(dtype).name}), since round-off in its error estimate is that "
+            "large. Ask for accuracy >= that"
+            + (", or run in float64 (jax.config.update('jax_enable_x64', True))" if eps > 1e-10 else "")
+        )
+
+
 def _static_time(t: Any) -> float:
     if isinstance(t, jax.core.Tracer):
         raise ValueError(
@@ -1256,7 +1338,7 @@ def _simulate(
     dtype = state.q.dtype
     y = (state.q, state.u, state.z)
     # start on the manifold (Simbody projects the initial state too)
-    y, err0 = _project(model, base, t0, y, cfg)
+    y, err0, met0 = _project_checked(model, base, t0, y, cfg)
     if model.limit_objects:  # rows that start inside their region are engaged before the first step
         disc0 = dict(base.discrete)
         disc0["matter"] = us.initial_engagement(model, _state_of(base, t0, y))
@@ -1294,12 +1376,13 @@ def _simulate(
         y=y,
         disc=base.discrete,
         done=jnp.asarray(False),
-        t_done=jnp.asarray(times[-1], dtype),
+        t_done=jnp.where(met0, jnp.asarray(times[-1], dtype), jnp.asarray(t0, dtype)),
         err=err0,
         n_steps=jnp.asarray(0),
         n_rej=jnp.asarray(0),
         n_events=jnp.asarray(0),
-        result=RESULTS.successful,  # type: ignore[arg-type]  # an eqx.Enumeration item: str to mypy
+        # unmet after the first projection: failed at t0
+        result=RESULTS.where(met0, RESULTS.successful, RESULTS.constraints_unsatisfiable),  # type: ignore[arg-type]
         ev=ev0,
     )
     sched_events = [e for e in events if isinstance(e, ScheduledEvent)]
