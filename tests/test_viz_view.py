@@ -466,6 +466,32 @@ def test_a_state_of_another_model_is_refused(body25b):
             view.show(other, observed=np.zeros((3, 3)))
 
 
+def test_geometry_poses_of_the_wrong_object_says_what_to_pass():
+    """Issue 65: ``geometry_poses(model.system, state)`` failed with a bare AttributeError
+    ('MultibodySystem' object has no attribute 'geometry'). Now a System, or the arguments
+    swapped, is a TypeError naming what was given, what is expected and how to get it."""
+    model = _quiet(
+        sj.io.load_mjcf,
+        '<mujoco><worldbody><body name="a"><joint name="h" axis="0 1 0"/>'
+        '<geom type="box" size="0.1 0.2 0.3" pos="0 0 1"/></body></worldbody></mujoco>',
+    )
+    s = model.default_state
+    R, p = sj.viz.geometry_poses(model, s)
+    np.testing.assert_allclose(p, [[0.0, 0.0, 1.0]], atol=1e-15)
+    with pytest.raises(
+        TypeError, match=r"needs the LoadedModel .* got a MultibodySystem.* rather than model\.system"
+    ):
+        sj.viz.geometry_poses(model.system, s)
+    # what the message offers for a System's body poses works as written
+    system, state = model.system, s
+    _, p_GB = system.get_matter_subsystem().get_body_transforms(system.realize(state, sj.Stage.POSITION))
+    assert p_GB.shape == (2, 3)
+    with pytest.raises(TypeError, match=r"the first argument is a State; the model comes first"):
+        sj.viz.geometry_poses(s, model)
+    with pytest.raises(TypeError, match="expected a simjax State"):
+        sj.viz.geometry_poses(model, model.system)
+
+
 def test_view_batches_side_by_side_and_markers_of_a_goal():
     """A vmapped batch of Trajectories plays its members side by side, each copy moving as
     its own member; a hand-built System shows the markers of an ``sj.Markers`` goal."""

@@ -312,7 +312,25 @@ def limit_engagement(system: MultibodySystem, states: State) -> np.ndarray:
 def geometry_poses(model: LoadedModel, state: State) -> tuple[np.ndarray, np.ndarray]:
     """The Ground pose ``(R, p)`` of each of ``model.geometry``'s shapes at ``state``:
     ``(n, 3, 3), (n, 3)`` (what a viewer places; compare with MuJoCo's ``geom_xmat``/``geom_xpos``
-    or Pinocchio's visual placements)."""
+    or Pinocchio's visual placements).
+
+    Raises:
+        TypeError: ``model`` is not a ``LoadedModel`` (a ``MultibodySystem`` has no visual
+            geometry; the arguments swapped), or ``state`` is not a State.
+        ValueError: ``state`` belongs to another model.
+    """
+    if isinstance(model, State):
+        raise TypeError(
+            "geometry_poses(model, state): the first argument is a State; the model comes first: "
+            "sj.viz.geometry_poses(model, state) with model from sj.io.load_osim/load_urdf/load_mjcf"
+        )
+    if isinstance(model, MultibodySystem):
+        raise TypeError(
+            "geometry_poses needs the LoadedModel from sj.io.load_osim/load_urdf/load_mjcf (its "
+            "model.geometry lists the shapes it places), got a MultibodySystem, which holds no visual "
+            "geometry: pass the loaded model rather than model.system; for a System's body poses use "
+            "system.get_matter_subsystem().get_body_transforms(system.realize(state, sj.Stage.POSITION))"
+        )
     system, _ = system_of(model)
     check_state(system, state, "geometry_poses")
     R_GB, p_GB = body_poses(system, state)
