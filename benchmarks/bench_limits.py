@@ -7,6 +7,10 @@ each hinge limited to ``[-0.4, 0.4]`` rad around its start. Times
 ``jit(vmap(simulate(..., integrator="euler", dt)))`` over B States for ``--steps`` steps,
 with and without the limits, side by side (median of ``--repeats``), compile time apart.
 ``--compile-scan`` times the compile of chains with 10, 25 and 50 limited pins.
+``--coupling`` times one 5 s run (``--dt`` steps, compile apart, best of ``--repeats``) of
+``examples/slotted_hinge.py``'s joint both ways: the ``sj.Coupling`` on a Free body (four
+bilateral rows, two limits on the coupling's coordinates) and the 2-dof Custom mobilizer
+with two CoordinateLimits.
 
     python benchmarks/bench_limits.py
     python benchmarks/bench_limits.py --batch 1024 --steps 200 --json out.json
@@ -59,6 +63,7 @@ def main(argv=None) -> dict:
     p.add_argument("--dt", type=float, default=1e-3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--compile-scan", action="store_true")
+    p.add_argument("--coupling", action="store_true")
     p.add_argument("--json", type=str, default=None)
     args = p.parse_args(argv)
 
@@ -79,6 +84,23 @@ def main(argv=None) -> dict:
         "jax": jax.__version__,
         "dtype": "float64",
     }
+    if args.coupling:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+        import slotted_hinge as sh
+
+        for key, make in (("coupling", sh.build_coupled), ("custom", sh.build_custom)):
+            system, _, state = make()
+
+            def one(s, system=system):
+                return sj.simulate(system, s, 5.0, integrator="euler", dt=args.dt, save_at=50).q
+
+            g = jax.jit(one).lower(state).compile()
+            best = min(timed(g, state, 1) for _ in range(args.repeats))
+            out[f"{key}_5s_run_s"] = best
+            print(f"slotted hinge as {key}: 5 s run {best:.3f} s")
+        out["coupling_over_custom"] = out["coupling_5s_run_s"] / out["custom_5s_run_s"]
+        print(f"coupling / custom: {out['coupling_over_custom']:.1f}x")
+        return out
     if args.compile_scan:
         for n in (10, 25, 50):
             spec = om.pin_chain(n) if hasattr(om, "pin_chain") else om.MODELS[f"pin_chain_{n}"]()

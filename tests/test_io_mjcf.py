@@ -881,3 +881,117 @@ def test_springdamper_sets_stiffness_and_damping_as_mujoco(tmp_path, mujoco):
     q, u = c.random_state(np.random.default_rng(2))
     _, udot, _, _ = (np.asarray(x) for x in c.compiled(jnp.asarray(q), jnp.asarray(u)))
     _check(udot, _mujoco_at(c, mujoco, q, u)[1], ("springdamper", "udot"))
+
+
+INHERITRANGE = """<mujoco>
+  <compiler autolimits="true"/>
+  <option gravity="0 0 0"/>
+  <default>
+    <geom type="capsule" size="0.02"/>
+    <default class="servo"><position kp="4" inheritrange="0.5"/></default>
+  </default>
+  <worldbody>
+    <body name="a"><joint name="h" axis="0 1 0" range="-30 90"/>
+      <geom fromto="0 0 0 0.3 0 0"/>
+      <body name="b" pos="0.3 0 0"><joint name="s" type="slide" axis="1 0 0" range="-0.1 0.3"/>
+        <geom fromto="0 0 0 0.2 0 0"/>
+        <body name="c" pos="0.2 0 0"><joint name="free_h" axis="0 0 1" range="0.2 0.6" limited="false"/>
+          <geom fromto="0 0 0 0.1 0 0"/></body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <position name="p_h" joint="h" kp="10" kv="0.3" inheritrange="1"/>
+    <position name="p_s" joint="s" kp="50" inheritrange="0.8" gear="2"/>
+    <position name="p_filtered" joint="s" kp="5" timeconst="0.1" inheritrange="1.2"/>
+    <position name="p_unlimited" joint="free_h" kp="3" inheritrange="1"/>
+    <position name="p_class" class="servo" joint="h"/>
+    <position name="p_own_range" class="servo" joint="h" ctrlrange="-0.1 0.1"/>
+    <intvelocity name="iv" joint="h" kp="7" inheritrange="1.5" ctrlrange="-1 1"/>
+    <general name="g" joint="s" gainprm="6" biastype="affine" biasprm="0 -6 -0.1" inheritrange="1"/>
+    <general name="g_not_servo" joint="s" gainprm="6" biastype="affine" biasprm="0 -5 0" inheritrange="1"/>
+  </actuator>
+</mujoco>"""
+
+
+@pytest.mark.oracle
+def test_inheritrange_takes_the_joint_range_as_mujoco(tmp_path, mujoco):
+    """Issue 65: ``inheritrange`` was ignored, so a position servo on a hinge of range
+    [-30, 90] degrees driven at 4 rad pushed ``kp (4 - q)`` (40 at q = 0) where MuJoCo clamps
+    the setpoint to the joint's range (pi/2: 15.7). Now the control (an ``intvelocity``'s
+    activation) range is the joint range scaled about its midpoint, as MuJoCo's compiler sets
+    it: hinge (degrees converted), slide, an unlimited joint's range, a default class's value
+    and a shortcut's own ``ctrlrange`` over it, a position-like ``general``; the actuator
+    forces and activation rates equal MuJoCo's at controls past the ranges."""
+    path = _write(tmp_path, INHERITRANGE, "inheritrange.xml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = load_mjcf(path)
+    m = mujoco.MjModel.from_xml_path(str(path))
+    d = mujoco.MjData(m)
+    assert lm.control_names == [m.actuator(i).name for i in range(m.nu)]
+    s0 = lm.default_state
+    acts = [lm.actuators[n] for n in lm.control_names]
+    for i, act in enumerate(acts):
+        inf = np.array([-np.inf, np.inf])
+        ctrl = m.actuator_ctrlrange[i] if m.actuator_ctrllimited[i] else inf
+        actr = m.actuator_actrange[i] if m.actuator_actlimited[i] else inf
+        np.testing.assert_allclose(act._get(s0, "control_range"), ctrl, rtol=1e-15, err_msg=act.name)
+        np.testing.assert_allclose(act._get(s0, "activation_range"), actr, rtol=1e-15, err_msg=act.name)
+    assert m.actuator_ctrllimited[0] and m.actuator_actlimited[6]  # the ranges were inherited
+    system = lm.system
+
+    @jax.jit
+    def f(q, u, z, c):
+        s = system.realize(system.set_controls(s0.with_q(q).with_u(u).with_z(z), c), sj.Stage.ACCELERATION)
+        return jnp.stack([a.get_actuation(s) for a in acts]), s.zdot
+
+    rng = np.random.default_rng(65)
+    for c in (np.full(m.nu, 4.0), np.full(m.nu, -4.0), rng.uniform(-2, 2, m.nu)):
+        q, u = rng.uniform(-0.2, 0.2, m.nq), rng.uniform(-1, 1, m.nv)
+        z = np.clip(rng.uniform(-0.5, 0.5, m.na), *m.actuator_actrange[6])
+        d.qpos[:], d.qvel[:], d.act[:], d.ctrl[:] = q, u, z, c
+        mujoco.mj_forward(m, d)
+        force, zdot = f(q, u, z, c)
+        _check(force, d.actuator_force, ("inheritrange", "actuator force"), rtol=1e-12)
+        _check(zdot, d.act_dot, ("inheritrange", "act_dot"), rtol=1e-12)
+
+
+def test_inheritrange_errors_and_unmodelled_actuator_attributes_are_named(tmp_path):
+    """``inheritrange`` without a joint range, beside the element's own ``ctrlrange``, or on a
+    filter is refused as MuJoCo refuses it; actuator attributes simjax does not model
+    (``damping``, ``armature``, ``delay``, or one it does not know) leave their actuator out
+    with the attribute named in the load warning, instead of being dropped silently."""
+    body = '<body name="a"><joint name="h" axis="0 1 0" {}/><geom type="sphere" size="0.1"/></body>'
+
+    def model(act, joint='range="-1 1"'):
+        text = f"""<mujoco><compiler autolimits="true" angle="radian"/><worldbody>{body.format(joint)}
+          </worldbody><actuator>{act}</actuator></mujoco>"""
+        return _write(tmp_path, text)
+
+    with pytest.raises(ModelFileError, match=r"inheritrange takes the range of joint 'h', which has none"):
+        load_mjcf(model('<position joint="h" inheritrange="1"/>', joint=""))
+    with pytest.raises(ModelFileError, match="ctrlrange and inheritrange cannot both be given"):
+        load_mjcf(model('<position joint="h" inheritrange="1" ctrlrange="0 1"/>'))
+    with pytest.raises(ModelFileError, match="actrange and inheritrange cannot both be given"):
+        load_mjcf(model('<intvelocity joint="h" inheritrange="1" actrange="0 1"/>'))
+    with pytest.raises(ModelFileError, match=r"dyntype 'filter'\); give ctrlrange instead"):
+        load_mjcf(
+            model('<general joint="h" biastype="affine" biasprm="0 -1 0" dyntype="filter" inheritrange="1"/>')
+        )
+    p = model(
+        '<motor name="ok" joint="h" group="2" user="1"/><motor name="d" joint="h" damping="0.5"/>'
+        '<motor name="arm" joint="h" armature="0.1"/><motor name="late" joint="h" delay="0.01" nsample="5"/>'
+        '<position name="odd" joint="h" frobnicate="1"/>'
+    )
+    with pytest.warns(UserWarning) as rec:
+        lm = load_mjcf(p)
+    msg = " ".join(str(w.message) for w in rec)
+    assert lm.control_names == ["ok"]
+    for part in (
+        "d (actuator damping",
+        "arm (actuator armature",
+        "late (delay",
+        "odd (attribute frobnicate not modelled)",
+    ):
+        assert part in msg, part

@@ -54,6 +54,43 @@ def test_plot_coordinates_with_a_reference():
     np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), 0.1 * t)
 
 
+MJCF_HINGE_SLIDE = """<mujoco><worldbody><body name="a"><joint name="hip" axis="0 1 0"/>
+  <geom type="sphere" size="0.1" contype="0" conaffinity="0"/>
+  <body name="b"><joint name="tx" type="slide" axis="1 0 0"/>
+  <geom type="sphere" size="0.1" contype="0" conaffinity="0"/></body></body></worldbody></mujoco>"""
+
+
+def test_plot_coordinates_converts_only_angles_and_says_the_units():
+    """Issue 65: ``degrees=True`` converted every column, translations too (a slider at 0.1 m
+    was drawn at 5.73), and a radian table beside a degree .mot was converted for one and not
+    the other. With ``model`` only its rotational coordinates are converted, each table from
+    its own unit, and each axis says deg, rad or m; without it a table needing conversion is
+    refused (which columns are angles is not in a table)."""
+    model = sj.io.load_mjcf(MJCF_HINGE_SLIDE)
+    assert [c.motion_type for c in model.coordinates.values()] == ["rotational", "translational"]
+    t = np.linspace(0, 1, 5)
+    q = np.stack([0.5 * t, 0.1 * t], axis=1)
+    ours = model.table_from_q(t, q)
+    ref = model.table_from_q(t, q, in_degrees=True)  # as a .mot with inDegrees=yes
+    assert not ours.in_degrees and ref.in_degrees
+    for degrees, angle, unit in ((True, np.rad2deg(0.5 * t), "deg"), (False, 0.5 * t, "rad")):
+        fig = sj.viz.plot_coordinates(ours, ref, model=model, degrees=degrees)
+        hip, tx = (ax for ax in fig.axes if ax.get_visible())
+        assert (hip.get_ylabel(), tx.get_ylabel()) == (unit, "m")
+        for line in hip.get_lines():  # simjax's and the reference alike, converted once
+            np.testing.assert_allclose(line.get_ydata(), angle, rtol=1e-15)
+        for line in tx.get_lines():
+            np.testing.assert_allclose(line.get_ydata(), 0.1 * t, rtol=1e-15)
+    with pytest.raises(ValueError, match=r"simjax stores its angles in radians.*model=<the LoadedModel>"):
+        sj.viz.plot_coordinates(ours, ref)
+    with pytest.raises(ValueError, match=r"reference stores its angles in degrees.*degrees=True"):
+        sj.viz.plot_coordinates(ours, ref, degrees=False)
+    with pytest.raises(TypeError, match="model must be the LoadedModel"):
+        sj.viz.plot_coordinates(ours, model=model.system)
+    fig = sj.viz.plot_coordinates(ref)  # a table in degrees needs no conversion: as stored
+    np.testing.assert_allclose(fig.axes[1].get_lines()[0].get_ydata(), 0.1 * t, rtol=1e-15)
+
+
 def test_plot_errors_name_the_fix():
     table, _ = _errors()
     with pytest.raises(ValueError, match=r"no error column for \['Z'\]"):

@@ -444,6 +444,67 @@ def test_missing_and_unreadable_meshes_warn_and_draw_stand_ins(tmp_path):
     assert (2, "box", False) in kinds and any(s for _, _, s in kinds)  # the box, and stand-ins
 
 
+OSIM_BONES = """<?xml version="1.0" encoding="UTF-8" ?>
+<OpenSimDocument Version="40000"><Model name="bones">
+  <Ground name="ground"/>
+  <BodySet name="bodyset"><objects>
+    <Body name="link"><mass>1</mass><mass_center>0 -0.5 0</mass_center>
+      <inertia>0.1 0.01 0.1 0 0 0</inertia>
+      <attached_geometry>{meshes}</attached_geometry>
+    </Body>
+  </objects></BodySet>
+  <JointSet name="jointset"><objects>
+    <PinJoint name="hinge">
+      <socket_parent_frame>/ground</socket_parent_frame>
+      <socket_child_frame>/bodyset/link</socket_child_frame>
+      <coordinates><Coordinate name="q1"/></coordinates>
+    </PinJoint>
+  </objects></JointSet>
+</Model></OpenSimDocument>"""
+
+
+def test_missing_meshes_are_one_warning_with_the_count_folders_and_fix(tmp_path):
+    """Issue 65: a model whose bone meshes are absent (Pose2Sim's without its Geometry
+    folder: 104 meshes) gave one warning per mesh. Now drawing it warns once: the count, the
+    first file names, the folders OpenSim's rule looked in, and how to supply the files; with
+    the files in place (here, in the Geometry folder) there is no warning and they are drawn."""
+    bones = [f"bone{k}.vtp" for k in range(12)]
+    meshes = "".join(f'<Mesh name="m{k}"><mesh_file>{f}</mesh_file></Mesh>' for k, f in enumerate(bones))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "m.osim").write_text(OSIM_BONES.format(meshes=meshes))
+    model = _quiet(sj.io.load_osim, str(folder / "m.osim"))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        scene = make_scene(model)
+    assert len(rec) == 1, f"{len(rec)} warnings"
+    msg = str(rec[0].message)
+    assert msg.startswith("sj.viz: m.osim: drawn as stand-ins: 12 mesh files not found")
+    assert "'bone0.vtp', 'bone1.vtp', 'bone2.vtp', 'bone3.vtp', 'bone4.vtp' and 7 more" in msg
+    dirs = (str(folder), str(folder / "Geometry"), str(tmp_path / "Geometry"))
+    assert model.geometry[0].searched == dirs
+    assert "looked for in " + ", ".join(repr(d) for d in dirs) in msg
+    assert "copy that folder beside the model" in msg
+    assert any(d.standin for d in scene.drawables) and not any(d.shape == "mesh" for d in scene.drawables)
+    # supplied: no warning, every mesh drawn
+    (folder / "Geometry").mkdir()
+    tri = '<DataArray type="Float32" NumberOfComponents="3" format="ascii">0 0 0 1 0 0 0 1 0</DataArray>'
+    polys = (
+        '<Polys><DataArray type="Int32" Name="connectivity" format="ascii">0 1 2</DataArray>'
+        '<DataArray type="Int32" Name="offsets" format="ascii">3</DataArray></Polys>'
+    )
+    for f in bones:
+        (folder / "Geometry" / f).write_text(
+            '<VTKFile type="PolyData"><PolyData><Piece NumberOfPoints="3" NumberOfPolys="1">'
+            f"<Points>{tri}</Points>{polys}</Piece></PolyData></VTKFile>"
+        )
+    model = _quiet(sj.io.load_osim, str(folder / "m.osim"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scene = make_scene(model)
+    assert sum(d.shape == "mesh" for d in scene.drawables) == len(bones)
+
+
 def test_a_state_of_another_model_is_refused(body25b):
     model, _ = body25b
     system, _ = _pendulum()
@@ -464,6 +525,32 @@ def test_a_state_of_another_model_is_refused(body25b):
             view.animate(other)
         with pytest.raises(ValueError, match="observed markers"):
             view.show(other, observed=np.zeros((3, 3)))
+
+
+def test_geometry_poses_of_the_wrong_object_says_what_to_pass():
+    """Issue 65: ``geometry_poses(model.system, state)`` failed with a bare AttributeError
+    ('MultibodySystem' object has no attribute 'geometry'). Now a System, or the arguments
+    swapped, is a TypeError naming what was given, what is expected and how to get it."""
+    model = _quiet(
+        sj.io.load_mjcf,
+        '<mujoco><worldbody><body name="a"><joint name="h" axis="0 1 0"/>'
+        '<geom type="box" size="0.1 0.2 0.3" pos="0 0 1"/></body></worldbody></mujoco>',
+    )
+    s = model.default_state
+    R, p = sj.viz.geometry_poses(model, s)
+    np.testing.assert_allclose(p, [[0.0, 0.0, 1.0]], atol=1e-15)
+    with pytest.raises(
+        TypeError, match=r"needs the LoadedModel .* got a MultibodySystem.* rather than model\.system"
+    ):
+        sj.viz.geometry_poses(model.system, s)
+    # what the message offers for a System's body poses works as written
+    system, state = model.system, s
+    _, p_GB = system.get_matter_subsystem().get_body_transforms(system.realize(state, sj.Stage.POSITION))
+    assert p_GB.shape == (2, 3)
+    with pytest.raises(TypeError, match=r"the first argument is a State; the model comes first"):
+        sj.viz.geometry_poses(s, model)
+    with pytest.raises(TypeError, match="expected a simjax State"):
+        sj.viz.geometry_poses(model, model.system)
 
 
 def test_view_batches_side_by_side_and_markers_of_a_goal():

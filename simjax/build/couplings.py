@@ -27,6 +27,7 @@ m=(mx, my, mz))``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import jax
@@ -243,15 +244,47 @@ def _rp(T: Any) -> tuple[jax.Array, jax.Array]:
     return T.R, T.p
 
 
+_Terms = tuple[tuple[bool, tuple[int, ...], int], ...]
+
+
+def _wedge_terms(n: int = 6) -> list[list[tuple[tuple[int, ...], _Terms]]]:
+    """The exterior product in R^n as sums of products: a k-vector has components on the
+    k-subsets of rows; ``(w ^ v)[S] = sum over i in S of +-w[S - i] v[i]`` (the sign sorts
+    ``(S - i, i)``). Entry ``k - 1`` lists, for each (k+1)-subset ``S``, its terms as
+    ``(negative, S - i, i)``."""
+    out = []
+    for k in range(1, n - 1):
+        out.append(
+            [
+                (S, tuple((sum(x > i for x in S) % 2 == 1, tuple(x for x in S if x != i), i) for i in S))
+                for S in itertools.combinations(range(n), k + 1)
+            ]
+        )
+    return out
+
+
+_WEDGE = _wedge_terms()
+
+
 def _orthogonal_direction(V: jax.Array) -> jax.Array:
     """The unit vector orthogonal to the 5 columns of ``V`` (6, 5), signed by the orientation
-    of ``[V, x]`` (so continuous in ``V``): the cofactors of the last column of any ``[V, y]``,
-    i.e. the last row of its adjugate ``det(A) A^-1``. ``y`` is the cofactor vector itself
-    without gradient (its cofactors do not depend on it), which keeps ``A`` invertible and
-    every derivative smooth where some 5x5 minors are singular."""
-    Vs = jax.lax.stop_gradient(V)
-    y = jnp.stack([(-1.0) ** j * jnp.linalg.det(jnp.delete(Vs, j, axis=0)) for j in range(6)])
-    A = jnp.concatenate([V, y[:, None]], axis=1)
-    e = jnp.zeros(6, V.dtype).at[5].set(1.0)
-    x = jnp.linalg.det(A) * jnp.linalg.solve(A.T, e)
+    of ``[V, x]`` (``det [V, x] > 0``, so continuous in ``V``): the generalized cross product
+    of the columns (the cofactors of a sixth column, ``x_j = (-1)^(j+1) det(V without row
+    j)``), normalized. The cofactors are the exterior product ``v1 ^ ... ^ v5``, built one
+    column at a time as sums of products of entries: a polynomial in ``V``, so every
+    derivative is smooth, also where some 5x5 minors are singular, and the program is
+    elementwise arithmetic that fuses into a few loops (no matrix factorization, which on
+    a CPU is a library call each, in every derivative of the constraint rows)."""
+    w: dict[tuple[int, ...], jax.Array] = {(i,): V[i, 0] for i in range(6)}
+    for k, table in enumerate(_WEDGE):
+        nxt = {}
+        for S, terms in table:
+            negative, rest, i = terms[0]
+            acc = -(w[rest] * V[i, k + 1]) if negative else w[rest] * V[i, k + 1]
+            for negative, rest, i in terms[1:]:
+                term = w[rest] * V[i, k + 1]
+                acc = acc - term if negative else acc + term
+            nxt[S] = acc
+        w = nxt
+    x = jnp.stack([w[tuple(r for r in range(6) if r != j)] * (-1.0) ** (j + 1) for j in range(6)])
     return x / jnp.linalg.norm(x)

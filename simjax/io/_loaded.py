@@ -132,6 +132,9 @@ class VisualGeometry:
             before ``scale``.
         rgba: Colour, components in [0, 1].
         group: MJCF ``group`` (MuJoCo's viewer shows groups 0-2); 0 elsewhere.
+        searched: The folders a mesh file named by a relative path was looked for in, when
+            it was found in none (OpenSim's model folder and ``Geometry`` folders); empty
+            otherwise.
     """
 
     name: str
@@ -146,6 +149,7 @@ class VisualGeometry:
     faces: np.ndarray | None = None
     rgba: tuple[float, float, float, float] = (0.7, 0.7, 0.7, 1.0)
     group: int = 0
+    searched: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         what = self.mesh_file or self.shape

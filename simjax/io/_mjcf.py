@@ -46,11 +46,15 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``intvelocity``, ``damper`` and ``general`` (``gaintype``/``biastype`` fixed or affine,
   ``dyntype`` none, integrator, filter or filterexact) on a hinge or slide joint (``joint`` or
   ``jointinparent``), with ``gear``, ``ctrlrange``/``ctrllimited``, ``forcerange``/
-  ``forcelimited``, ``actrange``/``actlimited`` and default classes, each a
+  ``forcelimited``, ``actrange``/``actlimited``, ``inheritrange`` (the control range, or an
+  ``intvelocity``'s activation range, is the joint's ``range`` scaled about its midpoint, as
+  MuJoCo's compiler sets it) and default classes, each a
   ``Force.CoordinateActuator`` whose control is in the State (``model.actuators``, in the
   file's order; ``<flag actuation="disable">`` disables them). An actuator on a tendon, site,
-  body or ball/free joint, a muscle, cylinder or adhesion actuator, ``dampratio`` and
-  ``actearly`` are not modelled: the warning names each one.
+  body or ball/free joint, a muscle, cylinder or adhesion actuator, ``dampratio``,
+  ``actearly``, an actuator's own ``damping``, ``armature`` or ``delay``, and any attribute
+  simjax does not know are not modelled: the warning names each one (attributes that do not
+  change the dynamics, such as ``group``, ``user`` or ``lengthrange``, are accepted).
 
 Everything else (tendons, sensors, contact pairs, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
@@ -535,7 +539,7 @@ class _Defaults:
 class _Joint:
     __slots__ = (
         "el", "name", "type", "axis", "pos", "ref", "range", "limited", "id", "align",
-        "damping", "stiffness", "springref", "armature", "springdamper",
+        "damping", "stiffness", "springref", "armature", "springdamper", "given_range",
     )  # fmt: skip
 
     def __init__(self, el: _El, name: str, type_: str, jid: int):
@@ -548,6 +552,9 @@ class _Joint:
         self.align = "auto"
         self.damping = self.stiffness = self.springref = self.armature = 0.0
         self.springdamper: tuple[float, float] | None = None
+        #: the ``range`` as MuJoCo's compiler keeps it (converted to radians only when the
+        #: joint is limited); None without one. ``inheritrange`` reads it.
+        self.given_range: tuple[float, float] | None = None
 
 
 class _Body:
@@ -790,6 +797,10 @@ class _Reader:
                 )
             j.range = (float(rng[0] * scale), float(rng[1] * scale))
             _count(self.ignored, "joint range (limit constraint)")
+        if j.limited:
+            j.given_range = j.range
+        elif not (rng[0] == 0 and rng[1] == 0):
+            j.given_range = (float(rng[0]), float(rng[1]))
         return j
 
     def _check_joints(self, body: _Body) -> None:
@@ -1777,17 +1788,78 @@ def _apply_actuator(tag: str, el: _El, a: dict[str, str], p: dict[str, Any]) -> 
         p["biasprm"] = np.zeros(10)
 
 
-def _limited(el: _El, a: dict[str, str], what: str, comp: _Compiler, who: str) -> tuple[float, float] | None:
-    """``<what>range`` if ``<what>limited`` (``auto``: when a range is given, as MuJoCo's
-    ``autolimits``)."""
-    rng = _floats(el, a, f"{what}range", 2, (0.0, 0.0))
+#: Actuator attributes simjax models (or checks and refuses), and the ones that do not change
+#: the dynamics of an actuator on a hinge or slide joint (display tags, the declared input,
+#: transmissions' own parameters, a muscle's length range, a PID's ranges, the control history
+#: buffer); any other attribute, set, leaves its actuator out with a note naming it.
+_ACTUATOR_ATTRS = frozenset(
+    "name class joint jointinparent tendon site body cranksite ctrllimited ctrlrange forcelimited "
+    "forcerange actlimited actrange gear dyntype gaintype biastype dynprm gainprm biasprm kp kv "
+    "timeconst dampratio actearly actdim inheritrange delay damping armature".split()
+)
+_ACTUATOR_ATTRS_NO_EFFECT = frozenset(
+    "group user input lengthrange nsample interp cranklength slidersite refsite velrange ffrange".split()
+)
+
+
+def _inherited_range(el: _El, a: dict[str, str], p: dict[str, Any], j: _Joint, who: str) -> tuple[str, Any]:
+    """MuJoCo's ``inheritrange``: the range a position-like actuator takes from its joint's
+    ``range``, scaled by ``inheritrange`` about its midpoint; ``("ctrl", range)``, or
+    ``("act", range)`` when the setpoint is integrated (``intvelocity``); ``("", None)``
+    when there is none to take. Position-like is a fixed gain equal to minus the affine bias's
+    position term (what ``position`` and ``intvelocity`` make); MuJoCo leaves the attribute
+    unused on other actuators. A shortcut's own ``ctrlrange`` (``actrange``) wins over an
+    ``inheritrange`` from its default class, and both on the element are refused, as
+    MuJoCo does."""
+    r = _number(el, a, "inheritrange", 0.0)
+    if r <= 0 or not (
+        p["gaintype"] == "fixed" and p["biastype"] == "affine" and p["gainprm"][0] == -p["biasprm"][1]
+    ):
+        return "", None
+    if p["dyntype"] == "integrator":
+        what = "act"
+    elif p["dyntype"] in ("none", "filterexact"):
+        what = "ctrl"
+    else:
+        raise _error(
+            el,
+            f"{who}: inheritrange works on position and intvelocity actuators only (this one has "
+            f"dyntype {p['dyntype']!r}); give ctrlrange instead",
+        )
+    if el.tag in ("position", "intvelocity") and f"{what}range" in el.attrib:
+        if "inheritrange" in el.attrib:
+            raise _error(el, f"{who}: {what}range and inheritrange cannot both be given; keep one")
+        return "", None
+    if j.given_range is None:
+        raise _error(
+            el,
+            f"{who}: inheritrange takes the range of joint {j.name!r}, which has none; give the "
+            f"joint a range or the actuator a {what}range",
+        )
+    lo, hi = j.given_range
+    mean, radius = 0.5 * (hi + lo), 0.5 * (hi - lo) * r
+    return what, (mean - radius, mean + radius)
+
+
+def _limited(
+    el: _El,
+    a: dict[str, str],
+    what: str,
+    comp: _Compiler,
+    who: str,
+    inherited: tuple[float, float] | None = None,
+) -> tuple[float, float] | None:
+    """``<what>range`` (or the range ``inherited`` from the joint by ``inheritrange``) if
+    ``<what>limited`` (``auto``: when a range is given, as MuJoCo's ``autolimits``)."""
+    rng = _floats(el, a, f"{what}range", 2, (0.0, 0.0)) if inherited is None else inherited
     limited = _choice(el, a, f"{what}limited", ("true", "false", "auto"), "auto")
-    given = not (rng[0] == 0 and rng[1] == 0)
+    given = inherited is not None or not (rng[0] == 0 and rng[1] == 0)
     if limited == "auto":
         if given and not comp.autolimits:
+            how = " (inherited from its joint by inheritrange)" if inherited is not None else ""
             raise _error(
                 el,
-                f'{who} has {what}range but not {what}limited; set <compiler autolimits="true">, '
+                f'{who} has {what}range{how} but not {what}limited; set <compiler autolimits="true">, '
                 f'give {what}limited="true" or "false", or remove the range',
             )
         on = given
@@ -1867,6 +1939,14 @@ def _add_actuators(
                 problem = 'actearly="true"'
             elif int(_number(el, a, "actdim", -1)) > 1:
                 problem = "actdim > 1"
+            elif unknown := sorted(set(a) - _ACTUATOR_ATTRS - _ACTUATOR_ATTRS_NO_EFFECT):
+                problem = f"attribute{'s' * (len(unknown) > 1)} {', '.join(unknown)} not modelled"
+            elif _number(el, a, "delay", 0.0) > 0:
+                problem = "delay (a delayed control is not modelled)"
+            elif any(_floats(el, a, "damping", 3, np.zeros(3), at_most=True) != 0):
+                problem = "actuator damping (give the joint damping instead: damping x gear^2)"
+            elif _number(el, a, "armature", 0.0) != 0:
+                problem = "actuator armature (give the joint armature instead: armature x gear^2)"
             if problem:
                 _count(ignored, "actuator (unmodelled parameters)")
                 skipped.append(f"{name} ({problem})")
@@ -1876,7 +1956,11 @@ def _add_actuators(
             if np.any(p["gainprm"][3:] != 0) and p["gaintype"] == "affine":
                 raise _error(el, f"{who}: gainprm terms past the third are not used by an affine gain")
             dyn = p["dyntype"]
-            act = _limited(el, a, "act", comp, who) if dyn != "none" else None
+            which, inherited = _inherited_range(el, a, p, j, who)
+            ctrl = _limited(el, a, "ctrl", comp, who, inherited if which == "ctrl" else None)
+            act = None
+            if dyn != "none":
+                act = _limited(el, a, "act", comp, who, inherited if which == "act" else None)
             act_el = sj.Force.CoordinateActuator(
                 forces,
                 joint_mobods[jname],
@@ -1884,7 +1968,7 @@ def _add_actuators(
                 gear=float(p["gear"][0]),
                 gain=gain,
                 bias=bias,
-                control_range=_limited(el, a, "ctrl", comp, who),
+                control_range=ctrl,
                 force_range=_limited(el, a, "force", comp, who),
                 dynamics=dyn,
                 time_constant=max(float(p["dynprm"][0]), _MINVAL)

@@ -172,16 +172,21 @@ def load_osim(
     return model
 
 
-def _find_file(name: str, dirs: list[str], files: ModelFiles) -> str:
-    """``name`` found in the first of ``dirs`` that has it (as OpenSim looks for geometry:
-    the model's folder, then its ``Geometry`` folder); as written when none has it, and
-    ``""`` (remembered by ``files`` for its warning) when it lies outside ``files``' folders."""
+def _find_file(name: str, dirs: list[str], files: ModelFiles) -> dict[str, Any]:
+    """``mesh_file``: ``name`` found in the first of ``dirs`` that has it (as OpenSim looks
+    for geometry: the model's folder, then its ``Geometry`` folder); as written when none
+    has it (``searched``: those folders), and ``""`` (remembered by ``files`` for its
+    warning) when it lies outside ``files``' folders."""
     if not name:
-        return name
+        return {"mesh_file": name}
     cands = [name] if os.path.isabs(name) else [os.path.normpath(os.path.join(d, name)) for d in dirs]
     if not files.allows(cands[0]):  # the file named from the model's folder lies outside
-        return files.visual(name, cands[0])
-    return next((c for c in cands if files.allows(c) and os.path.isfile(c)), name)
+        return {"mesh_file": files.visual(name, cands[0])}
+    found = next((c for c in cands if files.allows(c) and os.path.isfile(c)), None)
+    if found is not None:
+        return {"mesh_file": found}
+    searched = () if os.path.isabs(name) else tuple(os.path.normpath(os.path.abspath(d)) for d in dirs)
+    return {"mesh_file": name, "searched": searched}
 
 
 class _OsimReader:
@@ -405,7 +410,7 @@ class _OsimReader:
         kw["scale"] = doc.floats(g, "scale_factors", 3, [1.0, 1.0, 1.0])
         if g.tag == "Mesh":
             return VisualGeometry(
-                shape="mesh", mesh_file=_find_file(doc.text(g, "mesh_file") or "", dirs, self.files), **kw
+                shape="mesh", **_find_file(doc.text(g, "mesh_file") or "", dirs, self.files), **kw
             )
         if g.tag == "Sphere":
             return VisualGeometry(shape="sphere", size=np.array([doc.float(g, "radius", 1.0), 0, 0]), **kw)
@@ -435,7 +440,7 @@ class _OsimReader:
             out.append(
                 VisualGeometry(
                     f"{owner}_geom{k}", body, "mesh", R=X_vo.R, p=X_vo.p, scale=scale,
-                    mesh_file=_find_file(f, dirs, self.files), rgba=(1.0, 1.0, 1.0, 1.0),
+                    **_find_file(f, dirs, self.files), rgba=(1.0, 1.0, 1.0, 1.0),
                 )
             )  # fmt: skip
         gs = vo.find("GeometrySet")
@@ -450,7 +455,7 @@ class _OsimReader:
                 VisualGeometry(
                     f"{owner}_{os.path.splitext(f)[0]}", body, "mesh", R=X.R, p=X.p,
                     scale=scale * doc.floats(dg, "scale_factors", 3, [1.0, 1.0, 1.0]),
-                    mesh_file=_find_file(f, dirs, self.files),
+                    **_find_file(f, dirs, self.files),
                     rgba=(float(r), float(g), float(b), doc.float(dg, "opacity", 1.0)),
                 )
             )  # fmt: skip

@@ -97,28 +97,46 @@ def plot_coordinates(
     table: CoordinateTable,
     reference: CoordinateTable | None = None,
     *,
+    model: Any = None,
     names: Sequence[str] | None = None,
     degrees: Sequence[str] | bool = True,
     labels: tuple[str, str] = ("simjax", "reference"),
     ncols: int = 4,
 ) -> Any:
-    """Coordinates over time, one panel each, with a reference motion dashed.
+    """Coordinates over time, one panel each, with a reference motion dashed; each panel's
+    axis says its unit (deg or rad for angles, m for translations).
+
+    Which columns are angles is not in a table (a .mot's ``inDegrees`` says only that its
+    angles are in degrees), so it comes from ``model`` (each coordinate's ``motion_type``, as
+    OpenSim's ``Coordinate.getMotionType()``: only rotational ones are angles) or from a list
+    given as ``degrees``. Each table's angles are converted from its own unit
+    (``in_degrees``) to the one drawn, so a table in degrees is never converted twice and a
+    radian table and a degree table are drawn alike; translations and coupled coordinates
+    are drawn as stored.
 
     Args:
         table: Coordinates over time (``model.table_from_q(time, states.q)`` or
             ``sj.io.read_mot``).
         reference: Another motion over the same coordinates (e.g. OpenSim's IK ``.mot``);
             its columns are matched by name and drawn at its own times.
+        model: The ``LoadedModel`` the coordinates belong to: its rotational coordinates
+            are the angles.
         names: Coordinates to draw (default: every column of ``table``; with a reference,
             the columns both have).
-        degrees: Draw angles in degrees: ``True`` converts every column of a table in
-            radians, or list the angular columns; ``False`` draws the numbers as stored.
-            Tables already ``in_degrees`` are drawn as stored.
+        degrees: ``True``: angles in degrees; ``False``: in radians; a list: these columns
+            are the angles (over ``model``), drawn in degrees. Without ``model`` or a list,
+            tables whose angles are in another unit than the one drawn are refused (which
+            columns to convert is unknown).
         labels: Legend names of ``table`` and ``reference``.
         ncols: Panels per row.
 
     Returns:
         The matplotlib Figure.
+
+    Raises:
+        TypeError: ``model`` is not a model from ``sj.io.load_*``.
+        ValueError: A named column is missing, or a table needs converting and which columns
+            are angles is unknown.
     """
     if names is None:
         names = [n for n in table.labels if reference is None or n in reference.labels]
@@ -129,12 +147,36 @@ def plot_coordinates(
         raise ValueError(f"plot_coordinates: no column for {missing[:6]}")
     if not names:
         raise ValueError("plot_coordinates: no coordinate to draw (no column in common with the reference?)")
+    to_deg = degrees is not False
+    tables = [table] if reference is None else [table, reference]
+    kind: dict[str, str] = {}  # column -> "rotational" / "translational" / "coupled"
+    if model is not None:
+        _, loaded = system_of(model)
+        if loaded is None:
+            raise TypeError(
+                "plot_coordinates: model must be the LoadedModel from sj.io.load_osim/load_urdf/load_mjcf "
+                "(its coordinates say which columns are angles), got a MultibodySystem"
+            )
+        kind = {n: c.motion_type for n, c in loaded.coordinates.items()}
+    if not isinstance(degrees, bool):
+        kind = {n: k for n, k in kind.items() if k != "rotational"}
+        kind.update({n: "rotational" for n in degrees})
+    elif model is None and any(tab.in_degrees != to_deg for tab in tables):
+        which = [lab for lab, tab in zip(labels, tables, strict=False) if tab.in_degrees != to_deg]
+        raise ValueError(
+            f"plot_coordinates: {' and '.join(which)} stores its angles in "
+            f"{'radians' if to_deg else 'degrees'}, and which columns are angles is not in a table; "
+            "pass model=<the LoadedModel> (its rotational coordinates are the angles), "
+            "degrees=[the angular columns], or " + ("degrees=False" if to_deg else "degrees=True")
+        )
 
     def values(tab: CoordinateTable, n: str) -> np.ndarray:
         v = tab.column(n)
-        to_deg = degrees is True or (not isinstance(degrees, bool) and n in degrees)
-        return np.rad2deg(v) if to_deg and not tab.in_degrees else v
+        if kind.get(n) != "rotational" or tab.in_degrees == to_deg:
+            return v
+        return np.rad2deg(v) if to_deg else np.deg2rad(v)
 
+    units = {"rotational": "deg" if to_deg else "rad", "translational": "m"}
     plt = _pyplot()
     nc = max(1, min(ncols, len(names)))
     nr = math.ceil(len(names) / nc)
@@ -145,6 +187,8 @@ def plot_coordinates(
         if reference is not None:
             ax.plot(np.asarray(reference.time), values(reference, n), "--", lw=1.2, label=labels[1])
         ax.set_title(n, fontsize="small")
+        if n in kind:
+            ax.set_ylabel(units.get(kind[n], "as stored"), fontsize="small")
     for j in range(len(names), nr * nc):
         axes[j // nc][j % nc].set_visible(False)
     if reference is not None:

@@ -126,31 +126,79 @@ def _load(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray]:
     return v, f
 
 
-def load_mesh(path: str, what: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(vertices, faces)`` of a mesh file; None, with a warning naming ``what`` and the fix,
-    when it is missing or unreadable (the caller draws a stand-in)."""
+#: How many file names (and folders) one warning lists before "and N more".
+_LISTED = 5
+
+
+class MeshProblems:
+    """The mesh files a scene could not draw, gathered for one warning (:meth:`warn`):
+    files not found (with the folders they were looked for in), geometry whose file the
+    loader left out, and files that could not be read."""
+
+    def __init__(self) -> None:
+        self.absent: list[str] = []
+        self.folders: list[str] = []
+        self.unnamed: list[str] = []
+        self.unreadable: list[tuple[str, str]] = []
+
+    def warn(self, where: str, stacklevel: int = 2) -> None:
+        """One warning (none when every mesh was drawn) naming the count, the first few
+        files, where they were looked for and how to supply them."""
+        parts = []
+        if self.absent:
+            n = len(self.absent)
+            files = _some([os.path.basename(f) if not f.startswith("package://") else f for f in self.absent])
+            folders = self.folders or sorted({os.path.dirname(f) for f in self.absent if os.path.isabs(f)})
+            looked = f" (looked for in {_some(folders)})" if folders else ""
+            how = "put the files where the model names them (beside it, or in a folder listed)"
+            if any(f.lower().endswith(".vtp") for f in self.absent):
+                how += (
+                    "; OpenSim's bone meshes come in the Geometry folder of an OpenSim install or of "
+                    "the model's download: copy that folder beside the model"
+                )
+            if any(f.startswith("package://") for f in self.absent):
+                how += "; for package:// URIs set ROS_PACKAGE_PATH or give load_urdf(..., package_dirs=[...])"
+            parts.append(f"{n} mesh file{'s' * (n > 1)} not found{looked}: {files}; to draw them, {how}")
+        if self.unnamed:
+            n = len(self.unnamed)
+            parts.append(
+                f"{n} mesh{'es' * (n > 1)} with no file (the loader left {'them' if n > 1 else 'it'} out: "
+                f"see its warning): {_some(self.unnamed)}"
+            )
+        if self.unreadable:
+            n = len(self.unreadable)
+            listed = "; ".join(f"{f!r}: {why}" for f, why in self.unreadable[:_LISTED])
+            more = f" and {n - _LISTED} more" if n > _LISTED else ""
+            parts.append(f"cannot read {n} mesh file{'s' * (n > 1)} ({listed}{more})")
+        if parts:
+            msg = f"sj.viz: {where}: drawn as stand-ins: " + "; ".join(parts)
+            warnings.warn(msg, stacklevel=stacklevel + 1)
+
+
+def _some(items: list[str]) -> str:
+    shown = ", ".join(repr(x) for x in items[:_LISTED])
+    return shown + (f" and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
+
+
+def load_mesh(
+    path: str, what: str, problems: MeshProblems, searched: tuple[str, ...] = ()
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(vertices, faces)`` of a mesh file; None when it is missing or unreadable (the
+    caller draws a stand-in), recorded in ``problems`` (``what`` names the geometry; the
+    file was looked for in the folders ``searched``) for one warning."""
     if not path:
-        warnings.warn(
-            f"sj.viz: {what}: no mesh file (the loader left it out: see its warning); drawing a stand-in",
-            stacklevel=3,
-        )
+        problems.unnamed.append(what)
         return None
     if not os.path.isfile(path):
-        warnings.warn(
-            f"sj.viz: {what}: mesh file {path!r} not found; drawing a stand-in (put the file where "
-            "the model file expects it, e.g. next to it or in its Geometry folder; for package:// "
-            "URIs set ROS_PACKAGE_PATH)",
-            stacklevel=3,
-        )
+        problems.absent.append(path)
+        problems.folders += [f for f in searched if f not in problems.folders]
         return None
     try:
         v, f = _load(os.path.abspath(path), os.path.getmtime(path))
     except (MeshReadError, ValueError) as e:
-        warnings.warn(f"sj.viz: {what}: cannot read the mesh ({e}); drawing a stand-in", stacklevel=3)
+        problems.unreadable.append((path, str(e)))
         return None
     if not np.all(np.isfinite(v)):
-        warnings.warn(
-            f"sj.viz: {what}: mesh {path!r} has non-finite vertices; drawing a stand-in", stacklevel=3
-        )
+        problems.unreadable.append((path, "non-finite vertices"))
         return None
     return v, f

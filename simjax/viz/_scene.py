@@ -3,6 +3,7 @@ geometry, or stand-ins), the markers, and the bodies' poses for a State or a bat
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from ..io._urdf import align_axis
 from ..model.state import State
 from ..studies.conditions import Markers
 from ..studies.simulate import Trajectory
-from ._meshes import load_mesh
+from ._meshes import MeshProblems, load_mesh
 
 #: mobilizers that let a body move freely (a floating base): no bone is drawn from Ground to it
 _FLOATING = {"Free", "Planar", "Translation", "FreeLine", "Bushing", "FunctionBased", "Custom"}
@@ -98,7 +99,7 @@ def _default_state(system: MultibodySystem, loaded: LoadedModel | None) -> State
     return loaded.default_state if loaded is not None else system.realize_topology()
 
 
-def _geometry_drawable(g: VisualGeometry, index: int) -> Drawable:
+def _geometry_drawable(g: VisualGeometry, index: int, problems: MeshProblems) -> Drawable:
     R, p = np.asarray(g.R, dtype=float), np.asarray(g.p, dtype=float)
     size = np.asarray(g.size, dtype=float)
     d = Drawable(index, g.name, g.shape, size, R, p, g.rgba)
@@ -107,7 +108,8 @@ def _geometry_drawable(g: VisualGeometry, index: int) -> Drawable:
             d.vertices = np.asarray(g.vertices, dtype=float)
             d.faces = np.asarray(g.faces if g.faces is not None else np.zeros((0, 3)), dtype=np.int64)
         else:
-            mesh = load_mesh(g.mesh_file, f"geometry {g.name!r} of body {g.body.name!r}")
+            what = f"geometry {g.name!r} of body {g.body.name!r}"
+            mesh = load_mesh(g.mesh_file, what, problems, g.searched)
             if mesh is None:
                 d.shape = "missing"
                 return d
@@ -142,14 +144,17 @@ def make_scene(
     geometry = loaded.geometry if loaded is not None else []
     drawables: list[Drawable] = []
     broken: set[int] = set()
+    problems = MeshProblems()
     for g in geometry:
         if g.group not in groups:
             continue
-        d = _geometry_drawable(g, g.body.index)
+        d = _geometry_drawable(g, g.body.index, problems)
         if d.shape == "missing":
             broken.add(d.body)
         else:
             drawables.append(d)
+    name = os.path.basename(loaded.path) if loaded is not None and loaded.path else "the model"
+    problems.warn(name, stacklevel=3)  # at the caller of plot_pose or View
     R, p = body_poses(system, state)
     pts = (
         np.concatenate([p, np.einsum("bij,bj->bi", R[parents[1:]], np.asarray(joint_points[1:]))])
@@ -312,7 +317,25 @@ def limit_engagement(system: MultibodySystem, states: State) -> np.ndarray:
 def geometry_poses(model: LoadedModel, state: State) -> tuple[np.ndarray, np.ndarray]:
     """The Ground pose ``(R, p)`` of each of ``model.geometry``'s shapes at ``state``:
     ``(n, 3, 3), (n, 3)`` (what a viewer places; compare with MuJoCo's ``geom_xmat``/``geom_xpos``
-    or Pinocchio's visual placements)."""
+    or Pinocchio's visual placements).
+
+    Raises:
+        TypeError: ``model`` is not a ``LoadedModel`` (a ``MultibodySystem`` has no visual
+            geometry; the arguments swapped), or ``state`` is not a State.
+        ValueError: ``state`` belongs to another model.
+    """
+    if isinstance(model, State):
+        raise TypeError(
+            "geometry_poses(model, state): the first argument is a State; the model comes first: "
+            "sj.viz.geometry_poses(model, state) with model from sj.io.load_osim/load_urdf/load_mjcf"
+        )
+    if isinstance(model, MultibodySystem):
+        raise TypeError(
+            "geometry_poses needs the LoadedModel from sj.io.load_osim/load_urdf/load_mjcf (its "
+            "model.geometry lists the shapes it places), got a MultibodySystem, which holds no visual "
+            "geometry: pass the loaded model rather than model.system; for a System's body poses use "
+            "system.get_matter_subsystem().get_body_transforms(system.realize(state, sj.Stage.POSITION))"
+        )
     system, _ = system_of(model)
     check_state(system, state, "geometry_poses")
     R_GB, p_GB = body_poses(system, state)
