@@ -104,6 +104,12 @@ class RESULTS(eqx.Enumeration):
         "marks which). Use a smaller step (`dt`, or `max_step`/`accuracy` for the adaptive "
         "integrators) or more samples per step (`event_samples`)."
     )
+    gimbal_lock = (
+        "Simulation failed: a mobilizer with Euler angles reached gimbal lock (its middle angle "
+        "at +-90 degrees), where a Gimbal's mass matrix or the qdot of a Ball/Free in "
+        "Euler-angle mode is singular. Use quaternions (Simbody's advice): a Ball instead of "
+        "a Gimbal, and matter.set_use_euler_angles(state, False) (the default) for the others."
+    )
 
 
 def all_finite(tree) -> jax.Array:

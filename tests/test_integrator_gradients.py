@@ -61,8 +61,9 @@ def test_bad_adjoint_is_refused():
 def test_rollout_second_derivatives_near_gimbal_lock_and_the_lock_named():
     """A Gimbal (Euler-angle rates as u) 1e-3 rad from gimbal lock: M's condition number
     is 4.5e6 and a 20-step rk4 rollout still passes ``check_grads`` to second order in both
-    modes; at the lock itself M is singular, the run reports ``simulation_nonfinite`` and
-    ``sj.find_nonfinite`` names the singular mass matrix (issue 16)."""
+    modes; at the lock itself M is singular, the run reports ``gimbal_lock`` (issue 65; it
+    was ``simulation_nonfinite``) and ``sj.find_nonfinite`` names the singular mass matrix
+    (issue 16)."""
     system = sj.MultibodySystem()
     matter = sj.SimbodyMatterSubsystem(system)
     sj.Force.UniformGravity(sj.GeneralForceSubsystem(system), matter, [0, -9.81, 0])
@@ -79,7 +80,7 @@ def test_rollout_second_derivatives_near_gimbal_lock_and_the_lock_named():
     check_grads(f, (q0,), order=2, modes=["fwd", "rev"], eps=1e-6, atol=1e-5, rtol=1e-5)
     at_lock = s.with_q([0.3, np.pi / 2, 0.2])
     tr = sj.simulate(system, at_lock, 0.02, integrator="rk4", dt=1e-3, throw=False)
-    assert tr.result == sj.RESULTS.simulation_nonfinite
+    assert tr.result == sj.RESULTS.gimbal_lock
     assert "mass matrix is singular" in sj.find_nonfinite(system, at_lock)
 
 

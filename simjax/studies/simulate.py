@@ -96,9 +96,10 @@ class Trajectory(eqx.Module):
             terminating event), ``events_unresolved`` (ran to the end, but a witness
             changed faster than a step's samples resolve: see ``events_unresolved``), or a
             failure: ``simulation_nonfinite``, ``max_steps_reached``,
-            ``step_size_too_small``. After a failure the outputs later than
-            ``termination_time`` are NaN and ``final_state`` is the last good State, at
-            ``termination_time``.
+            ``step_size_too_small``, ``unilateral_solve_failed``, ``gimbal_lock`` (a
+            mobilizer with Euler angles at its singularity; ``final_state`` is there).
+            After a failure the outputs later than ``termination_time`` are NaN and
+            ``final_state`` is the last good State, at ``termination_time``.
         events_unresolved: One bool per ``TriggeredEvent`` (in the order given): in some
             step its witness changed faster than ``event_samples`` samples resolve, or it
             crossed more often than a fixed step handles, so crossings may have been
@@ -689,6 +690,15 @@ class _Loop(eqx.Module):
     ev: _Witnessed  # the triggered events' witnesses
 
 
+def _unlocked(model: Model, base: State, y) -> jax.Array:
+    """False where a mobilizer with Euler angles is at gimbal lock in ``y`` (a Gimbal's mass
+    matrix, or a quaternion kind's qdot in Euler-angle mode, is singular there)."""
+    topo = model.topology(base.use_euler_angles)
+    if not len(topo.euler_lock_q):
+        return jnp.asarray(True)
+    return ~jnp.any(topo.at_gimbal_lock(y[0]))
+
+
 def _stopped(L: _Loop) -> jax.Array:
     return L.done | (L.result != RESULTS.successful)
 
@@ -768,6 +778,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         # a step to a non-finite state is not taken: stop at the last good one
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
+        new = _select(_unlocked(model, base, L.y), new, _failed(L, t, RESULTS.gimbal_lock))  # type: ignore[arg-type]
         return _select(live, new, L0), None
 
     # Reverse mode keeps a few vectors per step: forward dynamics (each RK4 stage, each
@@ -865,6 +876,7 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events,
         nonfinite = bad_state | ~finite
         why = RESULTS.where(nonfinite, RESULTS.simulation_nonfinite, RESULTS.step_size_too_small)  # type: ignore[arg-type]
         Ln = _select(bad_state | tiny, _failed(L, t, why), Ln)
+        Ln = _select(_unlocked(model, base, L.y), Ln, _failed(L, t, RESULTS.gimbal_lock))  # type: ignore[arg-type]
         return (tn, Ln, dtn, ss1)
 
     init = (jnp.asarray(t0, L.err.dtype), L, jax.lax.stop_gradient(jnp.asarray(dt0, L.err.dtype)), sstate)
@@ -1054,7 +1066,11 @@ def simulate(
     if dg.debug_nans_enabled():
         _diagnose_nonfinite(system, traj, cfg.dt if cfg.dt else (float(times[-1]) - t0) / 1000)
     _warn_unresolved(traj, events, cfg)
-    return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
+    if not throw:
+        return traj
+    topo = model.topology(state.use_euler_angles)
+    locks = ", ".join(f"{topo.names[b]!r} ({m.kind})" for b, m in topo.lock_bodies())
+    return _raise_if_failed(traj, t0, float(times[-1]), cfg, locks)
 
 
 _HOW_TO_DIFFERENTIATE = (
@@ -1190,11 +1206,12 @@ _FAILURES = (
     RESULTS.max_steps_reached,
     RESULTS.step_size_too_small,
     RESULTS.unilateral_solve_failed,
+    RESULTS.gimbal_lock,
 )
 _TIME_BINS = 100  # under jit the message names the time reached to 1/100 of the run
 
 
-def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
+def _failure_message(kind: int, where: str, t1: float, cfg: _Config, locks: str = "") -> str:
     """The message of failure ``_FAILURES[kind]`` at ``where`` (e.g. "at t = 0.5")."""
     check = "check the model (stiff or singular forces, NaN parameters) and the initial q, u and z"
     if kind == 0 and cfg.integrator in _FIXED:
@@ -1214,6 +1231,15 @@ def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
             "raise max_steps, loosen accuracy/atol, add output times (save_at), or use an implicit "
             "integrator (integrator='kvaerno5') if the system is stiff"
         )
+    elif kind == 4:
+        what = "a mobilizer with Euler angles reached gimbal lock (its middle angle at +-90 degrees)"
+        what += ", where a Gimbal's mass matrix, or the qdot of a Ball/Free in Euler-angle mode, is singular"
+        fix = (
+            "use quaternions, as Simbody advises: a Ball (sj.MobilizedBody.Ball) instead of a Gimbal, and "
+            "matter.set_use_euler_angles(state, False) (the default) for Ball/Free"
+        )
+        if locks:
+            fix += f" (Euler angles here: {locks})"
     elif kind == 3:
         what = "the complementarity solve of the coordinate limits did not settle"
         fix = (
@@ -1233,8 +1259,9 @@ def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
     )
 
 
-def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config) -> Trajectory:
-    """``throw=True``: raise through ``equinox.error_if`` if ``traj.result`` is a failure."""
+def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config, locks: str = "") -> Trajectory:
+    """``throw=True``: raise through ``equinox.error_if`` if ``traj.result`` is a failure.
+    ``locks``: the bodies whose mobilizers have Euler angles (named by a gimbal lock)."""
     bad = ~simulation_ok(traj.result)
     kind = jnp.asarray(0)
     for i, r in enumerate(_FAILURES):
@@ -1245,12 +1272,12 @@ def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config) -> Tr
             return traj
         first = int(np.argmax(np.ravel(bad)))
         where = f"at t = {float(np.ravel(t)[first]):.6g}"
-        return eqx.error_if(traj, bad, _failure_message(int(np.ravel(kind)[first]), where, t1, cfg))
+        return eqx.error_if(traj, bad, _failure_message(int(np.ravel(kind)[first]), where, t1, cfg, locks))
     # traced: a message per failure and time bin
     span = t1 - t0
     edges = [t0 + span * k / _TIME_BINS for k in range(_TIME_BINS + 1)]
     msgs = [
-        _failure_message(i, f"at t between {edges[k]:.6g} and {edges[k + 1]:.6g}", t1, cfg)
+        _failure_message(i, f"at t between {edges[k]:.6g} and {edges[k + 1]:.6g}", t1, cfg, locks)
         for i in range(len(_FAILURES))
         for k in range(_TIME_BINS)
     ]
