@@ -19,8 +19,10 @@ the rest of a user's function too.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -32,6 +34,39 @@ __all__ = ["vmap", "AUTO_CHUNK_SIZE"]
 # 128 and 256 states were within ~10% of each other on four models, and 128 was best or
 # within noise on three of them.
 AUTO_CHUNK_SIZE = 128
+
+
+# Whether :func:`chunked` wraps its function in a ``custom_vmap`` (read while tracing).
+_CHUNKING: contextvars.ContextVar[bool] = contextvars.ContextVar("simjax_chunking", default=True)
+
+
+def chunking() -> bool:
+    """Whether :func:`chunked` (so ``chunked_jvp``, ``chunked_vjp``) chunks here: false
+    inside :func:`unchunked`. A traced function whose program depends on it (a jit cache)
+    keys on it."""
+    return _CHUNKING.get()
+
+
+@contextlib.contextmanager
+def unchunked() -> Iterator[None]:
+    """Trace without batching rules: the functions made by :func:`chunked` (so
+    ``chunked_jvp``'s) are their function itself (their ``custom_jvp`` rules kept), and the
+    kind groups' poses (``dynamics.stages``) take their constant terms whatever the batch.
+    The numbers are the same; under ``vmap`` only the chunking and the choice of form
+    are lost.
+
+    For code differentiated inside a custom rule: ``lax.scan``'s reverse mode partially
+    evaluates its body's known part to hoist loop invariants, and partial evaluation
+    replaces a ``custom_jvp`` whose inputs it does not know by its primal function. A
+    ``custom_jvp`` called on primal values inside another's rule (a realization inside the
+    projection's rule) stays in that known part, so in a scan its primal, a
+    ``custom_vmap`` with no reverse mode, came out, and a second reverse pass failed
+    ("Linearization failed to produce known values")."""
+    token = _CHUNKING.set(False)
+    try:
+        yield
+    finally:
+        _CHUNKING.reset(token)
 
 
 def _auto_chunk_size() -> int | None:
@@ -138,7 +173,10 @@ def chunked(fun: Callable[..., Any]) -> Callable[..., Any]:
     ``AUTO_CHUNK_SIZE`` on a single CPU device (a ``custom_vmap`` rule): for kernels whose
     intermediates outgrow the cache when a plain ``jax.vmap`` batches them whole.
     ``custom_vmap`` functions have no reverse mode, so use it as a ``custom_jvp``'s primal
-    (whose rule differentiates something else), never differentiated itself."""
+    (whose rule differentiates something else), never differentiated itself. Inside
+    :func:`unchunked` it is ``fun`` itself."""
+    if not chunking():
+        return fun
     f = jax.custom_batching.custom_vmap(fun)
 
     @f.def_vmap
@@ -175,18 +213,35 @@ def chunked_jvp(
     return jvp_of(fun, rule) if rule is not None else _closure_converted(fun, jvp_of)
 
 
-def chunked_vjp(fun: Callable[..., Any]) -> Callable[..., Any]:
+def chunked_vjp(fun: Callable[..., Any], again: Callable[[], Exception] | None = None) -> Callable[..., Any]:
     """:func:`chunked_jvp` for a ``fun`` that reverse mode alone differentiates (it holds a
     ``custom_vjp``: ``simulate``'s adaptive integrators with their checkpointed loop): a
     ``custom_vjp`` whose primal is :func:`chunked` and whose rule is ``jax.vjp(fun)``, whole.
-    Closed-over traced values become arguments as there."""
+    Closed-over traced values become arguments as there. ``again()``: the error to raise
+    when the backward pass is differentiated in turn (a second reverse pass), while it is
+    traced; default: let JAX try."""
+
+    def bwd(pullback: Callable[..., Any], ct: Any) -> Any:
+        out = pullback(ct)
+        return out if again is None else jax.tree.map(functools.partial(_refused, again), out)
 
     def vjp_of(body: Callable[..., Any]) -> Callable[..., Any]:
         g = jax.custom_vjp(chunked(body))
-        g.defvjp(lambda *xs: jax.vjp(body, *xs), lambda pullback, ct: pullback(ct))
+        g.defvjp(lambda *xs: jax.vjp(body, *xs), bwd)
         return g
 
     return _closure_converted(fun, vjp_of)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _refused(error: Callable[[], Exception], x: Any) -> Any:
+    """``x``, whose derivative raises ``error()`` while it is traced."""
+    return x
+
+
+@_refused.defjvp
+def _refused_jvp(error: Callable[[], Exception], primals: Any, tangents: Any) -> Any:
+    raise error()
 
 
 def _closure_converted(fun: Callable[..., Any], wrap: Callable[..., Any]) -> Callable[..., Any]:

@@ -119,6 +119,12 @@ class RESULTS(eqx.Enumeration):
         "contradicting constraint, assemble the initial State (sj.Assembler), or raise "
         "`projection_iterations` or shorten the step."
     )
+    gimbal_lock = (
+        "Simulation failed: a mobilizer with Euler angles reached gimbal lock (its middle angle "
+        "at +-90 degrees), where a Gimbal's mass matrix or the qdot of a Ball/Free in "
+        "Euler-angle mode is singular. Use quaternions (Simbody's advice): a Ball instead of "
+        "a Gimbal, and matter.set_use_euler_angles(state, False) (the default) for the others."
+    )
 
 
 def all_finite(tree) -> jax.Array:

@@ -1,5 +1,7 @@
 """Every user error gets a clear message that names the part and the fix."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -504,3 +506,43 @@ def test_a_float32_tolerance_below_what_it_resolves_is_not_reported_met():
         q_proj_met = np.asarray(out.q)
     assert true_error(q_asm) > 1e-7 and true_error(q_proj) > 1e-7  # what "success" claimed 1e-13/1e-12 of
     assert true_error(q_asm_met) <= 1e-5 and true_error(q_proj_met) <= 1e-6
+
+
+def _one_body(kind: str):
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    sj.Force.UniformGravity(sj.GeneralForceSubsystem(system), matter, [0, -9.81, 0])
+    mp = sj.MassProperties(1.0, [0.1, -0.5, 0.05], sj.Inertia(0.4, 0.1, 0.4))
+    getattr(sj.MobilizedBody, kind)(matter.Ground(), sj.Transform(), mp, sj.Transform(), name="arm")
+    return system, matter
+
+
+@pytest.mark.parametrize("kind", ["Gimbal", "Ball"])
+def test_gimbal_lock_is_named_not_delivered_as_numbers(kind):
+    """Issue 65: a Gimbal at its middle angle's 90 degrees gave NaN accelerations, and a Ball
+    in Euler-angle mode there qdot = +-4.7e15 and a 'successful' rollout to q = 7.8e11,
+    silently. Now realizing the stage that is singular there warns, naming the body and
+    the fix (quaternions), and simulate reports RESULTS.gimbal_lock (under jit too), or
+    raises with the fix; 1e-3 rad away nothing is reported."""
+    system, matter = _one_body(kind)
+    s = system.realize_topology()
+    if kind == "Ball":
+        s = matter.set_use_euler_angles(s, True)
+    fix = "Ball" if kind == "Gimbal" else r"set_use_euler_angles\(state, False\)"
+    stage = sj.Stage.ACCELERATION if kind == "Gimbal" else sj.Stage.VELOCITY
+    at = s.with_q([0.3, np.pi / 2, 0.2]).with_u([0.1, 0.0, 0.3])
+    with pytest.warns(RuntimeWarning, match=rf"'arm' \({kind}\) is at gimbal lock: .*q\[1\] = 1.57.*{fix}"):
+        system.realize(at, stage)
+    near = at.with_q([0.3, np.pi / 2 - 1e-3, 0.2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        system.realize(near, sj.Stage.ACCELERATION)
+        system.realize(at, sj.Stage(int(stage) - 1))  # the pose itself is fine
+
+    run = lambda st: sj.simulate(system, st, 0.01, integrator="rk4", dt=1e-3, t0=0.0, throw=False)
+    tr = jax.jit(run)(at)
+    assert tr.result == sj.RESULTS.gimbal_lock
+    assert float(tr.termination_time) == 0.0 and np.all(np.asarray(tr.final_state.q) == np.asarray(at.q))
+    assert run(near).result == sj.RESULTS.successful
+    with pytest.raises(Exception, match=rf"gimbal lock.*'arm' \({kind}\)"):
+        sj.simulate(system, at, 0.01, integrator="tsit5")

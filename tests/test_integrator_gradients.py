@@ -54,15 +54,16 @@ def test_every_integrator_differentiates_in_both_modes_to_second_order(integrato
 
 def test_bad_adjoint_is_refused():
     system, *_ = pendulum(1)
-    with pytest.raises(ValueError, match="adjoint must be 'reverse'"):
+    with pytest.raises(ValueError, match="adjoint must be .reverse."):
         sj.simulate(system, system.realize_topology(), 0.1, integrator="tsit5", adjoint="backward")
 
 
 def test_rollout_second_derivatives_near_gimbal_lock_and_the_lock_named():
     """A Gimbal (Euler-angle rates as u) 1e-3 rad from gimbal lock: M's condition number
     is 4.5e6 and a 20-step rk4 rollout still passes ``check_grads`` to second order in both
-    modes; at the lock itself M is singular, the run reports ``simulation_nonfinite`` and
-    ``sj.find_nonfinite`` names the singular mass matrix (issue 16)."""
+    modes; at the lock itself M is singular, the run reports ``gimbal_lock`` (issue 65; it
+    was ``simulation_nonfinite``) and ``sj.find_nonfinite`` names the singular mass matrix
+    (issue 16)."""
     system = sj.MultibodySystem()
     matter = sj.SimbodyMatterSubsystem(system)
     sj.Force.UniformGravity(sj.GeneralForceSubsystem(system), matter, [0, -9.81, 0])
@@ -79,7 +80,7 @@ def test_rollout_second_derivatives_near_gimbal_lock_and_the_lock_named():
     check_grads(f, (q0,), order=2, modes=["fwd", "rev"], eps=1e-6, atol=1e-5, rtol=1e-5)
     at_lock = s.with_q([0.3, np.pi / 2, 0.2])
     tr = sj.simulate(system, at_lock, 0.02, integrator="rk4", dt=1e-3, throw=False)
-    assert tr.result == sj.RESULTS.simulation_nonfinite
+    assert tr.result == sj.RESULTS.gimbal_lock
     assert "mass matrix is singular" in sj.find_nonfinite(system, at_lock)
 
 
@@ -94,3 +95,102 @@ def test_adaptive_simulate_under_jit_with_the_default_step():
     eager = sj.simulate(system, s, 1.0, integrator="dopri5", events=[ev])
     np.testing.assert_allclose(np.asarray(tr.q), np.asarray(eager.q), atol=1e-12)
     assert int(tr.num_events) == int(eager.num_events) >= 1
+
+
+def _second_derivative_against_differences(f, J, x, h=1e-5):
+    """``f`` (a second derivative, (n, n, n)) against central differences of ``J`` (the
+    first, (n, n)): the largest difference and the largest entry."""
+    H = np.asarray(f(x))
+    fd = np.stack(
+        [(np.asarray(J(x + h * e)) - np.asarray(J(x - h * e))) / (2 * h) for e in np.eye(x.size)], -1
+    )
+    return np.max(np.abs(H - fd)), np.max(np.abs(H))
+
+
+def test_projection_in_a_scan_differentiates_twice_in_reverse():
+    """Issue 65: a second reverse pass through the constraint projection inside a
+    ``lax.scan`` (every constrained fixed-step rollout) failed with JAX's "Linearization
+    failed to produce known values": the scan's reverse mode hoists its loop invariants by
+    partially evaluating its body, which replaced the realizations inside the projection's
+    custom rule by their primals, ``custom_vmap``s with no reverse mode. The projection now
+    realizes without batching rules; ``jacrev(jacrev)`` equals central differences of
+    ``jacrev`` (the four-bar, two projections of two Gauss-Newton steps)."""
+    from helpers import fourbar
+
+    from simjax.forward import projection as pj
+
+    system, *_ = fourbar()
+    s0 = system.project(system.realize_topology().with_q([0.3, 0.5, -0.8]))
+    model = system.model_for(s0)
+
+    def f(q):
+        step = lambda c, _: (pj.project_q(model, s0.with_q(c + 1e-3 * jnp.sin(c)), 2).q, None)
+        return jax.lax.scan(step, q, None, length=2)[0]
+
+    J = jax.jit(jax.jacrev(f))
+    err, size = _second_derivative_against_differences(jax.jit(jax.jacrev(jax.jacrev(f))), J, s0.q + 1e-3)
+    assert size > 1e-2 and err < 1e-8, (err, size)
+
+
+@pytest.mark.slow
+def test_rk4_rollout_with_projection_differentiates_twice_in_reverse():
+    """Issue 65: ``jacrev(jacrev(simulate))`` through RK4 with the projection (the four-bar,
+    two steps) failed ("Linearization failed"); now it equals central differences of the
+    gradient (2e-11 against entries of 0.2). Slow: the program of a second reverse pass
+    through forward dynamics and the projection compiles for minutes on two cores."""
+    from helpers import fourbar
+
+    system, *_ = fourbar()
+    s0 = system.project(system.realize_topology().with_q([0.3, 0.5, -0.8])).with_u([0.5, 0.0, 0.0])
+
+    def f(q0):
+        return sj.simulate(system, s0.with_q(q0), 0.01, integrator="rk4", dt=5e-3).q[-1]
+
+    J = jax.jit(jax.jacrev(f))
+    err, size = _second_derivative_against_differences(jax.jit(jax.jacrev(jax.jacrev(f))), J, s0.q)
+    assert size > 0.1 and err < 1e-8, (err, size)
+
+
+@pytest.mark.parametrize("integrator", ["tsit5", "kvaerno5"])
+def test_adaptive_modes_the_adjoint_does_not_serve_are_named(integrator):
+    """Issue 65: a second reverse pass through an adaptive run with the default
+    ``adjoint='reverse'`` died with JAX's "Reverse-mode differentiation does not work for
+    lax.while_loop" (from the checkpointed loop's backward pass), and so did any reverse
+    mode with ``adjoint='forward'``. Both are refused while tracing, naming the integrator
+    and the adjoint that serves it."""
+    system, *_ = pendulum(1)
+    s = system.realize_topology().with_u([0.5])
+
+    def f(q0, adjoint):
+        return sj.simulate(system, s.with_q(q0), 0.02, integrator=integrator, adjoint=adjoint).q[-1]
+
+    x = jnp.array([0.3])
+    if integrator == "tsit5":  # the refusal does not depend on the integrator (kvaerno5's first
+        # reverse pass alone takes minutes to trace on two cores)
+        with pytest.raises(TypeError, match=rf"a second reverse pass .*{integrator!r} .*adjoint='direct'"):
+            jax.jacrev(jax.jacrev(lambda q: f(q, "reverse")))(x)
+    with pytest.raises(TypeError, match=rf"reverse-mode .*{integrator!r} .*adjoint='forward': .*'reverse'"):
+        jax.grad(lambda q: f(q, "forward")[0])(x)
+    with pytest.raises(TypeError, match=r"jax.hessian.*adjoint='reverse': .*adjoint='direct'"):
+        jax.hessian(lambda q: f(q, "reverse")[0])(x)
+
+
+@pytest.mark.slow
+def test_direct_adjoint_differentiates_adaptive_runs_in_every_order():
+    """Issue 65: ``adjoint='direct'`` (a bounded loop, diffrax's DirectAdjoint) serves what
+    the other two refuse: ``jax.hessian`` (forward over reverse) and ``jacrev(jacrev)``
+    through Tsit5 equal central differences of the gradient. Slow: the bounded loop's
+    program compiles for minutes on two cores."""
+    system, *_ = pendulum(2)
+    s = system.realize_topology().with_u([0.5, -0.3])
+
+    def f(q0):
+        return sj.simulate(
+            system, s.with_q(q0), 0.1, integrator="tsit5", accuracy=1e-10, adjoint="direct", max_steps=16
+        ).q[-1]
+
+    x = jnp.array([0.3, -0.2])
+    J = jax.jit(jax.jacrev(f))
+    for second in (jax.jacfwd(jax.jacrev(f)), jax.jacrev(jax.jacrev(f))):
+        err, size = _second_derivative_against_differences(jax.jit(second), J, x)
+        assert size > 1e-3 and err < 1e-7, (err, size)

@@ -335,6 +335,54 @@ def test_mot_bad_files(tmp_path):
         read_mot(_write(tmp_path, "rows.mot", "nRows=5\nendheader\ntime\tq\n0\t1\n"))
 
 
+def test_time_that_is_nan_or_runs_backwards_is_refused_naming_file_line_and_values(tmp_path):
+    """Issue 65: a .mot/.sto or .trc whose time is NaN, repeats or runs backwards was read
+    silently (a tracking run then interpolated between the wrong rows). Each reader now
+    names the file, the line and the values; missing values elsewhere stay NaN (.trc
+    markers, and .mot columns: the formats allow them), and what needs every value of a
+    column (``q_from_table``) names the column and the row."""
+    head = "inDegrees=no\nendheader\ntime\tq1\tq2\n"
+    back = head + "0\t1\t2\n0.2\t1\t2\n0.1\t1\t2\n"
+    with pytest.raises(
+        ValueError, match=r"back\.mot, line 6, column 1 \(time\): the time 0\.1 is before 0\.2 on line 5"
+    ):
+        read_mot(_write(tmp_path, "back.mot", back))
+    same = head + "0\t1\t2\n0.1\t1\t2\n0.1\t1\t2\n"
+    with pytest.raises(ValueError, match=r"same\.sto, line 6, .*the time 0\.1 repeats 0\.1 on line 5"):
+        read_sto(_write(tmp_path, "same.sto", same))
+    with pytest.raises(ValueError, match=r"nan\.mot, line 5, column 1 \(time\): the time is nan"):
+        read_mot(_write(tmp_path, "nan.mot", head + "0\t1\t2\nNaN\t1\t2\n0.2\t1\t2\n"))
+    gap = read_mot(_write(tmp_path, "gap.mot", head + "0\t1\t2\n0.1\t\t2\n0.2\t1\tnan\n"))
+    assert np.isnan(gap.data[1, 0]) and np.isnan(gap.data[2, 1]) and np.isfinite(gap.time).all()
+
+    trc = TRC_FIXTURE.splitlines(keepends=True)
+    rows = [i for i, line in enumerate(trc) if line.startswith(("7\t", "8\t"))]
+    assert len(rows) == 2
+    swapped = trc[: rows[0]] + [trc[rows[1]], trc[rows[0]]] + trc[rows[1] + 1 :]
+    with pytest.raises(
+        ValueError, match=rf"swapped\.trc, line {rows[0] + 2}, column 2 \(Time\): the time .* is before"
+    ):
+        read_trc(_write(tmp_path, "swapped.trc", "".join(swapped)))
+    fields = trc[rows[0]].split("\t")
+    fields[1] = "NaN"
+    nan_time = trc[: rows[0]] + ["\t".join(fields)] + trc[rows[0] + 1 :]
+    with pytest.raises(ValueError, match=rf"line {rows[0] + 1}, column 2 \(Time\): the time is nan"):
+        read_trc(_write(tmp_path, "nantime.trc", "".join(nan_time)))
+    assert np.isnan(read_trc(_write(tmp_path, "ok.trc", TRC_FIXTURE)).data).any()  # missing markers kept
+
+
+def test_q_from_table_refuses_a_missing_value_naming_column_and_row(tmp_path):
+    from test_io_osim import GOOD
+    from test_io_osim import _write as write_osim
+
+    m = sj.io.load_osim(write_osim(tmp_path, GOOD.replace("COUPLER", "")))
+    t = np.linspace(0.0, 0.3, 4)
+    q = np.sin(t)[:, None]
+    q[2, 0] = np.nan
+    with pytest.raises(ValueError, match=r"column 'q1' is missing \(NaN\) at row 2 \(time 0\.2\)"):
+        m.q_from_table(CoordinateTable(t, ["q1"], q))
+
+
 # ---------------------------------------------------------------------------- OpenSim as oracle
 def test_opensim_reads_our_trc_and_we_read_opensims(tmp_path):
     osim = pytest.importorskip("opensim")

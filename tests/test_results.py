@@ -36,6 +36,7 @@ def test_the_enumeration():
         "max_steps_reached",
         "step_size_too_small",
         "simulation_nonfinite",
+        "gimbal_lock",
     ):
         msg = R[getattr(R, name)]
         assert "failed" in msg and re.search(r"raise|use|check|provide|start", msg, re.I), (name, msg)

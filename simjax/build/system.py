@@ -25,6 +25,7 @@ from ..dynamics.forces import calc_potential_energy
 from ..forward import projection as pj
 from ..forward.realize import consistent_or_error, realize, with_cache_dependence
 from ..model.context import Context
+from ..model.mobilizers import GIMBAL_LOCK_TOLERANCE
 from ..model.model import ForceGroup, Identity, Model, constraint_param_slots, stack_transforms
 from ..model.state import StageError, State
 from . import diagnose as dg
@@ -273,6 +274,7 @@ class MultibodySystem:
         """
         model = self.model_for(state)
         self._check_values(model, state)
+        self._warn_gimbal_lock(model, state, Stage(stage))
         state = with_cache_dependence(model, state)
         out = realize(model, state, Stage(stage))
         to_acc = Stage(stage) >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION
@@ -322,6 +324,45 @@ class MultibodySystem:
                     f"{body_of(int(slots[k, 0]), topo.q_start)} is zero, which is no rotation; "
                     "set a unit quaternion (e.g. [1, 0, 0, 0] for the identity)"
                 )
+
+    def _warn_gimbal_lock(self, model: Model, state: State, stage: Stage) -> None:
+        """Warn, where q is concrete, that a mobilizer with Euler angles is at gimbal lock
+        (its middle angle within ``GIMBAL_LOCK_TOLERANCE`` of +-90 degrees) when ``stage``
+        needs what is singular there: a Gimbal's mass matrix (Acceleration), the qdot of a
+        quaternion kind in Euler-angle mode (Velocity). Names the body and the fix: a
+        quaternion (Simbody's advice). Poses are fine there (lower stages do not warn)."""
+        q = state.q
+        if stage < Stage.VELOCITY or isinstance(q, jax.core.Tracer):
+            return
+        topo = model.topology(state.use_euler_angles)
+        if not len(topo.euler_lock_q):
+            return
+        qn = np.asarray(q).reshape(-1, q.shape[-1])
+        locked = np.asarray(topo.at_gimbal_lock(jnp.asarray(qn)))
+        mobods = self.get_matter_subsystem()._mobods
+        for k, (b, m) in enumerate(topo.lock_bodies()):
+            need = Stage.ACCELERATION if m.qdot_is_u else Stage.VELOCITY
+            if stage < need or not locked[:, k].any():
+                continue
+            i = int(topo.euler_lock_q[k])
+            value = float(qn[int(np.argmax(locked[:, k])), i])
+            head = (
+                f"realize: MobilizedBody {mobods[b].name!r} ({m.kind}) is at gimbal lock: its middle "
+                f"Euler angle q[{i}] = {value:.9g} rad is within {GIMBAL_LOCK_TOLERANCE:g} of +-90 degrees, "
+            )
+            if m.qdot_is_u:
+                why = (
+                    "where two of its speeds turn the body about the same axis and the mass matrix is "
+                    "singular: the accelerations are NaN or meaningless there. Use a Ball "
+                    "(sj.MobilizedBody.Ball, a quaternion: no singular orientation) instead of the "
+                    "Gimbal, or keep the middle angle away from +-90 degrees"
+                )
+            else:
+                why = (
+                    "where qdot = N(q) u is singular (infinite or meaningless qdot). Use quaternions, "
+                    "Simbody's default: matter.set_use_euler_angles(state, False)"
+                )
+            warnings.warn(head + why, RuntimeWarning, stacklevel=3)
 
     def _check_instance(self, state: State, mobods: list, topo: Any) -> None:
         """Refuse concrete Instance parameters that no physical model has: NaN anywhere (a

@@ -146,6 +146,8 @@ def _group_poses(mob, q, params, *frames):
     if not (mob.has_X_FM_terms and mob.no_velocity_product):
         return by_joint(q, params, *frames)
     by_terms = partial(_terms_poses, mob)
+    if not _batching.chunking():  # no batching rules here (``_batching.unchunked``)
+        return by_terms(q, params, *frames)
     primal = jax.custom_batching.custom_vmap(by_terms)
 
     @primal.def_vmap

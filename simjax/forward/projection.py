@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from .. import _batching
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
@@ -80,16 +81,27 @@ def _gauss_newton(model: Model, mp: int, iterations: int):
     each projection within a step's error of the manifold). Autodiff through the steps
     instead would differentiate every step's constraint matrix and regularised solve: a
     second derivative of the constraint errors per step, the largest part of a constrained
-    rollout's reverse pass."""
+    rollout's reverse pass.
+
+    Both the steps and the rule realize without batching rules (``_batching.unchunked``):
+    in a ``lax.scan`` (a rollout) a second reverse pass meets them with their custom
+    rules stripped (the scan's loop-invariant hoisting partially evaluates its body), and
+    a ``custom_vmap`` has no reverse mode. There it differentiates the steps themselves,
+    as above."""
 
     @jax.custom_jvp
     def project(base: State, q0: jax.Array) -> jax.Array:
         def gn(q, _):
             return _propose(model, base, mp, q, *_position_errors_and_matrix(model, base, mp, q)), None
 
-        return jax.lax.scan(gn, q0, None, length=iterations)[0]
+        with _batching.unchunked():
+            return jax.lax.scan(gn, q0, None, length=iterations)[0]
 
     def project_jvp(primals, tangents):
+        with _batching.unchunked():
+            return _project_jvp(primals, tangents)
+
+    def _project_jvp(primals, tangents):
         base, q0 = primals
         dbase, dq0 = tangents
         q = project(base, q0)

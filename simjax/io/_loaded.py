@@ -303,7 +303,8 @@ class LoadedModel:
         into a ``(T, nq)`` array of q: matching columns by coordinate name (also OpenSim
         state paths such as ``/jointset/knee_r/knee_angle_r/value``), converting rotational
         coordinates from degrees when the table says so, and filling coordinates the table
-        lacks with their values in ``state`` (default: the default State)."""
+        lacks with their values in ``state`` (default: the default State). A missing value
+        (NaN) in a matched column is refused, naming the column and the row."""
         st = self.default_state if state is None else state
         labels = [_coordinate_label(lb) for lb in table.labels]
         data = np.asarray(table.data, dtype=float)
@@ -315,6 +316,13 @@ class LoadedModel:
             if c is None:
                 continue
             col = data[:, j]
+            if np.isnan(col).any():
+                i = int(np.argmax(np.isnan(col)))
+                raise ValueError(
+                    f"q_from_table: column {table.labels[j]!r} is missing (NaN) at row {i} (time "
+                    f"{float(np.asarray(table.time)[i]):g}); a q needs a value in every row: fill the gap "
+                    "(e.g. interpolate it) or drop the row"
+                )
             if table.in_degrees and c.motion_type == "rotational":
                 col = np.deg2rad(col)
             out[:, c.q_index(st)] = col

@@ -177,6 +177,27 @@ def _parse_floats(fields: list[str], path: str, lineno: int, describe: Any, firs
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _check_times(times: np.ndarray, path: str, linenos: Sequence[int], column: str) -> None:
+    """Refuse a time column that is not finite and strictly increasing, naming the file,
+    the line(s) and the values (a NaN time, or a repeated or backward row, would make every
+    reader of the table interpolate or step silently wrong)."""
+    t = [float(x) for x in times]
+    bad = ~np.isfinite(t)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"{path}, line {linenos[i]}, {column}: the time is {t[i]!r}; every row needs a finite time"
+        )
+    back = ~(np.diff(t) > 0)
+    if back.any():
+        i = int(np.argmax(back))
+        what = "repeats" if t[i + 1] == t[i] else "is before"
+        raise ValueError(
+            f"{path}, line {linenos[i + 1]}, {column}: the time {t[i + 1]!r} {what} {t[i]!r} on line "
+            f"{linenos[i]}; times must be strictly increasing (sort the rows, or drop the repeated one)"
+        )
+
+
 def _list_some(names: Sequence[str], k: int = 8) -> str:
     names = list(names)
     s = ", ".join(repr(n) for n in names[:k])
@@ -480,7 +501,8 @@ def read_trc(path: PathLike) -> MarkerTable:
     Raises:
         FileNotFoundError: No such file.
         ValueError: Malformed file; the message names the file, the line and, for a bad
-            number, the column and marker.
+            number, the column and marker. A time that is missing (NaN) or not after the
+            row before (times must be strictly increasing) names its line and the values.
     """
     p = os.fspath(path)
     lines = _read_lines(p, "read_trc")
@@ -562,11 +584,13 @@ def read_trc(path: PathLike) -> MarkerTable:
 
     frames: list[float] = []
     rows: list[np.ndarray] = []
+    linenos: list[int] = []
     for i in range(start, len(lines)):
         line = lines[i]
         if not line.strip():
             continue
         lineno = i + 1
+        linenos.append(lineno)
         fields = _split(line)
         if len(fields) > expected:
             if any(fields[expected:]):
@@ -595,6 +619,7 @@ def read_trc(path: PathLike) -> MarkerTable:
 
     T = len(rows)
     arr = np.array(rows, dtype=np.float64).reshape(T, 1 + 3 * M)
+    _check_times(arr[:, 0], p, linenos, "column 2 (Time)")
     if info["NumFrames"] is not None and info["NumFrames"] != T:
         warnings.warn(
             f"{p}: NumFrames = {info['NumFrames']} in the header but the file has {T} data rows; "
@@ -868,9 +893,11 @@ def _read_storage(path: PathLike, who: str) -> CoordinateTable:
         )
 
     rows: list[np.ndarray] = []
+    linenos: list[int] = []
     for i in range(li + 1, len(lines)):
         if not lines[i].strip():
             continue
+        linenos.append(i + 1)
         fields = _split(lines[i])
         if len(fields) > expected and not any(fields[expected:]):
             fields = fields[:expected]
@@ -890,6 +917,7 @@ def _read_storage(path: PathLike, who: str) -> CoordinateTable:
             stacklevel=3,
         )
     arr = np.array(rows, dtype=np.float64).reshape(T, expected)
+    _check_times(arr[:, 0], p, linenos, f"column 1 ({cols[0]})")
     return CoordinateTable(
         time=arr[:, 0], labels=labels, data=arr[:, 1:], in_degrees=in_degrees, name=name, metadata=metadata
     )
@@ -915,8 +943,11 @@ def read_sto(path: PathLike) -> CoordinateTable:
     Raises:
         FileNotFoundError: No such file.
         ValueError: No ``endheader``, a row with the wrong number of columns, a field that is
-            not a number (the message names the file, line and column), or ``DataType`` other
-            than ``double``.
+            not a number (the message names the file, line and column), a time that is NaN
+            or not after the row before (times must be strictly increasing; the message names
+            the line and the values), or ``DataType`` other than ``double``. Missing values
+            (NaN) in the other columns are kept: the format allows them (OpenSim writes
+            them); consumers that need every value refuse them by column and row.
     """
     return _read_storage(path, "read_sto")
 

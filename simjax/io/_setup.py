@@ -151,6 +151,12 @@ class IKSetup:
                     f"(its columns start {table.labels[:6]})"
                 )
             v = table.column(label)
+            if np.isnan(v).any():
+                i = int(np.argmax(np.isnan(v)))
+                raise ModelFileError(
+                    f"{self.coordinate_file}: column {label!r} of coordinate task {task.name!r} is missing "
+                    f"(NaN) at data row {i} (time {float(table.time[i]):g}); fill the gap or drop the row"
+                )
             if table.in_degrees and c.motion_type == "rotational":
                 v = np.deg2rad(v)
             tt = np.asarray(table.time)

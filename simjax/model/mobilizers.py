@@ -36,6 +36,13 @@ def velocity_jacobian(X_FM: Callable[[jax.Array], Rp], q: jax.Array) -> jax.Arra
     return jnp.concatenate([w, dp], axis=0)
 
 
+# Within this distance (|cos| of the middle Euler angle, about the angle from +-90 degrees
+# in radians) of gimbal lock a mobilizer is reported as at its singularity: the mass matrix
+# of a Gimbal has a condition number of ~1e12 there, the qdot of a Ball in Euler-angle
+# mode entries of ~1e6 |u|.
+GIMBAL_LOCK_TOLERANCE = 1e-6
+
+
 @dataclass(frozen=True)
 class AbstractMobilizer(abc.ABC):
     """Base of all mobilizer kinds.
@@ -143,6 +150,13 @@ class AbstractMobilizer(abc.ABC):
     def with_euler_angles(self) -> AbstractMobilizer:
         """This kind in Euler-angle mode (Model-stage option); non-quaternion kinds: self."""
         return self
+
+    @property
+    def euler_middle_angle(self) -> int | None:
+        """Index in this mobilizer's q of the middle one of body-fixed X-Y-Z Euler angles,
+        at whose +-90 degrees (gimbal lock) the kinematics are singular (Gimbal; the
+        quaternion kinds in Euler-angle mode); None for kinds without that singularity."""
+        return None
 
     @property
     def kind(self) -> str:
@@ -358,11 +372,18 @@ class Planar(AbstractMobilizer):
 
 @dataclass(frozen=True)
 class Gimbal(AbstractMobilizer):
-    """Body-fixed X-Y-Z Euler angles, ``u = qdot`` (singular at ``q[1] = +-pi/2``)."""
+    """Body-fixed X-Y-Z Euler angles, ``u = qdot``. Singular at ``q[1] = +-pi/2`` (gimbal
+    lock): two of its speeds turn the body about the same axis, so the mass matrix is
+    singular there (``euler_middle_angle``; ``GIMBAL_LOCK_TOLERANCE``). A Ball (a
+    quaternion) has no such configuration."""
 
     nq: ClassVar[int] = 3
     nu: ClassVar[int] = 3
     n_angles: ClassVar[int] = 3
+
+    @property
+    def euler_middle_angle(self) -> int | None:
+        return 1
 
     def X_FM(self, q, params):
         return sp.body_fixed(q, "xyz"), _zero3(q)
@@ -419,6 +440,12 @@ class _Orientation(AbstractMobilizer):
 
     def with_euler_angles(self):
         return replace(self, euler=True)
+
+    @property
+    def euler_middle_angle(self) -> int | None:
+        """1 in Euler-angle mode (``qdot = N(q) u`` is singular at ``q[1] = +-pi/2``), None
+        with a quaternion."""
+        return 1 if self.euler else None
 
     def default_q(self):
         angles = np.zeros(3) if self.euler else np.array([1.0, 0, 0, 0])

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from .mobilizers import AbstractMobilizer
+from .mobilizers import GIMBAL_LOCK_TOLERANCE, AbstractMobilizer
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,6 +123,27 @@ class Topology:
     def nu(self) -> int:
         """Total number of generalized speeds."""
         return int(self.nu_body.sum())
+
+    @cached_property
+    def euler_lock_q(self) -> np.ndarray:
+        """q index of the middle Euler angle of every mobilizer that has one
+        (``AbstractMobilizer.euler_middle_angle``), in body order."""
+        return np.array(
+            [self.q_start[b] + m.euler_middle_angle for b, m in self.lock_bodies()], dtype=int
+        ).reshape(-1)
+
+    def lock_bodies(self) -> list[tuple[int, AbstractMobilizer]]:
+        """``(body, mobilizer)`` of every mobilizer with a middle Euler angle (``euler_lock_q``)."""
+        return [
+            (b, m)
+            for b, m in enumerate(self.mobilizers)
+            if m is not None and m.euler_middle_angle is not None
+        ]
+
+    def at_gimbal_lock(self, q: jax.Array) -> jax.Array:
+        """(k,) bools, one per ``euler_lock_q``: within ``GIMBAL_LOCK_TOLERANCE`` of gimbal
+        lock in ``q``."""
+        return jnp.abs(jnp.cos(q[..., self.euler_lock_q])) <= GIMBAL_LOCK_TOLERANCE
 
     @cached_property
     def dof_body(self) -> np.ndarray:

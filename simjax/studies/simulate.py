@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src.interpreters import ad as _jax_ad  # the tracers of reverse mode (_in_reverse_mode)
 from jaxtyping import Array, Float
 
 from .. import _batching
@@ -66,6 +67,13 @@ dfx = LazyModule("diffrax")  # imported by the first simulation that needs it
 # integrator name -> diffrax solver class name
 _ADAPTIVE = {"tsit5": "Tsit5", "dopri5": "Dopri5", "kvaerno3": "Kvaerno3", "kvaerno5": "Kvaerno5"}
 _FIXED = ("rk4", "euler")
+# simulate's adjoint -> the kind of the adaptive integrators' loops (equinox.internal's
+# while_loop; diffrax's RecursiveCheckpointAdjoint, ForwardMode and DirectAdjoint)
+_LOOP_KIND: dict[str, Literal["checkpointed", "lax", "bounded"]] = {
+    "reverse": "checkpointed",
+    "forward": "lax",
+    "direct": "bounded",
+}
 
 
 class Trajectory(eqx.Module):
@@ -96,7 +104,8 @@ class Trajectory(eqx.Module):
             penetrated past twice its deadband: contradictory constraints, such as two
             Balls holding one point at two places or a ConstantCoordinate outside a
             CoordinateLimit's range; failed at ``t0`` when the initial State cannot be
-            projected). After a failure the outputs later than
+            projected), ``gimbal_lock`` (a mobilizer with Euler angles at its singularity;
+            ``final_state`` is there). After a failure the outputs later than
             ``termination_time`` are NaN and ``final_state`` is the last good State, at
             ``termination_time``.
         events_unresolved: One bool per ``TriggeredEvent`` (in the order given): in some
@@ -712,6 +721,15 @@ class _Loop(eqx.Module):
     ev: _Witnessed  # the triggered events' witnesses
 
 
+def _unlocked(model: Model, base: State, y) -> jax.Array:
+    """False where a mobilizer with Euler angles is at gimbal lock in ``y`` (a Gimbal's mass
+    matrix, or a quaternion kind's qdot in Euler-angle mode, is singular there)."""
+    topo = model.topology(base.use_euler_angles)
+    if not len(topo.euler_lock_q):
+        return jnp.asarray(True)
+    return ~jnp.any(topo.at_gimbal_lock(y[0]))
+
+
 def _stopped(L: _Loop) -> jax.Array:
     return L.done | (L.result != RESULTS.successful)
 
@@ -794,6 +812,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
         # a step to a non-finite state is not taken: stop at the last good one
         # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
         new = _select(all_finite(y1), new, _failed(L, t, RESULTS.simulation_nonfinite))  # type: ignore[arg-type]
+        new = _select(_unlocked(model, base, L.y), new, _failed(L, t, RESULTS.gimbal_lock))  # type: ignore[arg-type]
         return _select(live, new, L0), None
 
     # Reverse mode keeps a few vectors per step: forward dynamics (each RK4 stage, each
@@ -809,7 +828,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
 def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events, ctl=None):
     cls = getattr(dfx, _ADAPTIVE[cfg.integrator])
     # diffrax loops over the stages with a checkpointed (reverse-only) loop unless told
-    kw: dict[str, Any] = {} if cfg.adjoint == "reverse" else {"scan_kind": "lax"}
+    kw: dict[str, Any] = {} if cfg.adjoint == "reverse" else {"scan_kind": _LOOP_KIND[cfg.adjoint]}
     if cfg.integrator.startswith("kvaerno"):
         # the Newton (chord) tolerances diffeqsolve would take from its step controller
         kw["root_finder"] = dfx.VeryChord(rtol=cfg.accuracy, atol=cfg.atol)
@@ -894,13 +913,12 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events,
         nonfinite = bad_state | ~finite
         why = RESULTS.where(nonfinite, RESULTS.simulation_nonfinite, RESULTS.step_size_too_small)  # type: ignore[arg-type]
         Ln = _select(bad_state | tiny, _failed(L, t, why), Ln)
+        Ln = _select(_unlocked(model, base, L.y), Ln, _failed(L, t, RESULTS.gimbal_lock))  # type: ignore[arg-type]
         return (tn, Ln, dtn, ss1)
 
     init = (jnp.asarray(t0, L.err.dtype), L, jax.lax.stop_gradient(jnp.asarray(dt0, L.err.dtype)), sstate)
-    if cfg.adjoint == "reverse":
-        t, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="checkpointed")
-    else:
-        t, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind="lax")
+    kind = _LOOP_KIND[cfg.adjoint]
+    t, L, dt, _ = eqxi.while_loop(cond, body, init, max_steps=cfg.max_steps, kind=kind)
     # out of steps before the end of the interval
     short = unfinished(t) & ~_stopped(L)
     # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
@@ -970,10 +988,15 @@ def simulate(
             check ``traj.result`` (and ``traj.termination_time``).
         adjoint: How the adaptive integrators are differentiated (diffrax's word):
             ``"reverse"`` (default; a checkpointed loop: ``jax.grad``, ``vjp``,
-            ``jacrev``, at memory O(sqrt(steps))) or ``"forward"`` (a plain loop:
-            ``jax.jvp``, ``jacfwd``, ``hessian`` over a few inputs; not reverse mode).
-            The step sizes are not differentiated: derivatives are those of the steps
-            taken. Fixed-step integrators differentiate in both modes either way.
+            ``jacrev``, at memory O(sqrt(steps)); one reverse pass, not differentiated
+            again), ``"forward"`` (a plain loop: ``jax.jvp``, ``jacfwd`` to any order,
+            over a few inputs; not reverse mode) or ``"direct"`` (a bounded loop, diffrax's
+            ``DirectAdjoint``: every mode and order, ``jax.hessian`` and
+            ``jacrev(jacrev(f))`` included; its program holds ``max_steps`` steps per output
+            interval, so set ``max_steps`` to a small bound of them). A mode the adjoint does
+            not serve is refused with an error naming the one that does. The step sizes are
+            not differentiated: derivatives are those of the steps taken. Fixed-step
+            integrators differentiate in every mode and order either way.
         controls: What drives the actuators (``Force.CoordinateActuator``; default: the
             controls in ``state``, held): a vector ``(ncontrols,)`` held over the run; a
             sequence ``(nsteps, ncontrols)``, row ``k`` over fixed step ``k`` (fixed-step
@@ -1017,10 +1040,11 @@ def simulate(
             _check_positive("dt", dt, "the initial step of an adaptive integrator, or None")
         if max_step is not None:
             _check_positive("max_step", max_step, "or None for no bound")
-    if adjoint not in ("reverse", "forward"):
+    if adjoint not in _LOOP_KIND:
         raise ValueError(
-            f"simulate: adjoint must be 'reverse' (jax.grad, the default) or 'forward' "
-            f"(jax.jvp/jacfwd through an adaptive integrator), got {adjoint!r}"
+            f"simulate: adjoint must be 'reverse' (jax.grad, the default), 'forward' "
+            f"(jax.jvp/jacfwd through an adaptive integrator) or 'direct' (every mode and order, "
+            f"with a small max_steps), got {adjoint!r}"
         )
     if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
         raise ValueError(f"simulate: max_steps must be an integer >= 1, got {max_steps!r}")
@@ -1073,22 +1097,67 @@ def simulate(
         # integrators' checkpointed loop (adjoint='reverse') is a custom_vjp, which a jvp
         # rule cannot go through: reverse mode's rule (``chunked_vjp``) serves it.
         run = lambda s: _simulate(model, s, t0, tuple(float(x) for x in times), cfg, events, reps, ctl)
-        reverse_only = integrator in _ADAPTIVE and adjoint == "reverse"
-        traj = (_batching.chunked_vjp if reverse_only else _batching.chunked_jvp)(run)(state)
+        if integrator in _ADAPTIVE and adjoint == "reverse":
+            again = lambda: _adjoint_refusal(integrator, adjoint, "a second reverse pass")  # noqa: E731
+            traj = _batching.chunked_vjp(run, again)(state)
+        else:
+            if integrator in _ADAPTIVE and adjoint == "forward" and _in_reverse_mode((state, ctl)):
+                raise _adjoint_refusal(integrator, adjoint, "reverse-mode differentiation")
+            traj = _batching.chunked_jvp(run)(state)
     except TypeError as err:
         # jvp of the checkpointed loop (a custom_vjp) is refused by JAX with a bare message
         if integrator not in _ADAPTIVE or adjoint != "reverse" or "forward-mode" not in str(err):
             raise
-        raise TypeError(
-            f"simulate: forward-mode differentiation (jax.jvp, jax.jacfwd, jax.hessian) through "
-            f"the adaptive integrator {integrator!r} needs simulate(..., adjoint='forward'); the "
-            "default adjoint='reverse' (a checkpointed loop) serves jax.grad, jax.vjp and "
-            "jax.jacrev. Fixed-step integrators ('rk4', 'euler') differentiate in both modes"
-        ) from None
+        raise _adjoint_refusal(integrator, adjoint, "forward-mode differentiation") from None
     if dg.debug_nans_enabled():
         _diagnose_nonfinite(system, traj, cfg.dt if cfg.dt else (float(times[-1]) - t0) / 1000)
     _warn_unresolved(traj, events, cfg)
-    return _raise_if_failed(traj, t0, float(times[-1]), cfg) if throw else traj
+    if not throw:
+        return traj
+    topo = model.topology(state.use_euler_angles)
+    locks = ", ".join(f"{topo.names[b]!r} ({m.kind})" for b, m in topo.lock_bodies())
+    return _raise_if_failed(traj, t0, float(times[-1]), cfg, locks)
+
+
+_HOW_TO_DIFFERENTIATE = (
+    "adjoint='reverse' (the default, a checkpointed loop) serves one reverse pass (jax.grad, "
+    "jax.vjp, jax.jacrev); adjoint='forward' (a plain loop) forward mode to any order (jax.jvp, "
+    "jax.jacfwd, jax.jacfwd(jax.jacfwd(f))); adjoint='direct' (a bounded loop, diffrax's "
+    "DirectAdjoint) every mode and order, jax.hessian and jax.jacrev(jax.jacrev(f)) too, with "
+    "max_steps set to a bound of the steps of one output interval (e.g. max_steps=256: the "
+    "program's time and memory grow with it); the fixed-step integrators ('rk4', 'euler') "
+    "differentiate in every mode and order"
+)
+
+
+def _adjoint_refusal(integrator: str, adjoint: str, what: str) -> TypeError:
+    """The error for ``what`` (a kind of differentiation) through an adaptive run whose
+    ``adjoint`` does not serve it."""
+    modes = {
+        "forward-mode differentiation": " (jax.jvp, jax.jacfwd, jax.hessian: jacfwd of jacrev)",
+        "reverse-mode differentiation": " (jax.grad, jax.vjp, jax.jacrev, jax.hessian)",
+        "a second reverse pass": " (jax.jacrev(jax.jacrev(f)), jax.grad of a gradient)",
+    }
+    return TypeError(
+        f"simulate: {what}{modes.get(what, '')} through the adaptive integrator {integrator!r} "
+        f"is not served by adjoint={adjoint!r}: {_HOW_TO_DIFFERENTIATE}"
+    )
+
+
+def _in_reverse_mode(tree: Any) -> bool:
+    """Whether a leaf of ``tree`` is traced for reverse mode (``jax.vjp``, ``grad``,
+    ``jacrev``) around this call. Read from JAX's tracers (internal types: False if they
+    change); a reverse pass around a ``jit`` that encloses the call is not seen."""
+    linearize = getattr(_jax_ad, "LinearizeTrace", None)
+    if linearize is None:  # pragma: no cover
+        return False
+    for x in jax.tree.leaves(tree):
+        while isinstance(x, jax.core.Tracer):
+            trace = getattr(x, "_trace", None)
+            if isinstance(trace, linearize) and getattr(trace, "is_vjp", False):
+                return True
+            x = getattr(x, "primal", getattr(x, "val", None))
+    return False
 
 
 def _warn_unresolved(traj: Trajectory, events: Sequence[Any], cfg: _Config) -> None:
@@ -1184,11 +1253,12 @@ _FAILURES = (
     RESULTS.step_size_too_small,
     RESULTS.unilateral_solve_failed,
     RESULTS.constraints_unsatisfiable,
+    RESULTS.gimbal_lock,
 )
 _TIME_BINS = 100  # under jit the message names the time reached to 1/100 of the run
 
 
-def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
+def _failure_message(kind: int, where: str, t1: float, cfg: _Config, locks: str = "") -> str:
     """The message of failure ``_FAILURES[kind]`` at ``where`` (e.g. "at t = 0.5")."""
     check = "check the model (stiff or singular forces, NaN parameters) and the initial q, u and z"
     if kind == 0 and cfg.integrator in _FIXED:
@@ -1222,6 +1292,15 @@ def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
             f"from an assembled State (sj.Assembler), or raise projection_iterations (now "
             f"{cfg.projection_iterations}) or shorten the step"
         )
+    elif kind == 5:
+        what = "a mobilizer with Euler angles reached gimbal lock (its middle angle at +-90 degrees)"
+        what += ", where a Gimbal's mass matrix, or the qdot of a Ball/Free in Euler-angle mode, is singular"
+        fix = (
+            "use quaternions, as Simbody advises: a Ball (sj.MobilizedBody.Ball) instead of a Gimbal, and "
+            "matter.set_use_euler_angles(state, False) (the default) for Ball/Free"
+        )
+        if locks:
+            fix += f" (Euler angles here: {locks})"
     elif kind == 3:
         what = "the complementarity solve of the coordinate limits did not settle"
         fix = (
@@ -1241,8 +1320,9 @@ def _failure_message(kind: int, where: str, t1: float, cfg: _Config) -> str:
     )
 
 
-def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config) -> Trajectory:
-    """``throw=True``: raise through ``equinox.error_if`` if ``traj.result`` is a failure."""
+def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config, locks: str = "") -> Trajectory:
+    """``throw=True``: raise through ``equinox.error_if`` if ``traj.result`` is a failure.
+    ``locks``: the bodies whose mobilizers have Euler angles (named by a gimbal lock)."""
     bad = ~simulation_ok(traj.result)
     kind = jnp.asarray(0)
     for i, r in enumerate(_FAILURES):
@@ -1253,12 +1333,12 @@ def _raise_if_failed(traj: Trajectory, t0: float, t1: float, cfg: _Config) -> Tr
             return traj
         first = int(np.argmax(np.ravel(bad)))
         where = f"at t = {float(np.ravel(t)[first]):.6g}"
-        return eqx.error_if(traj, bad, _failure_message(int(np.ravel(kind)[first]), where, t1, cfg))
+        return eqx.error_if(traj, bad, _failure_message(int(np.ravel(kind)[first]), where, t1, cfg, locks))
     # traced: a message per failure and time bin
     span = t1 - t0
     edges = [t0 + span * k / _TIME_BINS for k in range(_TIME_BINS + 1)]
     msgs = [
-        _failure_message(i, f"at t between {edges[k]:.6g} and {edges[k + 1]:.6g}", t1, cfg)
+        _failure_message(i, f"at t between {edges[k]:.6g} and {edges[k + 1]:.6g}", t1, cfg, locks)
         for i in range(len(_FAILURES))
         for k in range(_TIME_BINS)
     ]
