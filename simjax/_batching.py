@@ -9,10 +9,9 @@ you where it pays (a CPU, one device) and is ``jax.vmap`` elsewhere (a GPU wants
 batch at once; a batch sharded over several devices must not be looped over).
 
 It is differentiable in both modes, composes with ``jit`` and nests under ``jax.vmap``
-like ``lax.map``. Measured in ``benchmarks/RESULTS.md`` ("sj.vmap"): 1.0-3.0x the
-throughput of one ``jax.vmap`` at B = 1024-16384 on a 2-core CPU. ``realize`` and
-``simulate`` themselves run through :func:`chunked_jvp`, so a plain ``jax.vmap`` of a
-realization is chunked the same way (2026-12-06: 0.98-1.04x ``sj.vmap``'s throughput), and
+like ``lax.map``; on a CPU it outruns one ``jax.vmap`` of thousands of States
+(``benchmarks/RESULTS.md``). ``realize`` and ``simulate`` themselves run through
+:func:`chunked_jvp`, so a plain ``jax.vmap`` of a realization is chunked the same way, and
 so is a plain ``jax.vmap`` of a whole rollout (each chunk's run in turn); ``sj.vmap`` chunks
 the rest of a user's function too.
 """
@@ -196,7 +195,7 @@ def chunked_jvp(
     (default ``jax.jvp(fun)``: differentiated, in either mode and batched or not, it is
     ``fun``, whole). ``realize`` and ``simulate`` run through it, so a plain ``jax.vmap`` of
     a realization or a rollout over thousands of States keeps its working set in cache as
-    ``sj.vmap`` does (``benchmarks/RESULTS.md``, 2026-12-06); so do the unrolled tree sums,
+    ``sj.vmap`` does; so do the unrolled tree sums,
     with the dense product's derivative (``tree.traversal``).
 
     With the default rule ``fun`` may close over traced values (a controller's batched

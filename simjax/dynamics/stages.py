@@ -60,7 +60,7 @@ def _joint_local(mob, q, params, X_PF_R, X_PF_p, X_BM_R, X_BM_p, *, terms: bool 
         R_FM, p_FM = _X_FM(mob, q, params)
         H = mob.H_FM(q, params)  # (6, nu) in F at M origin
         # Products of a rotation with a rotation and a vector side by side, as one [R | p]
-        # (3, 4): on XLA:CPU each reduction costs a single-state call ~0.3 µs besides its kernel.
+        # (3, 4): on XLA:CPU each reduction costs a single-state call a fixed time besides its kernel.
         X_PM = sp.matmul_fused(X_PF_R, jnp.concatenate([R_FM, p_FM[:, None]], axis=1))
         R_PM, p_PM = X_PM[:, :3], X_PF_p + X_PM[:, 3]
         R_FB = sp.matmul_fused(R_FM, R_MB)
@@ -81,8 +81,8 @@ def _X_PM_from_terms(mob, q, params, X_PF_R, X_PF_p, R_MB):
     ``R_PF``'s columns picked, scaled and summed (``sp.matmul_const``; no 3x3 product). These
     kinds' ``H_FM`` is invariant under their ``R_FM`` (a rotation about the axis it moves
     along), so the motion subspace takes ``R_MB`` for ``R_FB``. Each member of a batch of
-    whole States pays this (its own frames); at B = 1024 it measured ~10% faster than the
-    general products on a 50-link chain (the humanoid and chain7 within noise)."""
+    whole States pays this (its own frames); for large batches of long chains it is faster
+    than the general products."""
     R_k = mob.X_FM_rotation_terms
     w = _weights_once(mob.X_FM_weights(q))
     R_PM = sp.matmul_const(X_PF_R, R_k[0])
@@ -424,10 +424,10 @@ def forward_solve(
     least ``ARTICULATED_MIN_BATCH`` states, the articulated-body recursion in Ground's frame
     (``simjax.tree.articulated``), linear in the number of bodies; a single state (or a
     small batch) by a dense Cholesky of the composite-rigid-body ``M``, a few large kernels
-    where the recursion is many small ones. Measured in ``benchmarks/RESULTS.md``
-    (2026-11-29, sixth stop). Derivatives go through the dense Cholesky's rule (``x' = M^-1
-    (rhs' - M' x)``, ``M`` from ``mass_matrix_upper``) either way: the same numbers to
-    round-off, and a derivative program as compact as a dense solve's.
+    where the recursion is many small ones (``benchmarks/HISTORY.md``). Derivatives go
+    through the dense Cholesky's rule (``x' = M^-1 (rhs' - M' x)``, ``M`` from
+    ``mass_matrix_upper``) either way: the same numbers to round-off, and a derivative
+    program as compact as a dense solve's.
 
     ``recursion``: forward dynamics' right-hand side ``rhs = tau - C`` once more, as the
     recursion takes it whole, ``(tau, bias_forces, velocity_products)``

@@ -73,7 +73,7 @@ def _realize_cache(model: Model, state: State, stage: Stage, chunking: bool) -> 
 
     # Under a plain ``jax.vmap`` of more than ``sj.vmap``'s chunk of States on a single CPU
     # device, the realization runs in chunks (``_batching.chunked_jvp``; one ``vmap``
-    # elsewhere), its derivatives unchanged: B = 4096 humanoids 14.2 -> 5.6 µs per state.
+    # elsewhere), its derivatives unchanged: the working set stays in cache.
     # ``chunking`` (static) is whether it does: not inside ``_batching.unchunked``.
     def cache_of(*leaves: jax.Array) -> Cache:
         return realize_eager(model, jax.tree.unflatten(treedef, leaves), stage).cache
