@@ -37,7 +37,10 @@ def _chain(n: int, nball: int, extra: bool = False):
         pin2 = sj.MobilizedBody.Pin(pin, sj.Transform(p=[0, -0.5, 0]), body, sj.Transform())
         cons.append(sj.Constraint.Rod(bodies[-1], [0, 0, 0], pin2, [0, 0, 0], 1.3))
         cons.append(sj.Constraint.Rod(bodies[-2], [0, 0, 0], pin, [0, 0, 0], 1.1))
-        cons.append(sj.Constraint.ConstantSpeed(pin, 0, 0.3))
+        # (on a pin of its own: on ``pin``, which the coupler ties to the held ``pin2``, the
+        # demanded speed would contradict them, an error since the velocity check)
+        pin3 = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(p=[2, 0, 0]), body, sj.Transform())
+        cons.append(sj.Constraint.ConstantSpeed(pin3, 0, 0.3))
         cons.append(sj.Constraint.ConstantCoordinate(pin2, 0, 0.2))
         cons.append(sj.Constraint.CoordinateCoupler(matter, lambda x: x[0] - 2 * x[1], [pin, pin2], [0, 0]))
     return system, matter, cons

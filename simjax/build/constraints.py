@@ -742,6 +742,7 @@ class ConstantCoordinate(Constraint):
     """One generalized coordinate held at a value: ``perr = q_i - value`` (1 holonomic)."""
 
     _fixed_counts = (1, 0, 0)
+    holds_a_coordinate = True  # (read by the System's check against CoordinateLimits)
 
     def __init__(self, mobod: MobilizedBody, which_q: int, default_position: float = 0.0):
         self._which = _which("ConstantCoordinate", mobod, which_q, mobod.mobilizer.nq, "q's")

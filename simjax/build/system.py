@@ -628,10 +628,8 @@ def _check_held_within_limits(matter: Any) -> None:
     the default range of a CoordinateLimit on the same coordinate by more than its deadband:
     no configuration meets both (values changed per State are caught by ``simulate``'s
     status, ``RESULTS.constraints_unsatisfiable``)."""
-    from .constraints import ConstantCoordinate  # noqa: PLC0415 (constraints imports this module)
-
-    for c in matter._constraints:
-        if not isinstance(c, ConstantCoordinate) or c.is_disabled_by_default():
+    for c in matter._constraints:  # (ConstantCoordinate says so: its module imports this one)
+        if not getattr(c, "holds_a_coordinate", False) or c.is_disabled_by_default():
             continue
         value = float(c._defaults["position"])
         for lim in matter._limits:
