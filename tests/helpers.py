@@ -144,3 +144,24 @@ def fourbar():
     rocker = sj.MobilizedBody.Pin(coupler, sj.Transform(p=[2, 0, 0]), mp, sj.Transform())
     ball = sj.Constraint.Ball(G, [2.0, 0.5, 0], rocker, [1.5, 0, 0])
     return system, matter, ball
+
+
+#: A one-body OpenSim model (a link on a pin to Ground), ``{name}`` and its attached
+#: ``{geometry}`` to fill in: the loaders' file-handling tests write it beside their meshes.
+ONE_PIN_OSIM = """<?xml version="1.0" encoding="UTF-8" ?>
+<OpenSimDocument Version="40000"><Model name="{name}">
+  <Ground name="ground"/>
+  <BodySet name="bodyset"><objects>
+    <Body name="link"><mass>1</mass><mass_center>0 -0.5 0</mass_center>
+      <inertia>0.1 0.01 0.1 0 0 0</inertia>
+      <attached_geometry>{geometry}</attached_geometry>
+    </Body>
+  </objects></BodySet>
+  <JointSet name="jointset"><objects>
+    <PinJoint name="hinge">
+      <socket_parent_frame>/ground</socket_parent_frame>
+      <socket_child_frame>/bodyset/link</socket_child_frame>
+      <coordinates><Coordinate name="q1"/></coordinates>
+    </PinJoint>
+  </objects></JointSet>
+</Model></OpenSimDocument>"""

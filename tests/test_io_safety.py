@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import ONE_PIN_OSIM
 
 from simjax.io import ModelFileError, _xml, load_mjcf, load_osim, load_urdf
 from simjax.viz._meshes import MeshReadError, read_vtp
@@ -273,29 +274,13 @@ def test_deep_mjcf_through_includes_is_refused(tmp_path):
 
 # ----------------------------------------------------------------------------- OpenSim
 
-OSIM = """<?xml version="1.0" encoding="UTF-8" ?>
-<OpenSimDocument Version="40000"><Model name="tiny">
-  <Ground name="ground"/>
-  <BodySet name="bodyset"><objects>
-    <Body name="link"><mass>1</mass><mass_center>0 -0.5 0</mass_center>
-      <inertia>0.1 0.01 0.1 0 0 0</inertia>
-      <attached_geometry><Mesh name="shape"><mesh_file>{mesh}</mesh_file></Mesh></attached_geometry>
-    </Body>
-  </objects></BodySet>
-  <JointSet name="jointset"><objects>
-    <PinJoint name="hinge">
-      <socket_parent_frame>/ground</socket_parent_frame>
-      <socket_child_frame>/bodyset/link</socket_child_frame>
-      <coordinates><Coordinate name="q1"/></coordinates>
-    </PinJoint>
-  </objects></JointSet>
-</Model></OpenSimDocument>"""
-
 
 def _osim(folder, mesh: str):
     folder.mkdir(parents=True, exist_ok=True)
     p = folder / "m.osim"
-    p.write_text(OSIM.format(mesh=mesh))
+    p.write_text(
+        ONE_PIN_OSIM.format(name="tiny", geometry=f'<Mesh name="shape"><mesh_file>{mesh}</mesh_file></Mesh>')
+    )
     return p
 
 

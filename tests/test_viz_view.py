@@ -31,6 +31,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from data_fetch import fetch, fetch_suffix, fetch_tree  # noqa: E402
+from helpers import ONE_PIN_OSIM  # noqa: E402
 
 import simjax as sj  # noqa: E402
 from simjax.viz._meshes import read_vtp  # noqa: E402
@@ -444,25 +445,6 @@ def test_missing_and_unreadable_meshes_warn_and_draw_stand_ins(tmp_path):
     assert (2, "box", False) in kinds and any(s for _, _, s in kinds)  # the box, and stand-ins
 
 
-OSIM_BONES = """<?xml version="1.0" encoding="UTF-8" ?>
-<OpenSimDocument Version="40000"><Model name="bones">
-  <Ground name="ground"/>
-  <BodySet name="bodyset"><objects>
-    <Body name="link"><mass>1</mass><mass_center>0 -0.5 0</mass_center>
-      <inertia>0.1 0.01 0.1 0 0 0</inertia>
-      <attached_geometry>{meshes}</attached_geometry>
-    </Body>
-  </objects></BodySet>
-  <JointSet name="jointset"><objects>
-    <PinJoint name="hinge">
-      <socket_parent_frame>/ground</socket_parent_frame>
-      <socket_child_frame>/bodyset/link</socket_child_frame>
-      <coordinates><Coordinate name="q1"/></coordinates>
-    </PinJoint>
-  </objects></JointSet>
-</Model></OpenSimDocument>"""
-
-
 def test_missing_meshes_are_one_warning_with_the_count_folders_and_fix(tmp_path):
     """Issue 65: a model whose bone meshes are absent (Pose2Sim's without its Geometry
     folder: 104 meshes) gave one warning per mesh. Now drawing it warns once: the count, the
@@ -472,7 +454,7 @@ def test_missing_meshes_are_one_warning_with_the_count_folders_and_fix(tmp_path)
     meshes = "".join(f'<Mesh name="m{k}"><mesh_file>{f}</mesh_file></Mesh>' for k, f in enumerate(bones))
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "m.osim").write_text(OSIM_BONES.format(meshes=meshes))
+    (folder / "m.osim").write_text(ONE_PIN_OSIM.format(name="bones", geometry=meshes))
     model = _quiet(sj.io.load_osim, str(folder / "m.osim"))
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
