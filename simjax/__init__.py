@@ -21,20 +21,6 @@ from ._spatial import MassProperties as MassProperties
 from ._spatial import Rotation as Rotation
 from ._spatial import Transform as Transform
 from ._stage import Stage as Stage
-from .build.bodies import Body as Body
-from .build.bodies import MobilizedBody as MobilizedBody
-from .build.constraints import Constraint as Constraint
-from .build.couplings import Coupling as Coupling
-from .build.diagnose import NonFiniteError as NonFiniteError
-from .build.diagnose import debug_nans as debug_nans
-from .build.diagnose import find_nonfinite as find_nonfinite
-from .build.forces import Force as Force
-from .build.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
-from .build.system import ForceSubsystem as ForceSubsystem
-from .build.system import GeneralForceSubsystem as GeneralForceSubsystem
-from .build.system import MultibodySystem as MultibodySystem
-from .build.system import Subsystem as Subsystem
-from .build.system import TopologyError as TopologyError
 from .constraints.kernels import ConstraintContext as ConstraintContext
 from .model.context import Context as Context
 from .model.mobilizers import AbstractMobilizer as AbstractMobilizer
@@ -52,5 +38,19 @@ from .studies.simulate import TimeStepper as TimeStepper
 from .studies.simulate import Trajectory as Trajectory
 from .studies.simulate import TriggeredEvent as TriggeredEvent
 from .studies.simulate import simulate as simulate
+from .system.bodies import Body as Body
+from .system.bodies import MobilizedBody as MobilizedBody
+from .system.constraints import Constraint as Constraint
+from .system.couplings import Coupling as Coupling
+from .system.diagnose import NonFiniteError as NonFiniteError
+from .system.diagnose import debug_nans as debug_nans
+from .system.diagnose import find_nonfinite as find_nonfinite
+from .system.forces import Force as Force
+from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
+from .system.system import ForceSubsystem as ForceSubsystem
+from .system.system import GeneralForceSubsystem as GeneralForceSubsystem
+from .system.system import MultibodySystem as MultibodySystem
+from .system.system import Subsystem as Subsystem
+from .system.system import TopologyError as TopologyError
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ Layers, lowest first (the documentation's "Architecture and layout" page, docs/a
     dynamics/     kinematics, mass matrix, bias forces, applied forces
     constraints/  constraint kernels (errors, G, b, multipliers)
     forward/      the stage driver and projection
-    build/        MultibodySystem, subsystems, handles users construct
+    system/        MultibodySystem, subsystems, handles users construct
     studies/      simulate, Assembler, assembly conditions
     io/           model and motion files
     viz/          figures
@@ -42,7 +42,7 @@ LAYERS = [
     {"simjax.dynamics"},
     {"simjax.constraints"},
     {"simjax.forward"},
-    {"simjax.build"},
+    {"simjax.system"},
     {"simjax.studies"},
     {"simjax.io"},
     {"simjax.viz"},
@@ -107,7 +107,7 @@ def _all(root: pathlib.Path = ROOT):
 
 
 def _resolve(target: str, modules: set[str]) -> str:
-    """``simjax.build.forces`` stays; ``simjax.build.Force`` (a name) becomes ``simjax.build``."""
+    """``simjax.system.forces`` stays; ``simjax.system.Force`` (a name) becomes ``simjax.system``."""
     while target not in modules and "." in target:
         target = target.rsplit(".", 1)[0]
     return target
@@ -172,17 +172,17 @@ def test_the_check_sees_violations(tmp_path):
     inside a function, one under TYPE_CHECKING, and a cycle."""
     pkg = tmp_path / "simjax"
     (pkg / "model").mkdir(parents=True)
-    (pkg / "build").mkdir()
-    for d in (pkg, pkg / "model", pkg / "build"):
+    (pkg / "system").mkdir()
+    for d in (pkg, pkg / "model", pkg / "system"):
         (d / "__init__.py").write_text("")
-    (pkg / "model" / "a.py").write_text("from ..build import b\n")
-    (pkg / "build" / "b.py").write_text(
+    (pkg / "model" / "a.py").write_text("from ..system import b\n")
+    (pkg / "system" / "b.py").write_text(
         "from typing import TYPE_CHECKING\nfrom ..model import a\n"
         "if TYPE_CHECKING:\n    from ..model import a as a2\n"
         "def f():\n    from simjax.model import a\n"
     )
-    assert _upward(pkg) == ["simjax.model.a:1 imports simjax.build.b (a higher layer)"]
-    assert _nested(pkg) == ["simjax.build.b:4 (TYPE_CHECKING)", "simjax.build.b:6 (function)"]
+    assert _upward(pkg) == ["simjax.model.a:1 imports simjax.system.b (a higher layer)"]
+    assert _nested(pkg) == ["simjax.system.b:4 (TYPE_CHECKING)", "simjax.system.b:6 (function)"]
     with pytest.raises(AssertionError, match="import cycle"):
         _check_acyclic(pkg)
 

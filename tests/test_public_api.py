@@ -48,7 +48,6 @@ SJ = [
     "Trajectory",
     "Transform",
     "TriggeredEvent",
-    "build",
     "configure",
     "constraints",
     "debug_nans",
@@ -62,6 +61,7 @@ SJ = [
     "shard",
     "simulate",
     "studies",
+    "system",
     "tree",
     "vmap",
 ]

@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._stage import Stage
-from ..build.bodies import MobilizedBody
-from ..build.constraints import CoordinateLimit
 from ..model.state import State
 from ..studies.assembler import Assembler
 from ..studies.conditions import Markers
+from ..system.bodies import MobilizedBody
+from ..system.constraints import CoordinateLimit
 from ._motion import CoordinateTable
 
 

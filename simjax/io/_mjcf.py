@@ -100,9 +100,9 @@ from typing import Any
 import numpy as np
 
 from .. import _spatial as sp
-from .. import build as sj
+from .. import system as sj
 from .._stage import Stage
-from ..build.bodies import MobilizedBody
+from ..system.bodies import MobilizedBody
 from ._loaded import (
     Coordinate,
     LoadedModel,

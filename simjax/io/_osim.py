@@ -33,11 +33,11 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._functions import Constant, Linear, Polynomial
-from ..build.bodies import Body, MobilizedBody
-from ..build.constraints import Constraint
-from ..build.forces import Force
-from ..build.matter import SimbodyMatterSubsystem
-from ..build.system import GeneralForceSubsystem, MultibodySystem
+from ..system.bodies import Body, MobilizedBody
+from ..system.constraints import Constraint
+from ..system.forces import Force
+from ..system.matter import SimbodyMatterSubsystem
+from ..system.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._paths import ModelFiles, model_folders

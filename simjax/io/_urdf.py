@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from .. import _spatial as sp
-from .. import build as sj
-from ..build.bodies import MobilizedBody
+from .. import system as sj
+from ..system.bodies import MobilizedBody
 from ._loaded import (
     Coordinate,
     LoadedModel,

@@ -35,7 +35,7 @@ class Identity:
 
 
 class ForceKind(Protocol):
-    """A force element (``simjax.build.forces.Force``): its class evaluates a whole group."""
+    """A force element (``simjax.system.forces.Force``): its class evaluates a whole group."""
 
     @classmethod
     def calc_group(cls, ctx: Any, grp: ForceGroup, only: int | None) -> tuple[jax.Array, jax.Array]:
@@ -59,7 +59,7 @@ class ForceGroup:
     """All force elements of one type in one force subsystem, evaluated together."""
 
     cls: type[ForceKind]
-    elements: list[Any]  # the force element handles (simjax.build.forces)
+    elements: list[Any]  # the force element handles (simjax.system.forces)
     subsystem: str
     statics: tuple[Any, ...] = ()
 
@@ -81,14 +81,14 @@ class Model:
     default_q_body: tuple[np.ndarray | None, ...]  # user defaults per body (base mode)
     default_u_body: tuple[np.ndarray | None, ...]
     force_groups: tuple[ForceGroup, ...]
-    subsystems: tuple[Any, ...]  # every Subsystem after matter (simjax.build.system)
+    subsystems: tuple[Any, ...]  # every Subsystem after matter (simjax.system.system)
     discrete_decl: tuple[tuple[str, str, int, np.ndarray], ...]
     z_decl: tuple[tuple[str, np.ndarray], ...]
     version: int
     uid: int
     constraint_objects: tuple[Any, ...] = ()
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
-    limit_objects: tuple[Any, ...] = ()  # unilateral coordinate limits (build.constraints)
+    limit_objects: tuple[Any, ...] = ()  # unilateral coordinate limits (system.constraints)
     _topos: dict[bool, Topology] = field(default_factory=dict)
     _cons: dict[bool, tuple[Any, ...]] = field(default_factory=dict)
     _groups: dict[bool, tuple[Any, ...]] = field(default_factory=dict)  # constraints.kernels

@@ -53,14 +53,14 @@ from .. import _batching
 from .._lazy import LazyModule
 from .._results import RESULTS, all_finite, simulation_ok
 from .._stage import Stage
-from ..build import diagnose as dg
-from ..build.system import MultibodySystem
 from ..dynamics import stages as rz
 from ..forward import projection as pj
 from ..forward import stepper as us
 from ..forward.realize import realize
 from ..model.model import Model, _replace
 from ..model.state import Cache, State
+from ..system import diagnose as dg
+from ..system.system import MultibodySystem
 
 dfx = LazyModule("diffrax")  # imported by the first simulation that needs it
 

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._stage import Stage
-from ..build.system import MultibodySystem
 from ..io._loaded import LoadedModel, VisualGeometry
 from ..io._urdf import align_axis
 from ..model.state import State
 from ..studies.conditions import Markers
 from ..studies.simulate import Trajectory
+from ..system.system import MultibodySystem
 from ._meshes import MeshProblems, load_mesh
 
 #: mobilizers that let a body move freely (a floating base): no bone is drawn from Ground to it

@@ -87,7 +87,7 @@ class MobilizedBody:
     # the mobilizer a simple kind (Pin, Ball, ...) builds; None for the base and kinds with arguments
     _mobilizer_kind: ClassVar[type[mz.AbstractMobilizer] | None] = None
     _mobilizer: mz.AbstractMobilizer
-    _matter: Any  # the SimbodyMatterSubsystem (build.matter imports this module)
+    _matter: Any  # the SimbodyMatterSubsystem (system.matter imports this module)
     index: int
     name: str
 
