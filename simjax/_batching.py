@@ -5,8 +5,9 @@ array over the whole batch (chain50's mass matrices alone: 20 MB at B = 1024), s
 streams each kernel's operands through memory and time per state *rises* past B ~ 1024.
 A loop over chunks of the batch, each chunk a ``vmap``, keeps one chunk's intermediates
 in cache: ``jax.lax.map(f, batch, batch_size=n)``. :func:`vmap` does that for
-you where it pays (a CPU, one device) and is ``jax.vmap`` elsewhere (a GPU wants the whole
-batch at once; a batch sharded over several devices must not be looped over).
+you where it pays (a CPU) and is ``jax.vmap`` elsewhere (a GPU wants the whole batch at
+once). With several CPU host devices, each device's block of the batch is looped over on
+its own, so a batch split by ``sj.shard`` stays where it lies.
 
 It is differentiable in both modes, composes with ``jit`` and nests under ``jax.vmap``
 like ``lax.map``; on a CPU it outruns one ``jax.vmap`` of thousands of States
@@ -69,11 +70,36 @@ def unchunked() -> Iterator[None]:
 
 
 def _auto_chunk_size() -> int | None:
-    """The chunk ``chunk_size="auto"`` uses: ``AUTO_CHUNK_SIZE`` on a single CPU device,
-    else ``None`` (one ``jax.vmap``)."""
-    if jax.default_backend() != "cpu" or jax.device_count() > 1:
+    """The chunk ``chunk_size="auto"`` uses: ``AUTO_CHUNK_SIZE`` on a CPU (per host device
+    when there are several), else ``None`` (one ``jax.vmap``)."""
+    if jax.default_backend() != "cpu":
         return None
     return AUTO_CHUNK_SIZE
+
+
+def _host_parts(n: int) -> int:
+    """How many equal parts a batch of ``n`` is looped over separately: the number of CPU
+    host devices when there are several and they divide ``n`` (a batch ``sj.shard`` split
+    over them lies in that many contiguous blocks, one per device), else 1."""
+    d = jax.device_count()
+    if d > 1 and jax.default_backend() == "cpu" and n % d == 0:
+        return d
+    return 1
+
+
+def _chunk_loop(one: Callable[..., Any], xs: tuple[Any, ...], n: int, size: int) -> Any:
+    """``jax.vmap(one)(xs)`` over a batch of ``n`` as a loop over chunks of ``size``.
+
+    ``lax.map(batch_size=...)``'s loop, written out so that arrays with a zero-size axis (a
+    State's empty groups) reshape too: k chunks in a loop, the remainder after it."""
+    k, rest = divmod(n, size)
+    chunks = jax.tree.map(lambda x: x[: k * size].reshape((k, size, *x.shape[1:])), xs)
+    ys = jax.lax.map(lambda c: jax.vmap(one)(*c), chunks)
+    out = jax.tree.map(lambda y: y.reshape((k * size, *y.shape[2:])), ys)
+    if rest:
+        tail = jax.vmap(one)(*jax.tree.map(lambda x: x[k * size :], xs))
+        out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
+    return out
 
 
 def vmap(
@@ -90,7 +116,7 @@ def vmap(
             entry per positional argument, ``0`` (batched) or ``None`` (shared by every
             member). Other axes: move them first (``jnp.moveaxis``) or use ``jax.vmap``.
         chunk_size: ``"auto"`` (default): chunks of ``AUTO_CHUNK_SIZE`` (128) states on a
-            single CPU device, one ``jax.vmap`` on a GPU/TPU or over several devices. An
+            CPU (per host device where there are several), one ``jax.vmap`` on a GPU/TPU. An
             int: chunks of that many members on any device. ``None``: plain ``jax.vmap``.
 
     Returns:
@@ -146,30 +172,33 @@ def vmap(
         if size is None or n <= size:
             return jax.vmap(fun, in_axes=axes)(*args)
 
-        def one(xs: tuple[Any, ...]) -> Any:
+        def one(*xs: Any) -> Any:
             full = list(args)
             for i, x in zip(mapped, xs):
                 full[i] = x
             return fun(*full)
 
-        # lax.map(batch_size=...)'s loop, written out so that arrays with a zero-size axis
-        # (a State's empty groups) reshape too: k chunks in a loop, the remainder after it.
-        k, rest = divmod(n, size)
         xs = tuple(args[i] for i in mapped)
-        chunks = jax.tree.map(lambda x: x[: k * size].reshape((k, size, *x.shape[1:])), xs)
-        ys = jax.lax.map(jax.vmap(one), chunks)
-        out = jax.tree.map(lambda y: y.reshape((k * size, *y.shape[2:])), ys)
-        if rest:
-            tail = jax.vmap(one)(jax.tree.map(lambda x: x[k * size :], xs))
-            out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
-        return out
+        parts = _host_parts(n) if isinstance(chunk_size, str) else 1
+        if parts == 1:
+            return _chunk_loop(one, xs, n, size)
+        # Several CPU host devices: each device's contiguous block of the batch is looped
+        # over in chunks on its own (the device axis is a vmap, so XLA keeps a sharded
+        # batch where it lies; a loop over chunks of the whole batch would gather it).
+        m = n // parts
+        blocks = jax.tree.map(lambda x: x.reshape((parts, m, *x.shape[1:])), xs)
+        if m <= size:
+            out = jax.vmap(jax.vmap(one))(*blocks)
+        else:
+            out = jax.vmap(lambda *b: _chunk_loop(one, b, m, size))(*blocks)
+        return jax.tree.map(lambda y: y.reshape((n, *y.shape[2:])), out)
 
     return batched
 
 
 def chunked(fun: Callable[..., Any]) -> Callable[..., Any]:
     """``fun`` (of arrays) whose ``jax.vmap`` runs as ``sj.vmap`` does, in chunks of
-    ``AUTO_CHUNK_SIZE`` on a single CPU device (a ``custom_vmap`` rule): for kernels whose
+    ``AUTO_CHUNK_SIZE`` on a CPU (a ``custom_vmap`` rule): for kernels whose
     intermediates outgrow the cache when a plain ``jax.vmap`` batches them whole.
     ``custom_vmap`` functions have no reverse mode, so use it as a ``custom_jvp``'s primal
     (whose rule differentiates something else), never differentiated itself. Inside

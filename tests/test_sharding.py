@@ -1,7 +1,8 @@
 """Batches split over devices and processes (issue 20): ``sj.make_mesh``, ``sj.shard``.
 
 In a fresh process with 8 CPU host devices (``--xla_force_host_platform_device_count=8``),
-the batched entry points run on a batch split over the 8 devices and give what the same
+the batched entry points run on a batch split over the 8 devices (each device looping over
+chunks of its block, with nothing gathered) and give what the same
 batch on one device gives: forward dynamics, an RK4 rollout, an ``euler`` rollout with
 coordinate limits (the active-set solve), ``Assembler.track`` over frames, and ``vmap`` of
 ``Assembler.solve`` over a batch of models (different link lengths). Each result stays
@@ -48,6 +49,8 @@ DEVICES = MODEL + textwrap.dedent(
     """
     import json
     from jax.sharding import AxisType
+    import simjax._batching as batching
+    batching.AUTO_CHUNK_SIZE = 2  # each device's 4 states of a batch of 32 looped over in chunks of 2
     assert len(jax.devices()) == 8
     mesh = sj.make_mesh()
     B = 32
@@ -69,6 +72,9 @@ DEVICES = MODEL + textwrap.dedent(
     compare("forward dynamics", fd, states)
     roll = lambda s: sj.simulate(system, s, 0.2, integrator="rk4", dt=1e-2, t0=0.0).final_state.q
     compare("rk4 rollout", jax.jit(jax.vmap(roll)), states)
+    hlo = fd.lower(sj.shard(states, mesh)).compile().as_text()
+    res["gathers"] = hlo.count("all-gather") + hlo.count("all-to-all")
+    res["loops"] = hlo.count(" while(")
 
     # a limited system: the euler step's active-set solve (custom_vmap) on a split batch
     lim = sj.MultibodySystem(); lm = sj.SimbodyMatterSubsystem(lim); lf = sj.GeneralForceSubsystem(lim)
@@ -167,6 +173,7 @@ def test_batches_split_over_eight_devices_give_the_one_device_answer():
     assert r.returncode == 0, r.stderr[-3000:]
     res = _result(r.stdout)
     names = ["forward dynamics", "rk4 rollout", "euler rollout with limits", "track"]
+    assert res["gathers"] == 0 and res["loops"] >= 1  # looped per device, nothing gathered
     for name in [*names, "Assembler.solve over models"]:
         diff, split, spec = res[name]
         assert diff <= 1e-12, (name, diff)  # round-off: XLA blocks the batch differently
