@@ -27,6 +27,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 __all__ = ["vmap", "AUTO_CHUNK_SIZE"]
 
@@ -239,6 +241,47 @@ def chunked_jvp(
         return g
 
     return jvp_of(fun, rule) if rule is not None else _closure_converted(fun, jvp_of)
+
+
+def chunked_forward(fun: Callable[..., Any], refusal: Callable[[], Exception]) -> Callable[..., Any]:
+    """:func:`chunked_jvp` with the default rule for a ``fun`` that forward mode alone
+    differentiates (a plain while loop: ``simulate``'s adaptive integrators with
+    ``adjoint='forward'``): its tangents pass through an identity that cannot be transposed,
+    so reverse mode (``jax.grad``, ``jax.vjp``), even around a ``jit`` that encloses the
+    call, raises ``refusal()`` rather than JAX's message about while loops."""
+
+    def jvp_of(body: Callable[..., Any]) -> Callable[..., Any]:
+        def rule(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
+            out, t_out = jax.jvp(body, primals, tangents)
+            return out, jax.tree.map(functools.partial(_forward_only, refusal), t_out)
+
+        g = jax.custom_jvp(chunked(body))
+        g.defjvp(rule)
+        return g
+
+    return _closure_converted(fun, jvp_of)
+
+
+def _forward_only(refusal: Callable[[], Exception], t: Any) -> Any:
+    """``t`` (a tangent), whose transposition (reverse mode) raises ``refusal()``."""
+    if not isinstance(t, jax.Array) or not jnp.issubdtype(t.dtype, jnp.inexact):
+        return t
+    return _forward_only_p.bind(t, refusal=refusal)
+
+
+def _forward_only_transpose(ct: Any, x: Any, *, refusal: Callable[[], Exception]) -> Any:
+    raise refusal()
+
+
+_forward_only_p = Primitive("simjax_forward_only")
+_forward_only_p.def_impl(lambda x, *, refusal: x)
+_forward_only_p.def_abstract_eval(lambda x, *, refusal: x)
+mlir.register_lowering(_forward_only_p, lambda ctx, x, *, refusal: [x])
+ad.deflinear2(_forward_only_p, _forward_only_transpose)
+batching.primitive_batchers[_forward_only_p] = lambda args, dims, *, refusal: (
+    _forward_only_p.bind(args[0], refusal=refusal),
+    dims[0],
+)
 
 
 def chunked_vjp(fun: Callable[..., Any], again: Callable[[], Exception] | None = None) -> Callable[..., Any]:

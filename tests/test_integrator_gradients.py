@@ -156,8 +156,9 @@ def test_adaptive_modes_the_adjoint_does_not_serve_are_named(integrator):
     """Issue 65: a second reverse pass through an adaptive run with the default
     ``adjoint='reverse'`` died with JAX's "Reverse-mode differentiation does not work for
     lax.while_loop" (from the checkpointed loop's backward pass), and so did any reverse
-    mode with ``adjoint='forward'``. Both are refused while tracing, naming the integrator
-    and the adjoint that serves it."""
+    mode with ``adjoint='forward'`` (around a ``jit`` too, where the run's tracers do not
+    show it). Both are refused while tracing, naming the integrator and the adjoint that
+    serves it."""
     system, *_ = pendulum(1)
     s = system.realize_topology().with_u([0.5])
 
@@ -169,8 +170,13 @@ def test_adaptive_modes_the_adjoint_does_not_serve_are_named(integrator):
         # reverse pass alone takes minutes to trace on two cores)
         with pytest.raises(TypeError, match=rf"a second reverse pass .*{integrator!r} .*adjoint='direct'"):
             jax.jacrev(jax.jacrev(lambda q: f(q, "reverse")))(x)
-    with pytest.raises(TypeError, match=rf"reverse-mode .*{integrator!r} .*adjoint='forward': .*'reverse'"):
-        jax.grad(lambda q: f(q, "forward")[0])(x)
+    fwd = lambda q: f(q, "forward")[0]  # noqa: E731
+    # reverse mode around a jit that encloses the call too (was JAX's while-loop message)
+    batched = jax.jit(jax.vmap(jax.grad(fwd)))
+    refused = rf"reverse-mode .*{integrator!r} .*adjoint='forward': .*'reverse'"
+    for g in (jax.grad(fwd), jax.grad(jax.jit(fwd)), lambda q: batched(jnp.stack([q, q]))):
+        with pytest.raises(TypeError, match=refused):
+            g(x)
     with pytest.raises(TypeError, match=r"jax.hessian.*adjoint='reverse': .*adjoint='direct'"):
         jax.hessian(lambda q: f(q, "reverse")[0])(x)
 

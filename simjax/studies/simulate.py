@@ -46,7 +46,6 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src.interpreters import ad as _jax_ad  # the tracers of reverse mode (_in_reverse_mode)
 from jaxtyping import Array, Float
 
 from .. import _batching
@@ -1100,9 +1099,10 @@ def simulate(
         if integrator in _ADAPTIVE and adjoint == "reverse":
             again = lambda: _adjoint_refusal(integrator, adjoint, "a second reverse pass")  # noqa: E731
             traj = _batching.chunked_vjp(run, again)(state)
+        elif integrator in _ADAPTIVE and adjoint == "forward":
+            refusal = lambda: _adjoint_refusal(integrator, adjoint, "reverse-mode differentiation")  # noqa: E731
+            traj = _batching.chunked_forward(run, refusal)(state)
         else:
-            if integrator in _ADAPTIVE and adjoint == "forward" and _in_reverse_mode((state, ctl)):
-                raise _adjoint_refusal(integrator, adjoint, "reverse-mode differentiation")
             traj = _batching.chunked_jvp(run)(state)
     except TypeError as err:
         # jvp of the checkpointed loop (a custom_vjp) is refused by JAX with a bare message
@@ -1142,22 +1142,6 @@ def _adjoint_refusal(integrator: str, adjoint: str, what: str) -> TypeError:
         f"simulate: {what}{modes.get(what, '')} through the adaptive integrator {integrator!r} "
         f"is not served by adjoint={adjoint!r}: {_HOW_TO_DIFFERENTIATE}"
     )
-
-
-def _in_reverse_mode(tree: Any) -> bool:
-    """Whether a leaf of ``tree`` is traced for reverse mode (``jax.vjp``, ``grad``,
-    ``jacrev``) around this call. Read from JAX's tracers (internal types: False if they
-    change); a reverse pass around a ``jit`` that encloses the call is not seen."""
-    linearize = getattr(_jax_ad, "LinearizeTrace", None)
-    if linearize is None:  # pragma: no cover
-        return False
-    for x in jax.tree.leaves(tree):
-        while isinstance(x, jax.core.Tracer):
-            trace = getattr(x, "_trace", None)
-            if isinstance(trace, linearize) and getattr(trace, "is_vjp", False):
-                return True
-            x = getattr(x, "primal", getattr(x, "val", None))
-    return False
 
 
 def _warn_unresolved(traj: Trajectory, events: Sequence[Any], cfg: _Config) -> None:
