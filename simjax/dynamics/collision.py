@@ -1,0 +1,266 @@
+"""Collision primitives: one pure, vmappable kernel per pair of geometry kinds.
+
+Each kernel takes two geometries in MuJoCo's conventions and returns a fixed number of
+candidate contacts as a :class:`Contact` (static shapes, no Python branching on values), so
+that a driver can ``jax.vmap`` it over every candidate pair of that kind and keep the same
+compiled program whatever is touching.
+
+Geometry arguments (the layout of MuJoCo's ``geom_xpos``, ``geom_xmat`` and ``geom_size``):
+
+- ``pos``: (3,) world position of the geometry's frame origin (m).
+- ``mat``: (3, 3) rotation matrix, geometry frame to world (columns are the local axes).
+- ``size``: (3,) size parameters: plane — ignored (the plane is the local x-y plane, its
+  outward normal local +z, infinite); sphere — ``(radius, _, _)``; capsule —
+  ``(radius, half-length, _)`` with the segment along local z; box — the half-sizes.
+
+Kernel ``<kind1>_<kind2>(pos1, mat1, size1, pos2, mat2, size2, margin=inf)`` follows
+MuJoCo's geom order (plane < sphere < capsule < box): the contact normal points from
+geometry 1 into geometry 2, as MuJoCo's ``contact.frame`` does. Per contact:
+
+- ``dist``: signed distance between the surfaces (m), negative when they overlap.
+  Contacts that do not exist (a box corner turned away from the plane, a second capsule
+  contact that a configuration lacks) have ``dist = +inf``. A driver keeps a contact when
+  ``dist <= margin``, MuJoCo's rule; ``margin`` is passed to the kernels only because
+  MuJoCo chooses *which* contacts to report among those within it (the first four box
+  corners, the first two parallel-capsule points).
+- ``pos``: the midpoint between the two surfaces along the normal, MuJoCo's
+  ``contact.pos``.
+- ``frame``: (3, 3) rows ``[normal, tangent1, tangent2]``, orthonormal and right-handed,
+  completed from the normal (and, for plane–capsule, the capsule axis) exactly as MuJoCo's
+  ``mju_makeFrame`` completes ``contact.frame``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+# MuJoCo's mjMINVAL: below this a norm or a determinant counts as zero.
+MINVAL = 1e-15
+
+
+class Contact(NamedTuple):
+    """Fixed-size contacts of one geometry pair (add a leading axis under ``vmap``).
+
+    Attributes:
+        dist: (n,) signed surface distance (m), negative in penetration; ``+inf`` for a
+            contact slot that does not exist in this configuration.
+        pos: (n, 3) contact point in world (m): the midpoint between the surfaces.
+        frame: (n, 3, 3) contact frames, rows ``[normal, tangent1, tangent2]``; the normal
+            points from geometry 1 to geometry 2.
+    """
+
+    dist: jax.Array
+    pos: jax.Array
+    frame: jax.Array
+
+
+_EX = jnp.array([1.0, 0.0, 0.0])
+_EY = jnp.array([0.0, 1.0, 0.0])
+_EZ = jnp.array([0.0, 0.0, 1.0])
+
+
+def _normalize(v: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``v / |v|`` and ``|v|``; ``(1, 0, 0)`` and 0 where ``|v| < MINVAL`` (MuJoCo's
+    ``mju_normalize3``), with finite gradients there."""
+    n2 = v @ v
+    small = n2 < MINVAL * MINVAL
+    n = jnp.sqrt(jnp.where(small, 1.0, n2))
+    return jnp.where(small, _EX, v / n), jnp.where(small, 0.0, n)
+
+
+def make_frame(normal: jax.Array, tangent: jax.Array | None = None) -> jax.Array:
+    """Complete a contact frame from its normal, as MuJoCo's ``mju_makeFrame`` does.
+
+    Args:
+        normal: (3,) contact normal (normalised here).
+        tangent: (3,) optional preferred first tangent (MuJoCo uses the capsule axis for
+            plane–capsule contacts); ignored when shorter than 0.5.
+
+    Returns:
+        (3, 3) rows ``[normal, tangent1, tangent2]``, orthonormal, ``tangent2 = normal x
+        tangent1``. Without a usable ``tangent``, ``tangent1`` starts from world y (world z
+        when the normal's y component is 0.5 or more in magnitude).
+    """
+    x, _ = _normalize(normal)
+    default = jnp.where(jnp.abs(x[1]) < 0.5, _EY, _EZ)
+    if tangent is None:
+        y = default
+    else:
+        y = jnp.where(tangent @ tangent < 0.25, default, tangent)
+    y, _ = _normalize(y - x * (x @ y))
+    return jnp.stack([x, y, jnp.cross(x, y)])
+
+
+def _one(dist, pos, normal, tangent=None) -> Contact:
+    return Contact(dist[None], pos[None], make_frame(normal, tangent)[None])
+
+
+def _stack(contacts: list[Contact]) -> Contact:
+    return Contact(*(jnp.concatenate(f) for f in zip(*contacts)))
+
+
+def _first(c: Contact, valid: jax.Array, k: int) -> Contact:
+    """The first ``k`` contacts of ``c`` (in slot order) that are ``valid``; slots beyond
+    the valid ones get ``dist = +inf``."""
+    n = valid.shape[0]
+    order = jnp.argsort(jnp.where(valid, jnp.arange(n), n + jnp.arange(n)))[:k]
+    dist = jnp.where(valid[order], c.dist[order], jnp.inf)
+    return Contact(dist, c.pos[order], c.frame[order])
+
+
+# ------------------------------------------------------------------------------ plane
+
+
+def _plane_point(pos1, mat1, center, radius):
+    """Signed distance, midpoint and normal of a sphere (centre, radius) against a plane."""
+    n = mat1[:, 2]
+    dist = (center - pos1) @ n - radius
+    return dist, center - n * (radius + 0.5 * dist), n
+
+
+def plane_sphere(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane (geometry 1) against sphere (geometry 2): one contact, normal = plane +z.
+
+    MuJoCo's ``mjc_PlaneSphere``: ``dist = (c - p)·n - r``, ``pos = c - n (r + dist/2)``.
+    Smooth in both poses everywhere (the distance is affine in the sphere centre).
+    """
+    del mat2, size1, margin
+    d, p, n = _plane_point(pos1, mat1, pos2, size2[0])
+    return _one(d, p, n)
+
+
+def plane_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against capsule: two contacts, one per end of the capsule's segment.
+
+    Slot 0 is the end at ``+half-length`` along the capsule's z, slot 1 the end at
+    ``-half-length`` (MuJoCo's ``mjc_PlaneCapsule`` order); each is a plane–sphere contact
+    of the end sphere, and its first tangent is the capsule axis (orthogonalised), as
+    MuJoCo aligns it. Both slots always exist; a driver keeps those within the margin.
+    """
+    del size1, margin
+    axis = mat2[:, 2]
+    seg = axis * size2[1]
+    out = []
+    for end in (pos2 + seg, pos2 - seg):
+        d, p, n = _plane_point(pos1, mat1, end, size2[0])
+        out.append(_one(d, p, n, axis))
+    return _stack(out)
+
+
+def plane_box(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against box: up to four contacts at the box corners (MuJoCo's ``mjc_PlaneBox``).
+
+    Corners are tested in MuJoCo's order (corner ``i`` has local coordinates ``±size``
+    with the sign of x, y, z set by bits 0, 1, 2 of ``i``); a corner counts when it does
+    not point away from the plane (its offset from the box centre has a non-positive
+    normal component) and lies within ``margin``; the first four that count are returned,
+    the remaining slots have ``dist = +inf``. Each contact: ``dist`` = the corner's signed
+    height over the plane, ``pos`` = the corner moved by ``-dist/2`` along the normal.
+    The set of corners changes discontinuously where a box face is perpendicular to the
+    plane; between such poses each distance is smooth.
+    """
+    del size1
+    n = mat1[:, 2]
+    bits = jnp.array([[(i >> j) & 1 for j in range(3)] for i in range(8)])
+    local = jnp.where(bits == 1, size2[None, :], -size2[None, :])  # (8, 3)
+    corners = local @ mat2.T  # world offsets from the box centre
+    ldist = corners @ n
+    dist = (pos2 - pos1) @ n + ldist
+    pos = pos2[None, :] + corners - 0.5 * jnp.outer(dist, n)
+    frame = jnp.broadcast_to(make_frame(n), (8, 3, 3))
+    valid = (ldist <= 0) & (dist <= margin)
+    return _first(Contact(dist, pos, frame), valid, 4)
+
+
+# ------------------------------------------------------------------ spheres and capsules
+
+
+def _sphere_sphere(pos1, mat1, r1, pos2, mat2, r2):
+    """MuJoCo's ``mjraw_SphereSphere``: distance, midpoint, normal (1 -> 2). Coincident
+    centres take the normal ``z1 x z2`` (``(1, 0, 0)`` if those are parallel)."""
+    normal, length = _normalize(pos2 - pos1)
+    fallback, _ = _normalize(jnp.cross(mat1[:, 2], mat2[:, 2]))
+    normal = jnp.where(length < MINVAL, fallback, normal)
+    dist = length - r1 - r2
+    return dist, pos1 + normal * (r1 + 0.5 * dist), normal
+
+
+def sphere_sphere(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere against sphere: one contact, normal along the line of centres (1 -> 2).
+
+    ``dist = |c2 - c1| - r1 - r2``, ``pos = c1 + n (r1 + dist/2)``. Smooth except at
+    coincident centres, where the normal falls back to ``z1 x z2`` (MuJoCo's rule).
+    """
+    del margin
+    return _one(*_sphere_sphere(pos1, mat1, size1[0], pos2, mat2, size2[0]))
+
+
+def sphere_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere (geometry 1) against capsule (geometry 2): one contact.
+
+    The sphere centre is projected on the capsule's segment (clipped to its ends), then
+    sphere–sphere with the capsule radius, as MuJoCo's ``mjc_SphereCapsule``. Smooth
+    except where the projection meets a segment end (the distance stays C1 there).
+    """
+    del margin
+    axis = mat2[:, 2]
+    x = jnp.clip(axis @ (pos1 - pos2), -size2[1], size2[1])
+    return _one(*_sphere_sphere(pos1, mat1, size1[0], pos2 + axis * x, mat2, size2[0]))
+
+
+def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Capsule against capsule: two contact slots (MuJoCo's ``mjc_CapsuleCapsule``).
+
+    Non-parallel axes: slot 0 is the sphere–sphere contact of the closest points of the
+    two segments (MuJoCo's clipping sequence, which is exact for segments), slot 1 has
+    ``dist = +inf``. Parallel axes (``|det| < MINVAL``): MuJoCo's four end-point
+    candidates in its order, the first two within ``margin`` kept.
+    """
+    a1 = mat1[:, 2] * size1[1]
+    a2 = mat2[:, 2] * size2[1]
+    dif = pos1 - pos2
+    ma = a1 @ a1
+    mb = -(a1 @ a2)
+    mc = a2 @ a2
+    u = -(a1 @ dif)
+    v = a2 @ dif
+    det = ma * mc - mb * mb
+    parallel = jnp.abs(det) < MINVAL
+    det_s = jnp.where(parallel, 1.0, det)
+    ma_s = jnp.where(ma < MINVAL, 1.0, ma)
+    mc_s = jnp.where(mc < MINVAL, 1.0, mc)
+    r1, r2 = size1[0], size2[0]
+
+    # general configuration: unconstrained minimiser, then MuJoCo's clip sequence
+    x1 = (mc * u - mb * v) / det_s
+    x2 = (ma * v - mb * u) / det_s
+    x2 = jnp.where(x1 > 1, (v - mb) / mc_s, jnp.where(x1 < -1, (v + mb) / mc_s, x2))
+    x1 = jnp.clip(x1, -1.0, 1.0)
+    x1 = jnp.where(
+        x2 > 1,
+        jnp.clip((u - mb) / ma_s, -1.0, 1.0),
+        jnp.where(x2 < -1, jnp.clip((u + mb) / ma_s, -1.0, 1.0), x1),
+    )
+    x2 = jnp.clip(x2, -1.0, 1.0)
+    general = _one(*_sphere_sphere(pos1 + a1 * x1, mat1, r1, pos2 + a2 * x2, mat2, r2))
+
+    # parallel axes: the four end-point candidates of MuJoCo, first two within margin
+    cands = []
+    for s in (1.0, -1.0):  # x1 = ±1
+        x2p = jnp.clip((v - s * mb) / mc_s, -1.0, 1.0)
+        cands.append(_one(*_sphere_sphere(pos1 + s * a1, mat1, r1, pos2 + a2 * x2p, mat2, r2)))
+    for s in (1.0, -1.0):  # x2 = ±1
+        x1p = jnp.clip((u - s * mb) / ma_s, -1.0, 1.0)
+        cands.append(_one(*_sphere_sphere(pos1 + a1 * x1p, mat1, r1, pos2 + s * a2, mat2, r2)))
+    cand = _stack(cands)
+    par = _first(cand, cand.dist <= margin, 2)
+
+    gen = Contact(
+        jnp.concatenate([general.dist, jnp.array([jnp.inf])]),
+        jnp.concatenate([general.pos, general.pos]),
+        jnp.concatenate([general.frame, general.frame]),
+    )
+    return Contact(*(jnp.where(parallel, p, g) for p, g in zip(par, gen)))
