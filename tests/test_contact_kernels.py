@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from simjax.dynamics import collision as col
+from simjax.dynamics import contact
 
 MARGIN = 10.0
 
@@ -116,7 +117,7 @@ def test_plane_box_face_parallel_ties():
     d = mujoco.MjData(m)
     d.qpos[:] = (0.1, -0.2, 0.395, 1, 0, 0, 0)
     mujoco.mj_forward(m, d)
-    out = col.plane_box(np.zeros(3), np.eye(3), m.geom_size[0], d.geom_xpos[1],
+    out = jax.jit(col.plane_box)(np.zeros(3), np.eye(3), m.geom_size[0], d.geom_xpos[1],
                         d.geom_xmat[1].reshape(3, 3), m.geom_size[1], 0.1)
     assert d.ncon == 4
     np.testing.assert_allclose(out.dist, [c.dist for c in d.contact], atol=1e-12)
@@ -172,20 +173,217 @@ def test_collision_gradients_finite_at_touch_and_degenerate():
     def d_ss(p):
         return col.sphere_sphere(jnp.zeros(3), e, r, p, e, r).dist[0]
 
-    np.testing.assert_allclose(jax.grad(d_ss)(jnp.array([1.0, 0, 0])), [1, 0, 0], atol=1e-15)
+    np.testing.assert_allclose(jax.jit(jax.grad(d_ss))(jnp.array([1.0, 0, 0])), [1, 0, 0], atol=1e-15)
     assert d_ss(jnp.array([1.0, 0, 0])) == 0
-    assert np.all(np.isfinite(jax.grad(d_ss)(jnp.zeros(3))))
+    assert np.all(np.isfinite(jax.jit(jax.grad(d_ss))(jnp.zeros(3))))
 
     def d_ps(p):
         return col.plane_sphere(jnp.zeros(3), e, r, p, e, r).dist[0]
 
-    np.testing.assert_allclose(jax.grad(d_ps)(jnp.array([0.2, 0.1, 0.5])), [0, 0, 1])
+    np.testing.assert_allclose(jax.jit(jax.grad(d_ps))(jnp.array([0.2, 0.1, 0.5])), [0, 0, 1])
 
     cap = jnp.array([0.1, 0.3, 0])
 
     def d_cc(p):  # parallel axes, side by side: the line distance along x
         return col.capsule_capsule(jnp.zeros(3), e, cap, p, e, cap, 0.5).dist[0]
 
-    g = jax.grad(d_cc)(jnp.array([0.5, 0.0, 0.1]))
+    g = jax.jit(jax.grad(d_cc))(jnp.array([0.5, 0.0, 0.1]))
     assert np.all(np.isfinite(g))
     np.testing.assert_allclose(g, [1, 0, 0], atol=1e-12)
+
+
+# ------------------------------------------------------------------ force laws vs OpenSim
+
+_SPHERE_P = dict(stiffness=2e6, dissipation=1.2, static_friction=0.9, dynamic_friction=0.6,
+                 viscous_friction=0.3)
+_FLOOR_P = dict(stiffness=5e5, dissipation=0.4, static_friction=0.7, dynamic_friction=0.5,
+                viscous_friction=0.1)
+_SMOOTH_P = dict(stiffness=1e6, dissipation=2.0, static_friction=0.8, dynamic_friction=0.5,
+                 viscous_friction=0.2, transition_velocity=0.1, constant_contact_force=1e-5,
+                 hertz_smoothing=300.0, hunt_crossley_smoothing=50.0)
+_VT = 0.1
+_R = 0.1
+_SPHERE_LOC = (0.05, -0.02, 0.03)
+
+
+def _hc_params_xml(geometry, p):
+    tags = "".join(f"<{k}>{v!r}</{k}>" for k, v in p.items())
+    return (
+        "<HuntCrossleyForce::ContactParameters>"
+        f"<geometry>{geometry}</geometry>{tags}</HuntCrossleyForce::ContactParameters>"
+    )
+
+
+@pytest.fixture(scope="module")
+def osim_ball(tmp_path_factory):
+    """A free body with an offset ContactSphere over a tilted, offset ContactHalfSpace on
+    ground; a HuntCrossleyForce with different parameters on the two surfaces (written as
+    two ContactParameters: the Python API adds one set for all geometry) and a
+    SmoothSphereHalfSpaceForce between the same two."""
+    osim = pytest.importorskip("opensim")
+    m = osim.Model()
+    m.setName("ball")
+    b = osim.Body("ball", 2.0, osim.Vec3(0.01, 0.02, -0.03),
+                  osim.Inertia(0.1, 0.12, 0.09, 0.01, -0.02, 0.005))
+    m.addBody(b)
+    m.addJoint(osim.FreeJoint("free", m.getGround(), b))
+    cs = osim.ContactSphere(_R, osim.Vec3(*_SPHERE_LOC), b, "sphere")
+    ch = osim.ContactHalfSpace(osim.Vec3(0.1, 0.02, -0.3), osim.Vec3(0.05, 0.1, -np.pi / 2),
+                               m.getGround(), "floor")
+    m.addContactGeometry(cs)
+    m.addContactGeometry(ch)
+    hc = osim.HuntCrossleyForce()
+    hc.setName("hc")
+    hc.addGeometry("sphere")
+    hc.setTransitionVelocity(_VT)
+    m.addForce(hc)
+    sm = osim.SmoothSphereHalfSpaceForce("smooth", cs, ch)
+    for k, v in _SMOOTH_P.items():
+        getattr(sm, "set_" + k)(v)
+    m.addForce(sm)
+    m.finalizeConnections()
+    path = tmp_path_factory.mktemp("osim") / "ball.osim"
+    m.printToXML(str(path))
+    text = path.read_text()
+    tag = "HuntCrossleyForce::ContactParameters>"
+    i, j = text.index("<" + tag), text.index("</" + tag) + len(tag) + 2
+    path.write_text(text[:i] + _hc_params_xml("sphere", _SPHERE_P)
+                    + _hc_params_xml("floor", _FLOOR_P) + text[j:])
+    m = osim.Model(str(path))
+    return m, m.initSystem()
+
+
+def _vec(v):
+    return np.array([v.get(i) for i in range(3)])
+
+
+def _transform(t):
+    r = t.R()
+    return np.array([[r.get(i, j) for j in range(3)] for i in range(3)]), _vec(t.p())
+
+
+def _osim_states(m, s, rng):
+    """Random free-body states near the floor: deep, shallow and separated, sliding and
+    sticking (slip under the transition velocity), and three exactly at dist = 0; yields
+    (OpenSim's ball body force from each law, the sphere geometry and body velocity)."""
+    body = m.getBodySet().get("ball")
+    floor = m.getContactGeometrySet().get("floor")
+    hc, sm = m.getForceSet().get("hc"), m.getForceSet().get("smooth")
+    coords = [m.getCoordinateSet().get(i) for i in range(6)]
+    rf, pf = _transform(floor.getFrame().getTransformInGround(s))
+    rh, ph = _transform(floor.getTransform())
+    rhs, phs = rf @ rh, rf @ ph + pf
+    plane_mat = np.stack([rhs[:, 2], rhs[:, 1], -rhs[:, 0]], axis=1)  # z = outward normal
+    plane = (phs, plane_mat, np.zeros(3))
+    sphere_size = np.array([_R, 0, 0])
+    for k in range(24):
+        q = rng.uniform(-0.5, 0.5, 6)
+        q[4] = rng.uniform(0.0, 0.2)  # height of the body origin over ground
+        u = rng.normal(size=6) * (0.04 if k % 3 == 0 else 1.0)
+        for c, qi, ui in zip(coords, q, u):
+            c.setValue(s, qi, False)
+            c.setSpeedValue(s, ui)
+        m.realizePosition(s)
+        rb, ob = _transform(body.getTransformInGround(s))
+        center = ob + rb @ np.array(_SPHERE_LOC)
+        if k >= 21:  # touching: move the body along ground y onto the floor
+            d0 = col.plane_sphere(*plane, center, np.eye(3), sphere_size).dist[0]
+            coords[4].setValue(s, q[4] - float(d0) / plane_mat[1, 2], False)
+            m.realizePosition(s)
+            rb, ob = _transform(body.getTransformInGround(s))
+            center = ob + rb @ np.array(_SPHERE_LOC)
+        m.realizeDynamics(s)
+        vel = body.getVelocityInGround(s)
+        ref_hc = np.array([hc.getRecordValues(s).get(i) for i in range(6)])
+        ref_sm = np.array([sm.getRecordValues(s).get(i) for i in range(6)])
+        yield ref_hc, ref_sm, plane, center, ob, _vec(vel.get(0)), _vec(vel.get(1))
+
+
+def _hc_on_ball(plane, center, ob, w, vo):
+    """simjax's HuntCrossley body force on the ball (force, torque about its origin)."""
+    c = col.plane_sphere(*plane, center, jnp.eye(3), jnp.array([_R, 0, 0]))
+    dist, pos, n = c.dist[0], c.pos[0], c.frame[0, 0]
+    v_sphere = vo + jnp.cross(w, pos - ob)
+    f, p = contact.hunt_crossley(
+        dist, n, pos, _R, -v_sphere, -w,
+        contact.HuntCrossleyParams(**_FLOOR_P), contact.HuntCrossleyParams(**_SPHERE_P), _VT,
+    )
+    return jnp.concatenate([f, jnp.cross(p - ob, f)]), dist, (-v_sphere, n)
+
+
+def _smooth_on_ball(plane, center, ob, w, vo):
+    c = col.plane_sphere(*plane, center, jnp.eye(3), jnp.array([_R, 0, 0]))
+    dist, pos, n = c.dist[0], c.pos[0], c.frame[0, 0]
+    v_sphere = vo + jnp.cross(w, pos - ob)
+    f, p = contact.smooth_sphere_half_space(
+        dist, n, pos, _R, -v_sphere, contact.SmoothContactParams(**_SMOOTH_P)
+    )
+    return jnp.concatenate([f, jnp.cross(p - ob, f)])
+
+
+def test_force_laws_match_opensim(osim_ball):
+    """HuntCrossleyForce (two surfaces with different parameters) and
+    SmoothSphereHalfSpaceForce: the ball's body force (force; torque about its origin) at
+    random states, to 1e-9 of the largest component (measured: 1e-15)."""
+    m, s = osim_ball
+    hc_k = jax.jit(_hc_on_ball)
+    sm_k = jax.jit(_smooth_on_ball)
+    kinds = set()
+    for ref_hc, ref_sm, plane, center, ob, w, vo in _osim_states(m, s, np.random.default_rng(0)):
+        got, dist, (v_rel, n) = hc_k(plane, center, ob, w, vo)
+        np.testing.assert_allclose(got, ref_hc, rtol=0, atol=1e-9 * max(np.abs(ref_hc).max(), 1))
+        got = sm_k(plane, center, ob, w, vo)
+        # OpenSim's (1 + tanh x)/2 cancels where the step is tiny (out of contact): its
+        # values there carry ~1e-16 of the unsmoothed Hertz force (~1e3 N) as noise
+        np.testing.assert_allclose(got, ref_sm, rtol=0, atol=1e-9 * np.abs(ref_sm).max() + 1e-12)
+        slip = np.linalg.norm(v_rel - (v_rel @ n) * n)
+        touching = abs(float(dist)) < 1e-12
+        kinds.add("touch" if touching else "out" if dist > 0 else
+                  "stick" if slip < _VT and np.any(ref_hc) else
+                  "slide" if np.any(ref_hc) else "pulling")
+    assert kinds == {"touch", "out", "stick", "slide", "pulling"}, kinds
+
+
+def test_force_law_gradients(osim_ball):
+    """Jacobians of the ball's body force w.r.t. the sphere centre and the body's velocity
+    equal central differences: the smooth law at states in and out of contact, Hunt–Crossley
+    where in contact (it is not differentiable at touch); all finite at dist = 0."""
+    m, s = osim_ball
+    h = 1e-7
+
+    def wrap(fn):
+        def f(plane, ob, x):
+            return fn(plane, x[0:3], ob, x[3:6], x[6:9])
+
+        jac = jax.jit(jax.jacfwd(f, argnums=2))
+        steps = h * jnp.eye(9)
+        fd = jax.jit(lambda plane, ob, x: jax.vmap(lambda dx: f(plane, ob, x + dx))(steps)
+                     - jax.vmap(lambda dx: f(plane, ob, x - dx))(steps))
+        return jac, fd
+
+    smooth = wrap(_smooth_on_ball)
+    hunt = wrap(lambda *a: _hc_on_ball(*a)[0])
+
+    def check(fns, args):
+        plane, center, ob, w, vo = args
+        x0 = jnp.concatenate([center, w, vo])
+        jac = fns[0](plane, ob, x0)
+        assert np.all(np.isfinite(jac))
+        fd = fns[1](plane, ob, x0).T / (2 * h)
+        np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-6 * np.abs(jac).max() + 1e-9)
+
+    n_in = 0
+    for k, (_, _, plane, center, ob, w, vo) in enumerate(
+        _osim_states(m, s, np.random.default_rng(1))
+    ):
+        if k % 4 and k < 21:
+            continue
+        check(smooth, (plane, center, ob, w, vo))
+        f_hc, dist, (v_rel, n) = _hc_on_ball(plane, center, ob, w, vo)
+        slip = np.linalg.norm(v_rel - (v_rel @ n) * n)
+        if k < 21 and dist < -1e-3 and np.any(f_hc) and abs(slip - _VT) > 1e-3:
+            check(hunt, (plane, center, ob, w, vo))
+            n_in += 1
+        if k >= 21:
+            assert np.all(np.isfinite(hunt[0](plane, ob, jnp.concatenate([center, w, vo]))))
+    assert n_in >= 2
