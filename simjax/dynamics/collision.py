@@ -212,15 +212,25 @@ def sphere_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Cont
 
 
 def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
-    """Capsule against capsule: two contact slots (MuJoCo's ``mjc_CapsuleCapsule``).
+    """Capsule against capsule: two contact slots, as MuJoCo 4.0's ``mjc_CapsuleCapsule``.
 
-    Non-parallel axes: slot 0 is the sphere–sphere contact of the closest points of the
-    two segments (MuJoCo's clipping sequence, which is exact for segments), slot 1 has
-    ``dist = +inf``. Parallel axes (``|det| < MINVAL``): MuJoCo's four end-point
-    candidates in its order, the first two within ``margin`` kept.
+    Axes not nearly parallel: slot 0 is the sphere–sphere contact of the closest points of
+    the two segments (MuJoCo's clipping sequence, exact for segments), slot 1 has
+    ``dist = +inf``. Nearly parallel axes (``|z1 x z2|^2 < 1e-8``, MuJoCo 4.0's switch,
+    measured): two contacts at the ends ``lo <= hi`` of the overlap of segment 2's
+    projection with segment 1 along ``z1`` (clipped to segment 1), each the sphere–sphere
+    contact of that point of segment 1 with its closest point on segment 2; with no
+    overlap both slots hold the same end-to-end contact, as MuJoCo reports it twice. The
+    switch makes the contact set, not the nearest distance, jump at the threshold.
+    Exactly parallel and general axes match MuJoCo 4.0.1 to round-off; for axes within
+    ~1e-3 rad of parallel the closest points are ill-conditioned and MuJoCo's contact
+    points differ from these by about 0.2 x the angle (distances by < 1e-8).
+    ``margin`` is unused (the argument keeps the kernels' common signature).
     """
-    a1 = mat1[:, 2] * size1[1]
-    a2 = mat2[:, 2] * size2[1]
+    del margin
+    z1, z2 = mat1[:, 2], mat2[:, 2]
+    h1, h2 = size1[1], size2[1]
+    a1, a2 = z1 * h1, z2 * h2
     dif = pos1 - pos2
     ma = a1 @ a1
     mb = -(a1 @ a2)
@@ -228,7 +238,7 @@ def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Con
     u = -(a1 @ dif)
     v = a2 @ dif
     det = ma * mc - mb * mb
-    parallel = jnp.abs(det) < MINVAL
+    parallel = (det < 1e-8 * ma * mc) | (jnp.abs(det) < MINVAL)
     det_s = jnp.where(parallel, 1.0, det)
     ma_s = jnp.where(ma < MINVAL, 1.0, ma)
     mc_s = jnp.where(mc < MINVAL, 1.0, mc)
@@ -247,16 +257,16 @@ def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Con
     x2 = jnp.clip(x2, -1.0, 1.0)
     general = _one(*_sphere_sphere(pos1 + a1 * x1, mat1, r1, pos2 + a2 * x2, mat2, r2))
 
-    # parallel axes: the four end-point candidates of MuJoCo, first two within margin
-    cands = []
-    for s in (1.0, -1.0):  # x1 = ±1
-        x2p = jnp.clip((v - s * mb) / mc_s, -1.0, 1.0)
-        cands.append(_one(*_sphere_sphere(pos1 + s * a1, mat1, r1, pos2 + a2 * x2p, mat2, r2)))
-    for s in (1.0, -1.0):  # x2 = ±1
-        x1p = jnp.clip((u - s * mb) / ma_s, -1.0, 1.0)
-        cands.append(_one(*_sphere_sphere(pos1 + a1 * x1p, mat1, r1, pos2 + s * a2, mat2, r2)))
-    cand = _stack(cands)
-    par = _first(cand, cand.dist <= margin, 2)
+    # nearly parallel: the two ends of the overlap along z1
+    e_plus, e_minus = (pos2 + a2 - pos1) @ z1, (pos2 - a2 - pos1) @ z1
+    lo = jnp.clip(jnp.maximum(-h1, jnp.minimum(e_plus, e_minus)), -h1, h1)
+    hi = jnp.clip(jnp.minimum(h1, jnp.maximum(e_plus, e_minus)), -h1, h1)
+    ends = []
+    for x in (lo, hi):
+        p1 = pos1 + z1 * x
+        p2 = pos2 + z2 * jnp.clip(z2 @ (p1 - pos2), -h2, h2)
+        ends.append(_one(*_sphere_sphere(p1, mat1, r1, p2, mat2, r2)))
+    par = _stack(ends)
 
     gen = Contact(
         jnp.concatenate([general.dist, jnp.array([jnp.inf])]),
