@@ -96,6 +96,9 @@ PAIRS = [
     ("capsule", "0.2 0.3", "capsule", "0.15 0.4", col.capsule_capsule,
      dict(tilt=2e-4, spread=0.3, margin=0.1, tol=(1e-8, 1e-4, 1e-3))),
     ("plane", "0 0 1", "box", "0.2 0.3 0.4", col.plane_box, {}),
+    ("plane", "0 0 1", "ellipsoid", "0.2 0.3 0.4", col.plane_ellipsoid, {}),
+    ("plane", "0 0 1", "cylinder", "0.2 0.4", col.plane_cylinder, {}),
+    ("plane", "0 0 1", "cylinder", "0.2 0.4", col.plane_cylinder, dict(margin=0.05)),
     # a margin that cuts some corners: which four MuJoCo keeps
     ("plane", "0 0 1", "box", "0.2 0.3 0.4", col.plane_box, dict(margin=0.05)),
 ]
@@ -126,25 +129,34 @@ def test_collision_matches_mujoco(case):
     assert n_pen > 5 and n_sep > 5  # both regimes covered
 
 
-def test_plane_box_face_parallel_ties():
-    """A box resting flat on an axis-aligned plane has four corners with a zero normal
-    offset besides the four below: MuJoCo's first four within the margin, in its order."""
-    m = mujoco.MjModel.from_xml_string(_scene("plane", "0 0 1", "box", "0.2 0.3 0.4", 0.1))
+@pytest.mark.parametrize(
+    "kind, size, kernel, n",
+    [("box", "0.2 0.3 0.4", col.plane_box, 4), ("cylinder", "0.2 0.4", col.plane_cylinder, 3)],
+)
+def test_plane_flat_face_ties(kind, size, kernel, n):
+    """A box resting flat on the plane has four more corners with a zero normal offset
+    (MuJoCo keeps the first four within the margin, in its order); a cylinder standing on
+    its disk takes the rim direction from its local x axis."""
+    m = mujoco.MjModel.from_xml_string(_scene("plane", "0 0 1", kind, size, 0.1))
     m.geom_pos[0], m.geom_quat[0] = 0, (1, 0, 0, 0)
     d = mujoco.MjData(m)
-    d.qpos[:] = (0.1, -0.2, 0.395, 1, 0, 0, 0)
+    d.qpos[:] = (0.1, -0.2, 0.395, np.cos(0.2), 0, 0, np.sin(0.2))
     mujoco.mj_forward(m, d)
-    out = jax.jit(col.plane_box)(np.zeros(3), np.eye(3), m.geom_size[0], d.geom_xpos[1],
-                        d.geom_xmat[1].reshape(3, 3), m.geom_size[1], 0.1)
-    assert d.ncon == 4
-    np.testing.assert_allclose(out.dist, [c.dist for c in d.contact], atol=1e-12)
-    np.testing.assert_allclose(out.pos, [c.pos for c in d.contact], atol=1e-12)
+    out = jax.jit(kernel)(np.zeros(3), np.eye(3), m.geom_size[0], d.geom_xpos[1],
+                          d.geom_xmat[1].reshape(3, 3), m.geom_size[1], 0.1)
+    keep = np.flatnonzero(np.asarray(out.dist) <= 0.1)
+    assert d.ncon == len(keep) == n
+    np.testing.assert_allclose(out.dist[keep], [c.dist for c in d.contact], atol=1e-12)
+    np.testing.assert_allclose(out.pos[keep], [c.pos for c in d.contact], atol=1e-12)
 
 
 def _rot(w):
-    """Cayley rotation: exactly orthonormal, derivative at w = 0 is skew(w)."""
-    s = 0.5 * jnp.array([[0, -w[2], w[1]], [w[2], 0, -w[0]], [-w[1], w[0], 0]])
-    return jnp.linalg.solve(jnp.eye(3) - s, jnp.eye(3) + s)
+    """Cayley rotation (Euler–Rodrigues parameters w/2): exactly orthonormal, derivative
+    at w = 0 is skew(w)."""
+    q = 0.5 * w
+    qx = jnp.array([[0, -q[2], q[1]], [q[2], 0, -q[0]], [-q[1], q[0], 0]])
+    qq = q @ q
+    return ((1 - qq) * jnp.eye(3) + 2 * jnp.outer(q, q) + 2 * qx) / (1 + qq)
 
 
 GRAD_CASES = [
@@ -155,6 +167,8 @@ GRAD_CASES = [
     (col.sphere_capsule, [0.2, 0, 0], [0.15, 0.4, 0], [0.1, 0.2, 0.0], [0.3, -0.1, 0.2], [0]),
     (col.capsule_capsule, [0.2, 0.3, 0], [0.15, 0.4, 0], [0.0, 0.1, 0.0], [0.2, -0.1, 0.3], [0]),
     (col.plane_box, [0, 0, 1], [0.2, 0.3, 0.4], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0, 1, 2, 3]),
+    (col.plane_ellipsoid, [0, 0, 1], [0.2, 0.3, 0.4], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0]),
+    (col.plane_cylinder, [0, 0, 1], [0.2, 0.4, 0], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0, 1, 2, 3]),
 ]
 
 
@@ -171,13 +185,16 @@ def test_collision_distance_gradients(case):
                    jnp.array(p2) + x[6:9], _rot(x[9:12]) @ r2, jnp.array(s2, float))
         return c.dist[jnp.array(slots)].sum()
 
-    x0 = jnp.zeros(12)
     h = 1e-6
     steps = h * jnp.eye(12)
-    g = jax.jit(jax.grad(f))(x0)
-    fv = jax.jit(jax.vmap(f))
-    fd = (fv(steps) - fv(-steps)) / (2 * h)  # x0 = 0
-    assert np.isfinite(f(x0))
+
+    @jax.jit
+    def grad_and_fd():
+        fd = (jax.vmap(f)(steps) - jax.vmap(f)(-steps)) / (2 * h)  # at x = 0
+        return f(jnp.zeros(12)), jax.grad(f)(jnp.zeros(12)), fd
+
+    f0, g, fd = grad_and_fd()
+    assert np.isfinite(f0)
     np.testing.assert_allclose(g, fd, rtol=0, atol=1e-8)
 
 

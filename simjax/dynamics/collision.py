@@ -175,6 +175,66 @@ def plane_box(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
     return _first(Contact(dist, pos, frame), valid, 4)
 
 
+def plane_ellipsoid(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against ellipsoid (semi-axes ``size2`` along its local axes): one contact at
+    the ellipsoid's support point in ``-normal`` (MuJoCo's ``mjc_PlaneConvex``).
+
+    The support point is ``pos2 + R D u`` with ``u = D R^T(-n) / |D R^T(-n)|``,
+    ``D = diag(size2)``; ``dist`` is its signed height over the plane and ``pos`` the point
+    moved by ``-dist/2`` along the normal. Smooth in both poses.
+    """
+    del size1, margin
+    n = mat1[:, 2]
+    u, _ = _normalize((mat2.T @ -n) * size2)
+    support = pos2 + mat2 @ (u * size2)
+    dist = (support - pos1) @ n
+    return _one(dist, support - 0.5 * dist * n, n)
+
+
+def plane_cylinder(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against cylinder (radius, half-length along local z): up to four contacts,
+    MuJoCo's ``mjc_PlaneCylinder``.
+
+    Slot 0: the rim point nearest the plane (on the end disk facing it); slot 1: the
+    matching rim point of the other end disk; slots 2 and 3: the other two corners of the
+    equilateral triangle inscribed in the near disk with slot 0 as a corner (both at the
+    same distance). MuJoCo reports the others only when slot 0 is within ``margin``, and
+    each when its own distance is; slots it would not report have ``dist = +inf``. A
+    disk parallel to the plane takes its rim direction from the cylinder's local x axis.
+    Smooth except where the axis is normal to the plane.
+    """
+    del size1
+    n = mat1[:, 2]
+    axis = mat2[:, 2]
+    prjaxis = n @ axis
+    flip = prjaxis > 0
+    axis = jnp.where(flip, -axis, axis)
+    prjaxis = jnp.where(flip, -prjaxis, prjaxis)
+    dist0 = (pos2 - pos1) @ n
+    vec = axis * prjaxis - n
+    len2 = vec @ vec
+    tilted = len2 >= MINVAL * MINVAL
+    vec = jnp.where(
+        tilted, vec * (size2[0] / jnp.sqrt(jnp.where(tilted, len2, 1.0))), mat2[:, 0] * size2[0]
+    )
+    prjvec = vec @ n
+    axis = axis * size2[1]
+    prjaxis = prjaxis * size2[1]
+    d1 = dist0 + prjaxis + prjvec
+    d2 = dist0 - prjaxis + prjvec
+    d3 = dist0 + prjaxis - 0.5 * prjvec
+    side, _ = _normalize(jnp.cross(vec, axis))
+    side = side * (size2[0] * jnp.sqrt(3.0) / 2)
+    base = pos2 + axis - 0.5 * vec
+    pos = jnp.stack([pos2 + vec + axis, pos2 + vec - axis, base + side, base - side])
+    dist = jnp.stack([d1, d2, d3, d3])
+    pos = pos - 0.5 * jnp.outer(dist, n)
+    first = d1 <= margin
+    valid = first & (dist <= margin)
+    frame = jnp.broadcast_to(make_frame(n), (4, 3, 3))
+    return Contact(jnp.where(valid, dist, jnp.inf), pos, frame)
+
+
 # ------------------------------------------------------------------ spheres and capsules
 
 
