@@ -97,6 +97,9 @@ PAIRS = [
      dict(tilt=2e-4, spread=0.3, margin=0.1, tol=(1e-8, 1e-4, 1e-3))),
     ("plane", "0 0 1", "box", "0.2 0.3 0.4", col.plane_box, {}),
     ("plane", "0 0 1", "ellipsoid", "0.2 0.3 0.4", col.plane_ellipsoid, {}),
+    ("sphere", "0.2", "box", "0.2 0.3 0.4", col.sphere_box, {}),
+    # centres inside the box: nearest-face branch
+    ("sphere", "0.2", "box", "0.2 0.3 0.4", col.sphere_box, dict(spread=0.15, deep=True)),
     ("plane", "0 0 1", "cylinder", "0.2 0.4", col.plane_cylinder, {}),
     ("plane", "0 0 1", "cylinder", "0.2 0.4", col.plane_cylinder, dict(margin=0.05)),
     # a margin that cuts some corners: which four MuJoCo keeps
@@ -126,7 +129,7 @@ def test_collision_matches_mujoco(case):
             np.testing.assert_allclose(out.frame[i, j], frame, rtol=0, atol=tol[2])
             n_pen += dist < 0
             n_sep += dist >= 0
-    assert n_pen > 5 and n_sep > 5  # both regimes covered
+    assert n_pen > 5 and (n_sep > 5 or opts.get("deep"))  # both regimes covered
 
 
 @pytest.mark.parametrize(
@@ -168,6 +171,8 @@ GRAD_CASES = [
     (col.capsule_capsule, [0.2, 0.3, 0], [0.15, 0.4, 0], [0.0, 0.1, 0.0], [0.2, -0.1, 0.3], [0]),
     (col.plane_box, [0, 0, 1], [0.2, 0.3, 0.4], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0, 1, 2, 3]),
     (col.plane_ellipsoid, [0, 0, 1], [0.2, 0.3, 0.4], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0]),
+    (col.sphere_box, [0.2, 0, 0], [0.2, 0.3, 0.4], [0.0, 0.1, 0.0], [0.3, -0.2, 0.5], [0]),
+    (col.sphere_box, [0.2, 0, 0], [0.2, 0.3, 0.4], [0.0, 0.1, 0.0], [0.02, 0.1, 0.05], [0]),
     (col.plane_cylinder, [0, 0, 1], [0.2, 0.4, 0], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0, 1, 2, 3]),
 ]
 

@@ -11,18 +11,21 @@ Geometry arguments (the layout of MuJoCo's ``geom_xpos``, ``geom_xmat`` and ``ge
 - ``mat``: (3, 3) rotation matrix, geometry frame to world (columns are the local axes).
 - ``size``: (3,) size parameters: plane — ignored (the plane is the local x-y plane, its
   outward normal local +z, infinite); sphere — ``(radius, _, _)``; capsule —
-  ``(radius, half-length, _)`` with the segment along local z; box — the half-sizes.
+  ``(radius, half-length, _)`` with the segment along local z; ellipsoid — the semi-axes;
+  cylinder — ``(radius, half-length, _)`` along local z; box — the half-sizes.
 
 Kernel ``<kind1>_<kind2>(pos1, mat1, size1, pos2, mat2, size2, margin=inf)`` follows
-MuJoCo's geom order (plane < sphere < capsule < box): the contact normal points from
-geometry 1 into geometry 2, as MuJoCo's ``contact.frame`` does. Per contact:
+MuJoCo's geom order (plane < sphere < capsule < ellipsoid < cylinder < box): the
+contact normal points from geometry 1 into geometry 2, as MuJoCo's ``contact.frame``
+does. Per contact:
 
 - ``dist``: signed distance between the surfaces (m), negative when they overlap.
   Contacts that do not exist (a box corner turned away from the plane, a second capsule
   contact that a configuration lacks) have ``dist = +inf``. A driver keeps a contact when
-  ``dist <= margin``, MuJoCo's rule; ``margin`` is passed to the kernels only because
+  ``dist <= margin``, MuJoCo's rule, with MuJoCo's pair margin: the *sum* of the two
+  geoms' margins (or the ``<pair>``'s). ``margin`` is passed to the kernels only because
   MuJoCo chooses *which* contacts to report among those within it (the first four box
-  corners, the first two parallel-capsule points).
+  corners; a cylinder's other points only with its nearest one).
 - ``pos``: the midpoint between the two surfaces along the normal, MuJoCo's
   ``contact.pos``.
 - ``frame``: (3, 3) rows ``[normal, tangent1, tangent2]``, orthonormal and right-handed,
@@ -334,3 +337,37 @@ def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Con
         jnp.concatenate([general.frame, general.frame]),
     )
     return Contact(*(jnp.where(parallel, p, g) for p, g in zip(par, gen)))
+
+
+# ------------------------------------------------------------------------------- boxes
+
+
+def sphere_box(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere (geometry 1) against box (geometry 2): one contact (MuJoCo's
+    ``mjc_SphereBox``).
+
+    Centre outside the box: the box point nearest the centre gives the normal (from the
+    centre towards it), ``dist = |nearest - centre| - r`` and ``pos`` halfway between the
+    box point and the sphere's deepest point. Centre inside: the nearest face (MuJoCo's
+    order -x, +x, -y, +y, -z, +z; first wins a tie) gives the normal (pointing inwards,
+    from the sphere towards the box), ``dist = -(distance to that face) - r``.
+    Smooth outside the box; the normal jumps where the nearest face changes inside it.
+    """
+    del mat1, margin
+    r = size1[0]
+    center = mat2.T @ (pos1 - pos2)
+    clamped = jnp.clip(center, -size2, size2)
+    tmp, gap = _normalize(clamped - center)
+    outside = gap > MINVAL
+    pos_out = 0.5 * (clamped + center + tmp * r)
+
+    faces = jnp.abs(jnp.stack([s * size2[i] - center[i] for i in range(3) for s in (-1.0, 1.0)]))
+    k = jnp.argmin(faces)
+    closest = faces[k]
+    nearest = jnp.where(jnp.arange(3) == k // 2, jnp.where(k % 2 == 1, -1.0, 1.0), 0.0)
+    pos_in = center + nearest * (0.5 * (r - closest))
+
+    local_normal = jnp.where(outside, tmp, nearest)
+    pos = pos2 + mat2 @ jnp.where(outside, pos_out, pos_in)
+    dist = jnp.where(outside, gap, -closest) - r
+    return _one(dist, pos, mat2 @ local_normal)
