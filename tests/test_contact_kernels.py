@@ -243,6 +243,8 @@ _SMOOTH_P = dict(stiffness=1e6, dissipation=2.0, static_friction=0.8, dynamic_fr
 _VT = 0.1
 _R = 0.1
 _SPHERE_LOC = (0.05, -0.02, 0.03)
+_R2 = 0.07
+_SPHERE2_LOC = (-0.02, 0.04, 0.01)
 
 
 def _hc_params_xml(geometry, p):
@@ -258,7 +260,8 @@ def osim_ball(tmp_path_factory):
     """A free body with an offset ContactSphere over a tilted, offset ContactHalfSpace on
     ground; a HuntCrossleyForce with different parameters on the two surfaces (written as
     two ContactParameters: the Python API adds one set for all geometry) and a
-    SmoothSphereHalfSpaceForce between the same two."""
+    SmoothSphereHalfSpaceForce between the same two; a second free body with a sphere and
+    its own HuntCrossleyForce against the first sphere (sphere–sphere contact)."""
     osim = pytest.importorskip("opensim")
     m = osim.Model()
     m.setName("ball")
@@ -276,6 +279,15 @@ def osim_ball(tmp_path_factory):
     hc.addGeometry("sphere")
     hc.setTransitionVelocity(_VT)
     m.addForce(hc)
+    b2 = osim.Body("ball2", 1.0, osim.Vec3(0), osim.Inertia(0.01, 0.01, 0.01))
+    m.addBody(b2)
+    m.addJoint(osim.FreeJoint("free2", m.getGround(), b2))
+    m.addContactGeometry(osim.ContactSphere(_R2, osim.Vec3(*_SPHERE2_LOC), b2, "sphere2"))
+    hc2 = osim.HuntCrossleyForce()
+    hc2.setName("hc2")
+    hc2.addGeometry("sphere")
+    hc2.setTransitionVelocity(_VT)
+    m.addForce(hc2)
     sm = osim.SmoothSphereHalfSpaceForce("smooth", cs, ch)
     for k, v in _SMOOTH_P.items():
         getattr(sm, "set_" + k)(v)
@@ -285,9 +297,13 @@ def osim_ball(tmp_path_factory):
     m.printToXML(str(path))
     text = path.read_text()
     tag = "HuntCrossleyForce::ContactParameters>"
-    i, j = text.index("<" + tag), text.index("</" + tag) + len(tag) + 2
-    path.write_text(text[:i] + _hc_params_xml("sphere", _SPHERE_P)
-                    + _hc_params_xml("floor", _FLOOR_P) + text[j:])
+    for name, other in (("hc", "floor"), ("hc2", "sphere2")):
+        # each force's one parameter block becomes one per surface
+        blocks = _hc_params_xml("sphere", _SPHERE_P) + _hc_params_xml(other, _FLOOR_P)
+        i = text.index("<" + tag, text.index(f'<HuntCrossleyForce name="{name}">'))
+        j = text.index("</" + tag, i) + len(tag) + 2
+        text = text[:i] + blocks + text[j:]
+    path.write_text(text)
     m = osim.Model(str(path))
     return m, m.initSystem()
 
@@ -426,3 +442,50 @@ def test_force_law_gradients(osim_ball):
         if k >= 21:
             assert np.all(np.isfinite(hunt[0](plane, ob, jnp.concatenate([center, w, vo]))))
     assert n_in >= 2
+
+
+def test_hunt_crossley_sphere_sphere_matches_opensim(osim_ball):
+    """Two spheres on two free bodies (Simbody's effective radius r1 r2/(r1 + r2), the
+    force point shifted towards the softer sphere, both bodies moving and spinning): both
+    bodies' forces and torques to 1e-9 relative, in and out of contact."""
+    m, s = osim_ball
+    b1, b2 = m.getBodySet().get("ball"), m.getBodySet().get("ball2")
+    hc2 = m.getForceSet().get("hc2")
+    coords = [m.getCoordinateSet().get(i) for i in range(12)]
+    rng = np.random.default_rng(2)
+    params = contact.HuntCrossleyParams(**_SPHERE_P), contact.HuntCrossleyParams(**_FLOOR_P)
+
+    @jax.jit
+    def law(c1, o1, w1, v1, c2, o2, w2, v2):
+        con = col.sphere_sphere(c1, jnp.eye(3), jnp.array([_R, 0, 0]),
+                                c2, jnp.eye(3), jnp.array([_R2, 0, 0]))
+        dist, pos, n = con.dist[0], con.pos[0], con.frame[0, 0]
+        v_rel = (v1 + jnp.cross(w1, pos - o1)) - (v2 + jnp.cross(w2, pos - o2))
+        f, p = contact.hunt_crossley(dist, n, pos, _R * _R2 / (_R + _R2), v_rel, w1 - w2,
+                                     *params, _VT)
+        return jnp.concatenate([-f, jnp.cross(p - o1, -f), f, jnp.cross(p - o2, f)]), dist
+
+    n_in = n_out = 0
+    for _ in range(12):
+        q = rng.uniform(-0.5, 0.5, 12)
+        for c, qi, ui in zip(coords, q, rng.normal(size=12)):
+            c.setValue(s, qi, False)
+            c.setSpeedValue(s, ui)
+        m.realizePosition(s)
+        r1, o1 = _transform(b1.getTransformInGround(s))
+        r2, o2 = _transform(b2.getTransformInGround(s))
+        c1 = o1 + r1 @ np.array(_SPHERE_LOC)
+        u = rng.normal(size=3)
+        target = c1 + u / np.linalg.norm(u) * (_R + _R2 + rng.uniform(-0.03, 0.01))
+        for k, x in enumerate(target - r2 @ np.array(_SPHERE2_LOC)):
+            coords[9 + k].setValue(s, x, False)
+        m.realizeDynamics(s)
+        r2, o2 = _transform(b2.getTransformInGround(s))
+        v1, v2 = b1.getVelocityInGround(s), b2.getVelocityInGround(s)
+        got, dist = law(c1, o1, _vec(v1.get(0)), _vec(v1.get(1)),
+                        o2 + r2 @ np.array(_SPHERE2_LOC), o2, _vec(v2.get(0)), _vec(v2.get(1)))
+        ref = np.array([hc2.getRecordValues(s).get(i) for i in range(12)])
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * max(np.abs(ref).max(), 1))
+        n_in += bool(np.any(ref))
+        n_out += dist > 0
+    assert n_in >= 4 and n_out >= 2

@@ -98,6 +98,14 @@ def hunt_crossley(
         ``-force`` there. Zero force out of contact. The force is continuous at
         ``d = 0``, but its gradient there is not (``d^(3/2)``), nor at slip speed ``vt``
         or at ``f = 0``.
+
+    Simbody (and so OpenSim 4.6) differs in two places that a driver matching it must
+    reproduce: its loop over one ``HuntCrossleyForce``'s contacts *stops* at the first
+    contact with ``f <= 0`` (``return``, not ``continue``), so the contacts after it in
+    Simbody's contact order get no force in that state (measured: a second sphere pressing
+    1 cm into the floor gets 0 N while the first lifts off faster than ``2/(3c)``); and
+    two spheres with coincident centres make no contact (MuJoCo's kernel still returns
+    one, with a fallback normal).
     """
     depth = -dist
     k1 = jnp.asarray(params1.stiffness) ** (2.0 / 3.0)
