@@ -98,6 +98,10 @@ PAIRS = [
     ("plane", "0 0 1", "box", "0.2 0.3 0.4", col.plane_box, {}),
     ("plane", "0 0 1", "ellipsoid", "0.2 0.3 0.4", col.plane_ellipsoid, {}),
     ("sphere", "0.2", "box", "0.2 0.3 0.4", col.sphere_box, {}),
+    ("sphere", "0.2", "cylinder", "0.25 0.4", col.sphere_cylinder, {}),
+    ("sphere", "0.2", "cylinder", "0.25 0.4", col.sphere_cylinder, dict(spread=0.2, deep=True)),
+    # a wide disk: centres over its end faces
+    ("sphere", "0.2", "cylinder", "0.5 0.1", col.sphere_cylinder, dict(spread=0.4, seed=7)),
     # centres inside the box: nearest-face branch
     ("sphere", "0.2", "box", "0.2 0.3 0.4", col.sphere_box, dict(spread=0.15, deep=True)),
     ("plane", "0 0 1", "cylinder", "0.2 0.4", col.plane_cylinder, {}),
@@ -113,7 +117,7 @@ def test_collision_matches_mujoco(case):
     margin = opts.get("margin", MARGIN)
     tol = opts.get("tol", (1e-12, 1e-12, 1e-12))
     size, (p1, m1, p2, m2), ref = _mujoco_cases(
-        t1, s1, t2, s2, 60, margin, seed=len(opts), spread=opts.get("spread", 0.6),
+        t1, s1, t2, s2, 60, margin, seed=opts.get("seed", len(opts)), spread=opts.get("spread", 0.6),
         tilt=opts.get("tilt"),
     )
     f = jax.jit(jax.vmap(lambda a, b, c, e: kernel(a, b, size[0], c, e, size[1], margin)))
@@ -172,6 +176,7 @@ GRAD_CASES = [
     (col.plane_box, [0, 0, 1], [0.2, 0.3, 0.4], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0, 1, 2, 3]),
     (col.plane_ellipsoid, [0, 0, 1], [0.2, 0.3, 0.4], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0]),
     (col.sphere_box, [0.2, 0, 0], [0.2, 0.3, 0.4], [0.0, 0.1, 0.0], [0.3, -0.2, 0.5], [0]),
+    (col.sphere_cylinder, [0.2, 0, 0], [0.25, 0.4, 0], [0.0, 0.1, 0.0], [0.3, -0.2, 0.5], [0]),
     (col.sphere_box, [0.2, 0, 0], [0.2, 0.3, 0.4], [0.0, 0.1, 0.0], [0.02, 0.1, 0.05], [0]),
     (col.plane_cylinder, [0, 0, 1], [0.2, 0.4, 0], [0.0, 0.0, 0.0], [0.1, 0.0, 0.3], [0, 1, 2, 3]),
 ]

@@ -117,9 +117,9 @@ def _first(c: Contact, valid: jax.Array, k: int) -> Contact:
 # ------------------------------------------------------------------------------ plane
 
 
-def _plane_point(pos1, mat1, center, radius):
-    """Signed distance, midpoint and normal of a sphere (centre, radius) against a plane."""
-    n = mat1[:, 2]
+def _plane_point(pos1, n, center, radius):
+    """Signed distance, midpoint and normal of a sphere (centre, radius) against the plane
+    through ``pos1`` with outward normal ``n``."""
     dist = (center - pos1) @ n - radius
     return dist, center - n * (radius + 0.5 * dist), n
 
@@ -131,7 +131,7 @@ def plane_sphere(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contac
     Smooth in both poses everywhere (the distance is affine in the sphere centre).
     """
     del mat2, size1, margin
-    d, p, n = _plane_point(pos1, mat1, pos2, size2[0])
+    d, p, n = _plane_point(pos1, mat1[:, 2], pos2, size2[0])
     return _one(d, p, n)
 
 
@@ -148,7 +148,7 @@ def plane_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Conta
     seg = axis * size2[1]
     out = []
     for end in (pos2 + seg, pos2 - seg):
-        d, p, n = _plane_point(pos1, mat1, end, size2[0])
+        d, p, n = _plane_point(pos1, mat1[:, 2], end, size2[0])
         out.append(_one(d, p, n, axis))
     return _stack(out)
 
@@ -337,6 +337,45 @@ def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Con
         jnp.concatenate([general.frame, general.frame]),
     )
     return Contact(*(jnp.where(parallel, p, g) for p, g in zip(par, gen)))
+
+
+def sphere_cylinder(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere (geometry 1) against cylinder (radius, half-length along local z): one
+    contact, MuJoCo's ``mjc_SphereCylinder``.
+
+    The sphere centre's axial coordinate ``x`` and radial offset ``rho`` choose the
+    feature: the side (``|x| < h``, ``rho >= R``: sphere–sphere with the axis point), an
+    end disk (``rho < R``, ``|x| >= h``: plane–sphere with the cap), or the rim circle
+    (neither: sphere against the nearest rim point). A centre inside the cylinder takes
+    the side or the cap, whichever surface is nearer (the side on a tie). The normal points
+    from the sphere towards the cylinder. The feature switches are C1 in the distance
+    outside the cylinder; inside, the normal jumps where the nearer surface changes.
+    """
+    del margin
+    r1, rc, h = size1[0], size2[0], size2[1]
+    axis = mat2[:, 2]
+    vec = pos1 - pos2
+    x = axis @ vec
+    p_proj = vec - axis * x
+    p2 = p_proj @ p_proj
+    side = jnp.abs(x) < h
+    cap = p2 < rc * rc
+    both = side & cap
+    rho = jnp.sqrt(jnp.where(p2 > 0, p2, 1.0)) * (p2 > 0)
+    cap_first = (h - jnp.abs(x)) < (rc - rho)
+    side = side & ~(both & cap_first)
+    cap = cap & ~(both & ~cap_first)
+
+    s_dist, s_pos, s_n = _sphere_sphere(pos1, mat1, r1, pos2 + axis * x, mat2, rc)
+    zc = jnp.where(x > 0, axis, -axis)
+    c_dist, c_pos, c_n = _plane_point(pos2 + zc * h, zc, pos1, r1)
+    rim = pos2 + zc * h + p_proj * (rc / jnp.where(p2 > 0, rho, 1.0))
+    e_dist, e_pos, e_n = _sphere_sphere(pos1, mat1, r1, rim, mat2, 0.0)
+
+    dist = jnp.where(side, s_dist, jnp.where(cap, c_dist, e_dist))
+    pos = jnp.where(side, s_pos, jnp.where(cap, c_pos, e_pos))
+    normal = jnp.where(side, s_n, jnp.where(cap, -c_n, e_n))
+    return _one(dist, pos, normal)
 
 
 # ------------------------------------------------------------------------------- boxes
