@@ -494,3 +494,24 @@ def test_hunt_crossley_sphere_sphere_matches_opensim(osim_ball):
         n_in += bool(np.any(ref))
         n_out += dist > 0
     assert n_in >= 4 and n_out >= 2
+
+
+def test_force_law_parameter_checks_and_zero_dissipation():
+    """Out-of-range parameters are refused naming the force and the field; zero
+    dissipation (OpenSim's default for the smooth law) gives finite forces."""
+    hc = contact.HuntCrossleyParams(stiffness=1e6, dissipation=0.5, static_friction=0.8)
+    contact.check_hunt_crossley("floor", hc, 0.1)
+    with pytest.raises(ValueError, match="floor: stiffness must be finite and positive"):
+        contact.check_hunt_crossley("floor", hc._replace(stiffness=-1.0), 0.1)
+    with pytest.raises(ValueError, match="dynamic_friction must be finite and non-negative"):
+        contact.check_hunt_crossley("floor", hc._replace(dynamic_friction=-0.1), 0.1)
+    with pytest.raises(ValueError, match="transition_velocity"):
+        contact.check_hunt_crossley("floor", hc, 0.0)
+    sm = contact.SmoothContactParams(stiffness=1e6)
+    contact.check_smooth("foot", sm)
+    with pytest.raises(ValueError, match="foot: hertz_smoothing"):
+        contact.check_smooth("foot", sm._replace(hertz_smoothing=float("nan")))
+    f, _ = contact.smooth_sphere_half_space(
+        -0.01, jnp.array([0.0, 0, 1]), jnp.zeros(3), 0.05, jnp.array([0.1, 0.0, 0.2]), sm
+    )
+    assert np.all(np.isfinite(f)) and f[2] > 0

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class HuntCrossleyParams(NamedTuple):
@@ -140,7 +141,9 @@ class SmoothContactParams(NamedTuple):
 
     Attributes:
         stiffness: ``E`` (N/m^2); the law uses ``k = E^(2/3)/2`` (two equal surfaces).
-        dissipation: ``c`` (s/m), positive (the law divides by it).
+        dissipation: ``c`` (s/m), non-negative; 0 (OpenSim's default) leaves the
+            Hunt–Crossley smoothing factor at 1 (``2/(3c)`` is infinite) and the
+            derivative with respect to ``c`` undefined.
         static_friction, dynamic_friction: ``us``, ``ud`` (-).
         viscous_friction: ``uv`` (s/m).
         transition_velocity: ``vt`` (m/s).
@@ -202,7 +205,7 @@ def smooth_sphere_half_space(
     cf = p.constant_contact_force
     fh_pos = (4.0 / 3.0) * k * jnp.sqrt(radius * k) * (depth * depth + cf) ** 0.75
     fh = fh_pos * _step(p.hertz_smoothing * depth)
-    c = p.dissipation
+    c = jnp.asarray(p.dissipation)
     vn = v_rel @ normal
     f = fh * (1 + 1.5 * c * vn)
     f = f * _step(p.hunt_crossley_smoothing * (vn + 2.0 / (3.0 * c)))
@@ -213,3 +216,35 @@ def smooth_sphere_half_space(
         p.transition_velocity,
     )
     return f * normal + friction, pos
+
+
+def check_hunt_crossley(name: str, params: HuntCrossleyParams, transition_velocity) -> None:
+    """Raise ``ValueError`` naming ``name`` and the field when a HuntCrossley surface's
+    parameters are out of range: stiffness must be positive, the dissipation and the
+    friction coefficients non-negative and finite, the transition velocity positive.
+    For concrete (loader-time) values; the law itself does not check."""
+    _check(name, "stiffness", params.stiffness, positive=True)
+    for field in ("dissipation", "static_friction", "dynamic_friction", "viscous_friction"):
+        _check(name, field, getattr(params, field))
+    _check(name, "transition_velocity", transition_velocity, positive=True)
+
+
+def check_smooth(name: str, params: SmoothContactParams) -> None:
+    """Raise ``ValueError`` naming ``name`` and the field when a SmoothSphereHalfSpaceForce's
+    parameters are out of range: stiffness, transition velocity, constant contact force and
+    both smoothings positive; dissipation and friction coefficients non-negative; all
+    finite."""
+    for field in SmoothContactParams._fields:
+        positive = not (field.endswith("_friction") or field == "dissipation")
+        _check(name, field, getattr(params, field), positive=positive)
+
+
+def _check(name, field, value, positive=False) -> None:
+    v = np.asarray(value, dtype=float)
+    bad = ~np.isfinite(v) | (v <= 0 if positive else v < 0)
+    if np.any(bad):
+        need = "positive" if positive else "non-negative"
+        raise ValueError(
+            f"{name}: {field} must be finite and {need}, got {value!r}; "
+            f"set {field} to a {need} value"
+        )
