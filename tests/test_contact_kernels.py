@@ -265,7 +265,8 @@ def osim_ball(tmp_path_factory):
     """A free body with an offset ContactSphere over a tilted, offset ContactHalfSpace on
     ground; a HuntCrossleyForce with different parameters on the two surfaces (written as
     two ContactParameters: the Python API adds one set for all geometry) and a
-    SmoothSphereHalfSpaceForce between the same two; a second free body with a sphere and
+    SmoothSphereHalfSpaceForce between the same two (and one with zero dissipation,
+    OpenSim's default); a second free body with a sphere and
     its own HuntCrossleyForce against the first sphere (sphere–sphere contact)."""
     osim = pytest.importorskip("opensim")
     m = osim.Model()
@@ -293,10 +294,11 @@ def osim_ball(tmp_path_factory):
     hc2.addGeometry("sphere")
     hc2.setTransitionVelocity(_VT)
     m.addForce(hc2)
-    sm = osim.SmoothSphereHalfSpaceForce("smooth", cs, ch)
-    for k, v in _SMOOTH_P.items():
-        getattr(sm, "set_" + k)(v)
-    m.addForce(sm)
+    for name, dissipation in (("smooth", _SMOOTH_P["dissipation"]), ("smooth0", 0.0)):
+        sm = osim.SmoothSphereHalfSpaceForce(name, cs, ch)
+        for k, v in dict(_SMOOTH_P, dissipation=dissipation).items():
+            getattr(sm, "set_" + k)(v)
+        m.addForce(sm)
     m.finalizeConnections()
     path = tmp_path_factory.mktemp("osim") / "ball.osim"
     m.printToXML(str(path))
@@ -329,6 +331,7 @@ def _osim_states(m, s, rng):
     body = m.getBodySet().get("ball")
     floor = m.getContactGeometrySet().get("floor")
     hc, sm = m.getForceSet().get("hc"), m.getForceSet().get("smooth")
+    sm0 = m.getForceSet().get("smooth0")
     coords = [m.getCoordinateSet().get(i) for i in range(6)]
     rf, pf = _transform(floor.getFrame().getTransformInGround(s))
     rh, ph = _transform(floor.getTransform())
@@ -356,7 +359,8 @@ def _osim_states(m, s, rng):
         vel = body.getVelocityInGround(s)
         ref_hc = np.array([hc.getRecordValues(s).get(i) for i in range(6)])
         ref_sm = np.array([sm.getRecordValues(s).get(i) for i in range(6)])
-        yield ref_hc, ref_sm, plane, center, ob, _vec(vel.get(0)), _vec(vel.get(1))
+        ref_sm0 = np.array([sm0.getRecordValues(s).get(i) for i in range(6)])
+        yield ref_hc, (ref_sm, ref_sm0), plane, center, ob, _vec(vel.get(0)), _vec(vel.get(1))
 
 
 def _hc_on_ball(plane, center, ob, w, vo):
@@ -371,12 +375,13 @@ def _hc_on_ball(plane, center, ob, w, vo):
     return jnp.concatenate([f, jnp.cross(p - ob, f)]), dist, (-v_sphere, n)
 
 
-def _smooth_on_ball(plane, center, ob, w, vo):
+def _smooth_on_ball(plane, center, ob, w, vo, dissipation=_SMOOTH_P["dissipation"]):
     c = col.plane_sphere(*plane, center, jnp.eye(3), jnp.array([_R, 0, 0]))
     dist, pos, n = c.dist[0], c.pos[0], c.frame[0, 0]
     v_sphere = vo + jnp.cross(w, pos - ob)
     f, p = contact.smooth_sphere_half_space(
-        dist, n, pos, _R, -v_sphere, contact.SmoothContactParams(**_SMOOTH_P)
+        dist, n, pos, _R, -v_sphere,
+        contact.SmoothContactParams(**dict(_SMOOTH_P, dissipation=dissipation)),
     )
     return jnp.concatenate([f, jnp.cross(p - ob, f)])
 
@@ -389,13 +394,15 @@ def test_force_laws_match_opensim(osim_ball):
     hc_k = jax.jit(_hc_on_ball)
     sm_k = jax.jit(_smooth_on_ball)
     kinds = set()
-    for ref_hc, ref_sm, plane, center, ob, w, vo in _osim_states(m, s, np.random.default_rng(0)):
+    for ref_hc, refs_sm, plane, center, ob, w, vo in _osim_states(m, s, np.random.default_rng(0)):
         got, dist, (v_rel, n) = hc_k(plane, center, ob, w, vo)
         np.testing.assert_allclose(got, ref_hc, rtol=0, atol=1e-9 * max(np.abs(ref_hc).max(), 1))
-        got = sm_k(plane, center, ob, w, vo)
-        # OpenSim's (1 + tanh x)/2 cancels where the step is tiny (out of contact): its
-        # values there carry ~1e-16 of the unsmoothed Hertz force (~1e3 N) as noise
-        np.testing.assert_allclose(got, ref_sm, rtol=0, atol=1e-9 * np.abs(ref_sm).max() + 1e-12)
+        for dissipation, ref_sm in zip((_SMOOTH_P["dissipation"], 0.0), refs_sm):
+            got = sm_k(plane, center, ob, w, vo, dissipation)
+            # OpenSim's (1 + tanh x)/2 cancels where the step is tiny (out of contact): its
+            # values there carry ~1e-16 of the unsmoothed Hertz force (~1e3 N) as noise
+            np.testing.assert_allclose(got, ref_sm, rtol=0,
+                                       atol=1e-9 * np.abs(ref_sm).max() + 1e-12)
         slip = np.linalg.norm(v_rel - (v_rel @ n) * n)
         touching = abs(float(dist)) < 1e-12
         kinds.add("touch" if touching else "out" if dist > 0 else
