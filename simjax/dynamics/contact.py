@@ -11,8 +11,10 @@ Both laws use the geometry convention of :mod:`simjax.dynamics.collision` (and M
   (m/s), both in world: ``v_rel = (v1 + w1 x (pos - o1)) - (v2 + w2 x (pos - o2))``.
 
 Each returns the force (N, world) that acts on body 2 at the returned point; body 1 gets
-the opposite force at the same point. Geometry 1 and 2 can be exchanged (flip ``normal``
-and ``v_rel``, swap the parameters); the forces are the same.
+the opposite force at the same point. In :func:`hunt_crossley` geometry 1 and 2 can be
+exchanged (flip ``normal``, ``v_rel`` and ``w_rel``, swap the parameters) and the forces
+are the same, as in Simbody; in :func:`smooth_sphere_half_space` geometry 1 is the
+half-space.
 
 Everything is elementwise on one contact: ``jax.vmap`` over contacts and states.
 """
