@@ -1,0 +1,412 @@
+"""Collision primitives: one pure, vmappable kernel per pair of geometry kinds.
+
+Each kernel takes two geometries in MuJoCo's conventions and returns a fixed number of
+candidate contacts as a :class:`Contact` (static shapes, no Python branching on values), so
+that a driver can ``jax.vmap`` it over every candidate pair of that kind and keep the same
+compiled program whatever is touching.
+
+Geometry arguments (the layout of MuJoCo's ``geom_xpos``, ``geom_xmat`` and ``geom_size``):
+
+- ``pos``: (3,) world position of the geometry's frame origin (m).
+- ``mat``: (3, 3) rotation matrix, geometry frame to world (columns are the local axes).
+- ``size``: (3,) size parameters: plane — ignored (the plane is the local x-y plane, its
+  outward normal local +z, infinite); sphere — ``(radius, _, _)``; capsule —
+  ``(radius, half-length, _)`` with the segment along local z; ellipsoid — the semi-axes;
+  cylinder — ``(radius, half-length, _)`` along local z; box — the half-sizes.
+
+Kernel ``<kind1>_<kind2>(pos1, mat1, size1, pos2, mat2, size2, margin=inf)`` follows
+MuJoCo's geom order (plane < sphere < capsule < ellipsoid < cylinder < box): the
+contact normal points from geometry 1 into geometry 2, as MuJoCo's ``contact.frame``
+does. Per contact:
+
+- ``dist``: signed distance between the surfaces (m), negative when they overlap.
+  Contacts that do not exist (a box corner turned away from the plane, a second capsule
+  contact that a configuration lacks) have ``dist = +inf``. A driver keeps a contact when
+  ``dist <= margin``, MuJoCo's rule, with MuJoCo's pair margin: the *sum* of the two
+  geoms' margins (or the ``<pair>``'s). ``margin`` is passed to the kernels only because
+  MuJoCo chooses *which* contacts to report among those within it (the first four box
+  corners; a cylinder's other points only with its nearest one).
+- ``pos``: the midpoint between the two surfaces along the normal, MuJoCo's
+  ``contact.pos``.
+- ``frame``: (3, 3) rows ``[normal, tangent1, tangent2]``, orthonormal and right-handed,
+  completed from the normal (and, for plane–capsule, the capsule axis) exactly as MuJoCo's
+  ``mju_makeFrame`` completes ``contact.frame``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+# MuJoCo's mjMINVAL: below this a norm or a determinant counts as zero.
+MINVAL = 1e-15
+
+
+class Contact(NamedTuple):
+    """Fixed-size contacts of one geometry pair (add a leading axis under ``vmap``).
+
+    Attributes:
+        dist: (n,) signed surface distance (m), negative in penetration; ``+inf`` for a
+            contact slot that does not exist in this configuration.
+        pos: (n, 3) contact point in world (m): the midpoint between the surfaces.
+        frame: (n, 3, 3) contact frames, rows ``[normal, tangent1, tangent2]``; the normal
+            points from geometry 1 to geometry 2.
+    """
+
+    dist: jax.Array
+    pos: jax.Array
+    frame: jax.Array
+
+
+_EX = jnp.array([1.0, 0.0, 0.0])
+_EY = jnp.array([0.0, 1.0, 0.0])
+_EZ = jnp.array([0.0, 0.0, 1.0])
+
+
+def _normalize(v: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``v / |v|`` and ``|v|``; ``(1, 0, 0)`` and 0 where ``|v| < MINVAL`` (MuJoCo's
+    ``mju_normalize3``), with finite gradients there."""
+    n2 = v @ v
+    small = n2 < MINVAL * MINVAL
+    n = jnp.sqrt(jnp.where(small, 1.0, n2))
+    return jnp.where(small, _EX, v / n), jnp.where(small, 0.0, n)
+
+
+def make_frame(normal: jax.Array, tangent: jax.Array | None = None) -> jax.Array:
+    """Complete a contact frame from its normal, as MuJoCo's ``mju_makeFrame`` does.
+
+    Args:
+        normal: (3,) contact normal (normalised here).
+        tangent: (3,) optional preferred first tangent (MuJoCo uses the capsule axis for
+            plane–capsule contacts); ignored when shorter than 0.5.
+
+    Returns:
+        (3, 3) rows ``[normal, tangent1, tangent2]``, orthonormal, ``tangent2 = normal x
+        tangent1``. Without a usable ``tangent``, ``tangent1`` starts from world y (world z
+        when the normal's y component is 0.5 or more in magnitude).
+    """
+    x, _ = _normalize(normal)
+    default = jnp.where(jnp.abs(x[1]) < 0.5, _EY, _EZ)
+    if tangent is None:
+        y = default
+    else:
+        y = jnp.where(tangent @ tangent < 0.25, default, tangent)
+    y, _ = _normalize(y - x * (x @ y))
+    return jnp.stack([x, y, jnp.cross(x, y)])
+
+
+def _one(dist, pos, normal, tangent=None) -> Contact:
+    return Contact(dist[None], pos[None], make_frame(normal, tangent)[None])
+
+
+def _stack(contacts: list[Contact]) -> Contact:
+    return Contact(*(jnp.concatenate(f) for f in zip(*contacts)))
+
+
+def _first(c: Contact, valid: jax.Array, k: int) -> Contact:
+    """The first ``k`` contacts of ``c`` (in slot order) that are ``valid``; slots beyond
+    the valid ones get ``dist = +inf``."""
+    n = valid.shape[0]
+    order = jnp.argsort(jnp.where(valid, jnp.arange(n), n + jnp.arange(n)))[:k]
+    dist = jnp.where(valid[order], c.dist[order], jnp.inf)
+    return Contact(dist, c.pos[order], c.frame[order])
+
+
+# ------------------------------------------------------------------------------ plane
+
+
+def _plane_point(pos1, n, center, radius):
+    """Signed distance, midpoint and normal of a sphere (centre, radius) against the plane
+    through ``pos1`` with outward normal ``n``."""
+    dist = (center - pos1) @ n - radius
+    return dist, center - n * (radius + 0.5 * dist), n
+
+
+def plane_sphere(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane (geometry 1) against sphere (geometry 2): one contact, normal = plane +z.
+
+    MuJoCo's ``mjc_PlaneSphere``: ``dist = (c - p)·n - r``, ``pos = c - n (r + dist/2)``.
+    Smooth in both poses everywhere (the distance is affine in the sphere centre).
+    """
+    del mat2, size1, margin
+    d, p, n = _plane_point(pos1, mat1[:, 2], pos2, size2[0])
+    return _one(d, p, n)
+
+
+def plane_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against capsule: two contacts, one per end of the capsule's segment.
+
+    Slot 0 is the end at ``+half-length`` along the capsule's z, slot 1 the end at
+    ``-half-length`` (MuJoCo's ``mjc_PlaneCapsule`` order); each is a plane–sphere contact
+    of the end sphere, and its first tangent is the capsule axis (orthogonalised), as
+    MuJoCo aligns it. Both slots always exist; a driver keeps those within the margin.
+    """
+    del size1, margin
+    axis = mat2[:, 2]
+    seg = axis * size2[1]
+    out = []
+    for end in (pos2 + seg, pos2 - seg):
+        d, p, n = _plane_point(pos1, mat1[:, 2], end, size2[0])
+        out.append(_one(d, p, n, axis))
+    return _stack(out)
+
+
+def plane_box(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against box: up to four contacts at the box corners (MuJoCo's ``mjc_PlaneBox``).
+
+    Corners are tested in MuJoCo's order (corner ``i`` has local coordinates ``±size``
+    with the sign of x, y, z set by bits 0, 1, 2 of ``i``); a corner counts when it does
+    not point away from the plane (its offset from the box centre has a non-positive
+    normal component) and lies within ``margin``; the first four that count are returned,
+    the remaining slots have ``dist = +inf``. Each contact: ``dist`` = the corner's signed
+    height over the plane, ``pos`` = the corner moved by ``-dist/2`` along the normal.
+    The set of corners changes discontinuously where a box face is perpendicular to the
+    plane; between such poses each distance is smooth.
+    """
+    del size1
+    n = mat1[:, 2]
+    bits = jnp.array([[(i >> j) & 1 for j in range(3)] for i in range(8)])
+    local = jnp.where(bits == 1, size2[None, :], -size2[None, :])  # (8, 3)
+    corners = local @ mat2.T  # world offsets from the box centre
+    ldist = corners @ n
+    dist = (pos2 - pos1) @ n + ldist
+    pos = pos2[None, :] + corners - 0.5 * jnp.outer(dist, n)
+    frame = jnp.broadcast_to(make_frame(n), (8, 3, 3))
+    valid = (ldist <= 0) & (dist <= margin)
+    return _first(Contact(dist, pos, frame), valid, 4)
+
+
+def plane_ellipsoid(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against ellipsoid (semi-axes ``size2`` along its local axes): one contact at
+    the ellipsoid's support point in ``-normal`` (MuJoCo's ``mjc_PlaneConvex``).
+
+    The support point is ``pos2 + R D u`` with ``u = D R^T(-n) / |D R^T(-n)|``,
+    ``D = diag(size2)``; ``dist`` is its signed height over the plane and ``pos`` the point
+    moved by ``-dist/2`` along the normal. Smooth in both poses.
+    """
+    del size1, margin
+    n = mat1[:, 2]
+    u, _ = _normalize((mat2.T @ -n) * size2)
+    support = pos2 + mat2 @ (u * size2)
+    dist = (support - pos1) @ n
+    return _one(dist, support - 0.5 * dist * n, n)
+
+
+def plane_cylinder(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Plane against cylinder (radius, half-length along local z): up to four contacts,
+    MuJoCo's ``mjc_PlaneCylinder``.
+
+    Slot 0: the rim point nearest the plane (on the end disk facing it); slot 1: the
+    matching rim point of the other end disk; slots 2 and 3: the other two corners of the
+    equilateral triangle inscribed in the near disk with slot 0 as a corner (both at the
+    same distance). MuJoCo reports the others only when slot 0 is within ``margin``, and
+    each when its own distance is; slots it would not report have ``dist = +inf``. A
+    disk parallel to the plane takes its rim direction from the cylinder's local x axis.
+    Smooth except where the axis is normal to the plane.
+    """
+    del size1
+    n = mat1[:, 2]
+    axis = mat2[:, 2]
+    prjaxis = n @ axis
+    flip = prjaxis > 0
+    axis = jnp.where(flip, -axis, axis)
+    prjaxis = jnp.where(flip, -prjaxis, prjaxis)
+    dist0 = (pos2 - pos1) @ n
+    vec = axis * prjaxis - n
+    len2 = vec @ vec
+    tilted = len2 >= MINVAL * MINVAL
+    vec = jnp.where(
+        tilted, vec * (size2[0] / jnp.sqrt(jnp.where(tilted, len2, 1.0))), mat2[:, 0] * size2[0]
+    )
+    prjvec = vec @ n
+    axis = axis * size2[1]
+    prjaxis = prjaxis * size2[1]
+    d1 = dist0 + prjaxis + prjvec
+    d2 = dist0 - prjaxis + prjvec
+    d3 = dist0 + prjaxis - 0.5 * prjvec
+    side, _ = _normalize(jnp.cross(vec, axis))
+    side = side * (size2[0] * jnp.sqrt(3.0) / 2)
+    base = pos2 + axis - 0.5 * vec
+    pos = jnp.stack([pos2 + vec + axis, pos2 + vec - axis, base + side, base - side])
+    dist = jnp.stack([d1, d2, d3, d3])
+    pos = pos - 0.5 * jnp.outer(dist, n)
+    first = d1 <= margin
+    valid = first & (dist <= margin)
+    frame = jnp.broadcast_to(make_frame(n), (4, 3, 3))
+    return Contact(jnp.where(valid, dist, jnp.inf), pos, frame)
+
+
+# ------------------------------------------------------------------ spheres and capsules
+
+
+def _sphere_sphere(pos1, mat1, r1, pos2, mat2, r2):
+    """MuJoCo's ``mjraw_SphereSphere``: distance, midpoint, normal (1 -> 2). Coincident
+    centres take the normal ``z1 x z2`` (``(1, 0, 0)`` if those are parallel)."""
+    normal, length = _normalize(pos2 - pos1)
+    fallback, _ = _normalize(jnp.cross(mat1[:, 2], mat2[:, 2]))
+    normal = jnp.where(length < MINVAL, fallback, normal)
+    dist = length - r1 - r2
+    return dist, pos1 + normal * (r1 + 0.5 * dist), normal
+
+
+def sphere_sphere(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere against sphere: one contact, normal along the line of centres (1 -> 2).
+
+    ``dist = |c2 - c1| - r1 - r2``, ``pos = c1 + n (r1 + dist/2)``. Smooth except at
+    coincident centres, where the normal falls back to ``z1 x z2`` (MuJoCo's rule).
+    """
+    del margin
+    return _one(*_sphere_sphere(pos1, mat1, size1[0], pos2, mat2, size2[0]))
+
+
+def sphere_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere (geometry 1) against capsule (geometry 2): one contact.
+
+    The sphere centre is projected on the capsule's segment (clipped to its ends), then
+    sphere–sphere with the capsule radius, as MuJoCo's ``mjc_SphereCapsule``. Smooth
+    except where the projection meets a segment end (the distance stays C1 there).
+    """
+    del margin
+    axis = mat2[:, 2]
+    x = jnp.clip(axis @ (pos1 - pos2), -size2[1], size2[1])
+    return _one(*_sphere_sphere(pos1, mat1, size1[0], pos2 + axis * x, mat2, size2[0]))
+
+
+def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Capsule against capsule: two contact slots, as MuJoCo 4.0's ``mjc_CapsuleCapsule``.
+
+    Axes not nearly parallel: slot 0 is the sphere–sphere contact of the closest points of
+    the two segments (MuJoCo's clipping sequence, exact for segments), slot 1 has
+    ``dist = +inf``. Nearly parallel axes (``|z1 x z2|^2 < 1e-8``, MuJoCo 4.0's switch,
+    measured): two contacts at the ends ``lo <= hi`` of the overlap of segment 2's
+    projection with segment 1 along ``z1`` (clipped to segment 1), each the sphere–sphere
+    contact of that point of segment 1 with its closest point on segment 2; with no
+    overlap both slots hold the same end-to-end contact, as MuJoCo reports it twice. The
+    switch makes the contact set, not the nearest distance, jump at the threshold.
+    Exactly parallel and general axes match MuJoCo 4.0.1 to round-off; for axes within
+    ~1e-3 rad of parallel the closest points are ill-conditioned and MuJoCo's contact
+    points differ from these by about 0.2 x the angle (distances by < 1e-8).
+    ``margin`` is unused (the argument keeps the kernels' common signature).
+    """
+    del margin
+    z1, z2 = mat1[:, 2], mat2[:, 2]
+    h1, h2 = size1[1], size2[1]
+    a1, a2 = z1 * h1, z2 * h2
+    dif = pos1 - pos2
+    ma = a1 @ a1
+    mb = -(a1 @ a2)
+    mc = a2 @ a2
+    u = -(a1 @ dif)
+    v = a2 @ dif
+    det = ma * mc - mb * mb
+    parallel = (det < 1e-8 * ma * mc) | (jnp.abs(det) < MINVAL)
+    det_s = jnp.where(parallel, 1.0, det)
+    ma_s = jnp.where(ma < MINVAL, 1.0, ma)
+    mc_s = jnp.where(mc < MINVAL, 1.0, mc)
+    r1, r2 = size1[0], size2[0]
+
+    # general configuration: unconstrained minimiser, then MuJoCo's clip sequence
+    x1 = (mc * u - mb * v) / det_s
+    x2 = (ma * v - mb * u) / det_s
+    x2 = jnp.where(x1 > 1, (v - mb) / mc_s, jnp.where(x1 < -1, (v + mb) / mc_s, x2))
+    x1 = jnp.clip(x1, -1.0, 1.0)
+    x1 = jnp.where(
+        x2 > 1,
+        jnp.clip((u - mb) / ma_s, -1.0, 1.0),
+        jnp.where(x2 < -1, jnp.clip((u + mb) / ma_s, -1.0, 1.0), x1),
+    )
+    x2 = jnp.clip(x2, -1.0, 1.0)
+    general = _one(*_sphere_sphere(pos1 + a1 * x1, mat1, r1, pos2 + a2 * x2, mat2, r2))
+
+    # nearly parallel: the two ends of the overlap along z1
+    e_plus, e_minus = (pos2 + a2 - pos1) @ z1, (pos2 - a2 - pos1) @ z1
+    lo = jnp.clip(jnp.maximum(-h1, jnp.minimum(e_plus, e_minus)), -h1, h1)
+    hi = jnp.clip(jnp.minimum(h1, jnp.maximum(e_plus, e_minus)), -h1, h1)
+    ends = []
+    for x in (lo, hi):
+        p1 = pos1 + z1 * x
+        p2 = pos2 + z2 * jnp.clip(z2 @ (p1 - pos2), -h2, h2)
+        ends.append(_one(*_sphere_sphere(p1, mat1, r1, p2, mat2, r2)))
+    par = _stack(ends)
+
+    gen = Contact(
+        jnp.concatenate([general.dist, jnp.array([jnp.inf])]),
+        jnp.concatenate([general.pos, general.pos]),
+        jnp.concatenate([general.frame, general.frame]),
+    )
+    return Contact(*(jnp.where(parallel, p, g) for p, g in zip(par, gen)))
+
+
+def sphere_cylinder(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere (geometry 1) against cylinder (radius, half-length along local z): one
+    contact, MuJoCo's ``mjc_SphereCylinder``.
+
+    The sphere centre's axial coordinate ``x`` and radial offset ``rho`` choose the
+    feature: the side (``|x| < h``, ``rho >= R``: sphere–sphere with the axis point), an
+    end disk (``rho < R``, ``|x| >= h``: plane–sphere with the cap), or the rim circle
+    (neither: sphere against the nearest rim point). A centre inside the cylinder takes
+    the side or the cap, whichever surface is nearer (the side on a tie). The normal points
+    from the sphere towards the cylinder. The feature switches are C1 in the distance
+    outside the cylinder; inside, the normal jumps where the nearer surface changes.
+    """
+    del margin
+    r1, rc, h = size1[0], size2[0], size2[1]
+    axis = mat2[:, 2]
+    vec = pos1 - pos2
+    x = axis @ vec
+    p_proj = vec - axis * x
+    p2 = p_proj @ p_proj
+    side = jnp.abs(x) < h
+    cap = p2 < rc * rc
+    both = side & cap
+    rho = jnp.sqrt(jnp.where(p2 > 0, p2, 1.0)) * (p2 > 0)
+    cap_first = (h - jnp.abs(x)) < (rc - rho)
+    side = side & ~(both & cap_first)
+    cap = cap & ~(both & ~cap_first)
+
+    s_dist, s_pos, s_n = _sphere_sphere(pos1, mat1, r1, pos2 + axis * x, mat2, rc)
+    zc = jnp.where(x > 0, axis, -axis)
+    c_dist, c_pos, c_n = _plane_point(pos2 + zc * h, zc, pos1, r1)
+    rim = pos2 + zc * h + p_proj * (rc / jnp.where(p2 > 0, rho, 1.0))
+    e_dist, e_pos, e_n = _sphere_sphere(pos1, mat1, r1, rim, mat2, 0.0)
+
+    dist = jnp.where(side, s_dist, jnp.where(cap, c_dist, e_dist))
+    pos = jnp.where(side, s_pos, jnp.where(cap, c_pos, e_pos))
+    normal = jnp.where(side, s_n, jnp.where(cap, -c_n, e_n))
+    return _one(dist, pos, normal)
+
+
+# ------------------------------------------------------------------------------- boxes
+
+
+def sphere_box(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact:
+    """Sphere (geometry 1) against box (geometry 2): one contact (MuJoCo's
+    ``mjc_SphereBox``).
+
+    Centre outside the box: the box point nearest the centre gives the normal (from the
+    centre towards it), ``dist = |nearest - centre| - r`` and ``pos`` halfway between the
+    box point and the sphere's deepest point. Centre inside: the nearest face (MuJoCo's
+    order -x, +x, -y, +y, -z, +z; first wins a tie) gives the normal (pointing inwards,
+    from the sphere towards the box), ``dist = -(distance to that face) - r``.
+    Smooth outside the box; the normal jumps where the nearest face changes inside it.
+    """
+    del mat1, margin
+    r = size1[0]
+    center = mat2.T @ (pos1 - pos2)
+    clamped = jnp.clip(center, -size2, size2)
+    tmp, gap = _normalize(clamped - center)
+    outside = gap > MINVAL
+    pos_out = 0.5 * (clamped + center + tmp * r)
+
+    faces = jnp.abs(jnp.stack([s * size2[i] - center[i] for i in range(3) for s in (-1.0, 1.0)]))
+    k = jnp.argmin(faces)
+    closest = faces[k]
+    nearest = jnp.where(jnp.arange(3) == k // 2, jnp.where(k % 2 == 1, -1.0, 1.0), 0.0)
+    pos_in = center + nearest * (0.5 * (r - closest))
+
+    local_normal = jnp.where(outside, tmp, nearest)
+    pos = pos2 + mat2 @ jnp.where(outside, pos_out, pos_in)
+    dist = jnp.where(outside, gap, -closest) - r
+    return _one(dist, pos, mat2 @ local_normal)
