@@ -20,7 +20,8 @@ class DiscreteForces(ForceKernel):
     """The forces stored in the State's discrete variables, times the weight."""
 
     def calc(self, P, ctx, S, w):
-        return w[0] * ctx.discrete(f"{S[0]}.body_forces"), w[0] * ctx.discrete(f"{S[0]}.mobility_forces")
+        w0 = w[0]
+        return w0 * ctx.discrete(f"{S[0]}.body_forces"), w0 * ctx.discrete(f"{S[0]}.mobility_forces")
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,12 @@ class Custom(ForceKernel):
     ``calc_potential_energy(ctx)`` (zero if it has none)."""
 
     def calc(self, P, ctx, S, w):
-        impl = S[0].obj
+        impl, w0 = S[0].obj, w[0]
         dt = ctx.state.q.dtype
         F, tau = impl.calc_force(ctx)
         F = jnp.zeros((ctx.num_bodies, 6), dt) if F is None else jnp.asarray(F, dt).reshape(ctx.num_bodies, 6)
         tau = jnp.zeros(ctx.nu, dt) if tau is None else jnp.asarray(tau, dt).reshape(ctx.nu)
-        return w[0] * F, w[0] * tau
+        return w0 * F, w0 * tau
 
     def potential(self, P, ctx, S):
         f = getattr(S[0].obj, "calc_potential_energy", None)
