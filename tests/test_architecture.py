@@ -8,7 +8,8 @@ Layers, lowest first (the documentation's "Architecture and layout" page, docs/a
     _lazy                            modules imported on first use
     model/        State, Topology, mobilizer kinds, Model (frozen data), Context
     tree/         traversal of the tree by levels
-    dynamics/     kinematics, mass matrix, bias forces, applied forces
+    dynamics/     kinematics, mass matrix, bias forces, applied forces (forces/: one
+                  kernel per force kind, one file per family)
     constraints/  constraint kernels (errors, G, b, multipliers)
     forward/      the stage driver and projection
     system/        MultibodySystem, subsystems, handles users construct
@@ -19,11 +20,14 @@ Layers, lowest first (the documentation's "Architecture and layout" page, docs/a
 """
 
 import ast
+import dataclasses
 import pathlib
 
+import numpy as np
 import pytest
 
 import simjax as sj
+from simjax.model.model import Identity
 
 ROOT = pathlib.Path(sj.__file__).parent
 LAYERS = [
@@ -165,6 +169,89 @@ def _check_acyclic(root=ROOT):
     for m in sorted(graph):
         if m not in state:
             dfs(m)
+
+
+HIGHER_THAN_DYNAMICS = ("simjax.system", "simjax.studies", "simjax.io", "simjax.viz")
+
+
+def _higher_layer_objects(x, path="", seen=None):
+    """Paths inside ``x`` (dataclass fields, tuples, lists, dicts, walked recursively) to an
+    object, or a class, defined in a layer above ``dynamics``. A user object held by
+    identity (``Identity``) is the user's: it is not walked."""
+    seen = set() if seen is None else seen
+    if id(x) in seen:
+        return []
+    seen.add(id(x))
+    t = x if isinstance(x, type) else type(x)
+    if t.__module__.startswith(HIGHER_THAN_DYNAMICS):
+        return [f"{path}: {t.__module__}.{t.__qualname__}"]
+    if isinstance(x, Identity):
+        return []
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        items = [(f.name, getattr(x, f.name)) for f in dataclasses.fields(x)]
+    elif isinstance(x, tuple | list):
+        items = list(enumerate(x))
+    elif isinstance(x, dict):
+        items = list(x.items())
+    else:
+        items = []
+    return [bad for k, v in items for bad in _higher_layer_objects(v, f"{path}.{k}", seen)]
+
+
+def _every_force_kind():
+    """A small System with one element (or two) of every ``sj.Force`` kind."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    F, G = sj.Force, matter.Ground()
+    body = sj.Body(sj.MassProperties(1.0, [0.1, 0, 0], np.eye(3)))
+    free = sj.MobilizedBody.Free(G, sj.Transform(), body, sj.Transform())
+    pin = sj.MobilizedBody.Pin(free, sj.Transform(p=[0.3, 0, 0]), body, sj.Transform())
+
+    class Drag:  # a user's Custom implementation
+        def calc_force(self, ctx):
+            return None, -0.1 * ctx.u
+
+    F.UniformGravity(forces, matter, [0, -9.81, 0])
+    F.Gravity(forces, matter, [0, -1, 0], 9.81).set_default_body_is_excluded(pin, True)
+    F.TwoPointLinearSpring(forces, G, [0, 1, 0], free, [0, 0, 0], 10.0, 0.5)
+    F.TwoPointLinearDamper(forces, G, [0, 1, 0], pin, [0, 0, 0], 1.0)
+    F.TwoPointConstantForce(forces, free, [0, 1, 0], pin, [0, 0, 0], 1.0)
+    F.ConstantForce(forces, free, [0, 0.1, 0], [1.0, 0, 0])
+    F.ConstantTorque(forces, pin, [0, 0, 1.0])
+    F.GlobalDamper(forces, matter, 0.1)
+    F.MobilityLinearSpring(forces, pin, 0, 2.0, 0.1)
+    F.MobilityLinearDamper(forces, pin, 0, 0.2)
+    F.MobilityConstantForce(forces, free, 3, 0.5)
+    F.MobilityLinearStop(forces, pin, 0, 100.0, 0.1, -0.5, 0.5)
+    F.CoordinateActuator(forces, pin, 0, dynamics="filter", time_constant=0.1)
+    F.CoordinateLimitForce(forces, pin, 0, 10.0, 0.5, 10.0, -0.5, 0.1, 0.05)
+    F.LinearBushing(forces, free, sj.Transform(), pin, sj.Transform(), np.ones(6), np.ones(6))
+    F.DiscreteForces(forces, matter)
+    F.Custom(forces, Drag())
+    system.realize_topology()
+    return system._model
+
+
+def test_force_records_hold_nothing_of_a_higher_layer():
+    """The Model's force records (``ForceGroup``) are frozen data: a kernel from
+    ``simjax.dynamics.forces``, names and static indices; no handle and no class of
+    ``simjax.system`` (or above), so evaluating forces never calls up into a higher layer.
+    Every ``sj.Force`` kind is in the model, and its handle names its record's kernel."""
+    model = _every_force_kind()
+    kinds = [k for k in vars(sj.Force).values() if isinstance(k, type) and issubclass(k, sj.Force)]
+    assert len(kinds) == 17
+    assert {type(k.kernel) for k in kinds} == {type(g.kernel) for g in model.force_groups}
+    for g in model.force_groups:
+        assert dataclasses.is_dataclass(g) and g.__dataclass_params__.frozen
+        assert type(g.kernel).__module__.startswith("simjax.dynamics.forces.")
+        hash(g)  # static data only
+    bad = _higher_layer_objects(model.force_groups, "force_groups")
+    assert not bad, "the Model's force records hold objects of a higher layer: " + ", ".join(bad)
+    # the check sees one
+    assert _higher_layer_objects((model.force_groups[0], {"x": sj.Force}), "r") == [
+        "r.1.x: simjax.system.forces.Force"
+    ]
 
 
 def test_the_check_sees_violations(tmp_path):

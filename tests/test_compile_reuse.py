@@ -144,7 +144,8 @@ def test_custom_forces_trace_once_and_parameter_keys_are_stable(traces):
     assert set(disc) == {"DiscreteForces0.body_forces", "DiscreteForces0.mobility_forces"}
     assert jax.tree.structure((s1.instance, s1.discrete)) == jax.tree.structure((s2.instance, s2.discrete))
     # each element still reads its own parameters and variables
-    elements = {type(e).__name__ + str(e._ordinal): e for g in sys2._model.force_groups for e in g.elements}
+    forces2 = [sub for sub in sys2._subsystems if isinstance(sub, sj.GeneralForceSubsystem)]
+    elements = {type(e).__name__ + str(e._ordinal): e for sub in forces2 for e in sub._elements}
     custom2 = elements["Custom1"]
     assert custom2.implementation is DRAG2
     assert custom2.is_disabled(custom2.disable(s2)) and not elements["Custom0"].is_disabled(

@@ -1,4 +1,5 @@
-"""Every force element of ``simjax._forces`` against Simbody and against its own identities.
+"""Every force element (``sj.Force``: handles in ``simjax.system.forces``, kernels in
+``simjax.dynamics.forces``) against Simbody and against its own identities.
 
 Model: ``oracle_models.small_tree`` (a free base, a pin arm and a ball head on it, a slider
 tip on the head, tilted gravity) carrying every force element at once, at random states

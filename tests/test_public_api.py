@@ -85,14 +85,11 @@ FORCE = [
     "TwoPointLinearSpring",
     "UniformGravity",
     "calc_force_contribution",
-    "calc_group",
-    "calc_group_moving",
     "calc_potential_energy",
     "calc_power",
     "disable",
     "enable",
     "is_disabled",
-    "potential_group",
     "set_disabled_by_default",
 ]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -34,34 +34,50 @@ class Identity:
         return hash(id(self.obj))  # in-process only: never part of a name or of the State
 
 
-class ForceKind(Protocol):
-    """A force element (``simjax.system.forces.Force``): its class evaluates a whole group."""
+class ForceKernel(Protocol):
+    """The equations of one force kind (``simjax.dynamics.forces``): frozen, field-less,
+    evaluated over a whole group. ``P`` are the group's stacked Instance parameters by
+    name, ``ctx`` a read-only ``Context``, ``S`` the record's statics, ``w`` the elements'
+    weights (n,)."""
 
-    @classmethod
-    def calc_group(cls, ctx: Any, grp: ForceGroup, only: int | None) -> tuple[jax.Array, jax.Array]:
-        """Body forces (nb, 6) and mobility forces (nu,) of a group (or one element)."""
+    def calc(
+        self, P: dict[str, jax.Array], ctx: Any, S: tuple, w: jax.Array
+    ) -> tuple[jax.Array | None, jax.Array | None]:
+        """Body forces (nb, 6) and mobility forces (nu,), weighted; None for a part not applied."""
         ...
 
-    @classmethod
-    def calc_group_moving(cls, ctx: Any, grp: ForceGroup, only: int | None) -> jax.Array | None:
-        """The group's body forces about Ground's origin on the moving rows (nm, 6), where
-        the kind has a cheaper form there than its body forces; else None."""
+    def calc_moving(self, P: dict[str, jax.Array], ctx: Any, S: tuple, w: jax.Array) -> jax.Array | None:
+        """The body forces about Ground's origin on the moving rows (nm, 6), where the kind
+        has a cheaper form there than its body forces; else None."""
         ...
 
-    @classmethod
-    def potential_group(cls, ctx: Any, grp: ForceGroup, only: int | None) -> jax.Array:
-        """Potential energy of a group (or one element)."""
+    def potential(self, P: dict[str, jax.Array], ctx: Any, S: tuple) -> jax.Array:
+        """Potential energy per element (n,) or of the whole group, unweighted."""
+        ...
+
+    def calc_zdot(self, P: dict[str, jax.Array], ctx: Any, S: tuple) -> jax.Array | None:
+        """Rates of the subsystem's z the group owns, or None."""
         ...
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class ForceGroup:
-    """All force elements of one type in one force subsystem, evaluated together."""
+    """The frozen record of all force elements of one kind in one force subsystem,
+    evaluated together by ``kernel``. Element ``i``'s parameter ``name`` is row ``i`` of
+    ``state.instance[subsystem][f"{prefix}.{name}"]``; ``statics[i]`` is its static data
+    (body indices, flags; a user object wrapped in ``Identity``). Holds no handle: records
+    compare equal when they compute the same thing."""
 
-    cls: type[ForceKind]
-    elements: list[Any]  # the force element handles (simjax.system.forces)
+    kernel: ForceKernel
     subsystem: str
-    statics: tuple[Any, ...] = ()
+    prefix: str
+    params: tuple[str, ...]
+    statics: tuple[Hashable, ...]
+
+    @property
+    def size(self) -> int:
+        """Number of elements in the group."""
+        return len(self.statics)
 
 
 @dataclass(eq=False)
@@ -98,16 +114,13 @@ class Model:
     @cached_property
     def structure_key(self) -> tuple:
         """Everything the traced computation depends on: parents, mobilizer kinds, names,
-        force groups (kind, subsystem, statics, elements' keys), subsystems, constraints'
+        force groups (the records: kernel, subsystem, parameter names, statics), subsystems, constraints'
         structure and bodies, discrete and z declarations, Instance parameters' names and
         shapes. User objects (subsystems with hooks, Custom forces) count by identity. If a
         part cannot be hashed, the Model is only equal to itself."""
         inst = tuple(
             (sub, tuple(sorted((k, np.shape(v)) for k, v in d.items())))
             for sub, d in sorted(self.instance_defaults.items())
-        )
-        groups = tuple(
-            (g.cls, g.subsystem, g.statics, tuple(_key_of(e) for e in g.elements)) for g in self.force_groups
         )
         cons = tuple(
             (
@@ -122,7 +135,7 @@ class Model:
             self.mobilizers,
             self.names,
             inst,
-            groups,
+            self.force_groups,
             tuple(_key_of(s) for s in self.subsystems),
             tuple(s.name for s in self.force_subsystems),
             tuple((sub, name, st, np.shape(v)) for sub, name, st, v in self.discrete_decl),
@@ -307,7 +320,7 @@ def constraint_param_slots(constraints: Sequence[Any]) -> tuple[tuple[str, int],
 
 
 def _key_of(obj: Any) -> Any:
-    """An object's ``_structure_key()`` (force elements, subsystems, constraints define one);
+    """An object's ``_structure_key()`` (subsystems and constraints define one);
     the object itself by identity otherwise."""
     f = getattr(obj, "_structure_key", None)
     return f() if f is not None else Identity(obj)

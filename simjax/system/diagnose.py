@@ -164,13 +164,13 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
     # 4. Dynamics: each force element, then the subsystems' forces
     if stage < Stage.DYNAMICS:
         return None
-    for grp in model.force_groups:
-        for el in grp.elements:
+    for sub in system._subsystems:
+        for el in getattr(sub, "_elements", ()):  # a GeneralForceSubsystem's force elements
             F, tau = el.calc_force_contribution(s)
             if (F is not None and _bad(F) is not None) or (tau is not None and _bad(tau) is not None):
                 return (
                     f"Dynamics stage: force element {type(el).__name__} (#{el._ordinal} of its kind, "
-                    f"in subsystem {grp.subsystem!r}) gives non-finite forces; check its parameters "
+                    f"in subsystem {sub.name!r}) gives non-finite forces; check its parameters "
                     "and, for a Custom force, its function"
                 )
     d = realize(model, s, Stage.DYNAMICS)

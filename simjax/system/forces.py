@@ -1,10 +1,12 @@
-"""Force elements (Simbody ``Force::*``), evaluated vectorised per element type.
+"""Force elements (Simbody ``Force::*``): the handles users construct.
 
 Each element is constructed with its ``GeneralForceSubsystem`` as in Simbody. At
-``realize_topology()`` all elements of one type are stacked: their numbers become
-Instance-stage arrays in the State (differentiable, settable per State), their body
-indices static NumPy arrays. Body forces are ``[torque about the body origin; force]``
-in Ground, Simbody's convention.
+``realize_topology()`` all elements of one kind in one subsystem are stacked into one
+frozen record (``model.ForceGroup``): their numbers become Instance-stage arrays in the
+State (differentiable, settable per State), their body indices static data of the
+record. Each kind's equations are its ``kernel``, in ``simjax.dynamics.forces`` (one
+evaluation per group). Body forces are ``[torque about the body origin; force]`` in
+Ground, Simbody's convention.
 """
 
 from __future__ import annotations
@@ -17,19 +19,18 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
+from ..dynamics.forces import actuators as _actuators
+from ..dynamics.forces import bushing as _bushing
+from ..dynamics.forces import custom as _custom
+from ..dynamics.forces import gravity as _gravity
+from ..dynamics.forces import limits as _limits
+from ..dynamics.forces import springs as _springs
+from ..dynamics.forces.kernel import ForceKernel, calc_group, group_params, potential_group
 from ..model.context import Context
-from ..model.mobilizers import velocity_jacobian
 from ..model.model import ForceGroup, Identity, Model
 from ..model.state import State
-from ..tree import traversal as _tree
 from ._compiled import reads_cache
 from .system import GeneralForceSubsystem
-
-
-def _scatter_point_forces(nb: int, bodies: np.ndarray, r_G: jax.Array, f: jax.Array) -> jax.Array:
-    """Point forces ``f`` (n, 3) at offsets ``r_G`` from each body origin -> (nb, 6)."""
-    F = jnp.concatenate([sp.cross(r_G, f), f], axis=1)
-    return jnp.zeros((nb, 6), f.dtype).at[np.asarray(bodies)].add(F)
 
 
 def _bi(x: Any) -> int:
@@ -60,7 +61,8 @@ class Force:
     DiscreteForces: ClassVar[type[DiscreteForces]]
     Custom: ClassVar[type[Custom]]
 
-    _params: ClassVar[tuple[str, ...]] = ()
+    kernel: ClassVar[ForceKernel]
+    """The kind's equations (``simjax.dynamics.forces``), stored in its ``ForceGroup``."""
 
     def __init__(self, forces: GeneralForceSubsystem):
         if not isinstance(forces, GeneralForceSubsystem):
@@ -69,7 +71,7 @@ class Force:
                 f"GeneralForceSubsystem, got {type(forces).__name__}"
             )
         self._subsystem = forces
-        self._slot: tuple[str, Any, int] | None = None
+        self._slot: tuple[str, str, int] | None = None  # (subsystem, record prefix, row)
         self._disabled_by_default = False
         # Position among this subsystem's elements of the same kind: names the State keys of
         # kinds grouped one element per group (``Custom0``), the same in every process.
@@ -86,11 +88,6 @@ class Force:
         State's pytree structure, hence jit's cache key, must not depend on object ids."""
         return cls.__name__
 
-    def _structure_key(self) -> tuple:
-        """What of this element the compiled computation depends on besides its group's
-        statics and its parameter values (which are State data): part of ``Model`` equality."""
-        return (type(self), type(self)._key_name(self._group_key()))
-
     def _values(self) -> dict[str, Any]:
         """Default values of this element's Instance parameters (override)."""
         return {}
@@ -101,64 +98,11 @@ class Force:
         return vals
 
     def _static(self) -> Any:
+        """This element's static data in its record (hashable: body indices, flags)."""
         return None
 
     def _declare(self, sub: GeneralForceSubsystem) -> None:
         """Allocate discrete variables at ``realize_topology`` (override; most kinds have none)."""
-
-    # -- evaluation (classmethods over a whole group) --------------------------------------
-    @classmethod
-    def _P(cls, ctx: Context, grp: Any) -> dict[str, jax.Array]:
-        inst = ctx.state.instance[grp.subsystem]
-        pre = cls._key_name(cls._grp_key(grp)) + "."
-        return {k[len(pre) :]: v for k, v in inst.items() if k.startswith(pre)}
-
-    @classmethod
-    def _grp_key(cls, grp: Any) -> Any:
-        return grp.elements[0]._group_key()
-
-    @classmethod
-    def _weights(cls, P: dict[str, jax.Array], only: int | None) -> jax.Array:
-        w = P["enabled"]
-        if only is not None:
-            w = w * (jnp.arange(w.shape[0]) == only)
-        return w
-
-    @classmethod
-    def calc_group(cls, ctx: Context, grp: Any, only: int | None):
-        """Body forces (nb, 6) and mobility forces (nu,) of a group (or one element)."""
-        P = cls._P(ctx, grp)
-        w = cls._weights(P, only)
-        F, tau = cls._calc(ctx, P, grp.statics, w)
-        dt = ctx.state.q.dtype
-        if F is None:
-            F = jnp.zeros((ctx.num_bodies, 6), dt)
-        if tau is None:
-            tau = jnp.zeros(ctx.nu, dt)
-        return F, tau
-
-    @classmethod
-    def calc_group_moving(cls, ctx: Context, grp: Any, only: int | None) -> jax.Array | None:
-        """The group's body forces about Ground's origin on the moving rows (welded bodies'
-        folded into their moving ancestor's), (nm, 6), for kinds with a cheaper form there
-        than their per-body forces (``AppliedForces.moving_O``); None for the others."""
-        return None
-
-    @classmethod
-    def potential_group(cls, ctx: Context, grp: Any, only: int | None) -> jax.Array:
-        """Potential energy of a group (or one element)."""
-        P = cls._P(ctx, grp)
-        w = cls._weights(P, only)
-        pe = cls._potential(ctx, P, grp.statics)
-        return jnp.sum(w * pe) if jnp.ndim(pe) else pe * jnp.sum(w)
-
-    @classmethod
-    def _calc(cls, ctx: Context, P: dict[str, jax.Array], S: tuple, w: jax.Array):
-        return None, None
-
-    @classmethod
-    def _potential(cls, ctx: Context, P: dict[str, jax.Array], S: tuple) -> jax.Array:
-        return jnp.zeros((), ctx.state.q.dtype)
 
     # -- per-element queries ---------------------------------------------------------------
     def _slot_index(self) -> int:
@@ -168,11 +112,13 @@ class Force:
         return self._slot[2]
 
     def _model_grp(self, state: State) -> tuple[Model, ForceGroup]:
+        """The realized Model of ``state`` and this element's record in it."""
         model = self._subsystem._system.model_for(state)
         if self._slot is None:
             raise ValueError("this force was added after realize_topology(); realize it again")
+        sub, prefix, i = self._slot
         for g in model.force_groups:
-            if g.subsystem == self._slot[0] and self in g.elements:
+            if g.subsystem == sub and g.prefix == prefix and i < g.size and g.kernel == type(self).kernel:
                 return model, g
         raise ValueError("force element not found in the realized System")
 
@@ -195,14 +141,14 @@ class Force:
         """This element's potential energy (needs Position)."""
         state.require(Stage.POSITION, f"{type(self).__name__}.calc_potential_energy")
         model, g = self._model_grp(state)
-        return g.cls.potential_group(Context(model, state, g.subsystem), g, self._slot_index())
+        return potential_group(Context(model, state, g.subsystem), g, self._slot_index())
 
     @reads_cache
     def calc_force_contribution(self, state: State) -> tuple[jax.Array, jax.Array]:
         """This element's ``(body_forces (nb, 6), mobility_forces (nu,))`` (Velocity)."""
         state.require(Stage.VELOCITY, f"{type(self).__name__}.calc_force_contribution")
         model, g = self._model_grp(state)
-        return g.cls.calc_group(Context(model, state, g.subsystem), g, self._slot_index())
+        return calc_group(Context(model, state, g.subsystem), g, self._slot_index())
 
     @reads_cache
     def calc_power(self, state: State) -> jax.Array:
@@ -239,6 +185,8 @@ class UniformGravity(Force):
     Potential energy ``-sum m (g . p_com + zero_height)`` (Simbody's formula: the zero
     height is not scaled by ``|g|``)."""
 
+    kernel = _gravity.UniformGravity()
+
     def __init__(self, forces: GeneralForceSubsystem, matter: Any, g: Any, zero_height: float = 0.0):
         self._g = np.asarray(g, dtype=float).reshape(3)
         self._z0 = float(zero_height)
@@ -259,70 +207,6 @@ class UniformGravity(Force):
         """New State with the zero height changed."""
         return self._set(state, "zero_height", h)
 
-    @classmethod
-    def _gvec(cls, P, w):
-        return jnp.einsum("n,ni->i", w, P["g"])
-
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        g = cls._gvec(P, w)
-        return _gravity_forces(ctx, g, None), None
-
-    @classmethod
-    def calc_group_moving(cls, ctx, grp, only):
-        """Gravity on the moving rows from the folded mass properties (``_gravity_moving``)."""
-        P = cls._P(ctx, grp)
-        return _gravity_moving(ctx, cls._gvec(P, cls._weights(P, only)), None)
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        return jax.vmap(lambda g, h: _gravity_pe(ctx, g, h, None, scale_zero=False))(P["g"], P["zero_height"])
-
-
-def _gravity_masses(ctx: Context, mask: jax.Array | None) -> jax.Array:
-    """Each body's mass as gravity sees it (nb,): zero for Ground and excluded bodies."""
-    m = ctx.state.instance["matter"]["mass"]
-    if mask is not None:
-        m = m * mask
-    return m.at[0].set(0.0)
-
-
-def _gravity_forces(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
-    pc = ctx.state.position_cache
-    m = _gravity_masses(ctx, mask)
-    f = m[:, None] * g[None, :]
-    r = pc.com_G - pc.p_GB
-    return jnp.concatenate([sp.cross(r, f), f], axis=1)
-
-
-def _no_moving_forces(ctx: Context) -> jax.Array:
-    """Zero forces on the moving rows, (nm, 6): for kinds with mobility forces alone."""
-    topo = ctx._model.topology(ctx.state.use_euler_angles)
-    return jnp.zeros((topo.moving_tree.nb, 6), ctx.state.q.dtype)
-
-
-def _gravity_moving(ctx: Context, g: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """Gravity about Ground's origin on the moving rows, (nm, 6): ``[h x g; m g]`` with ``m``
-    and ``h`` (the first moment ``sum m c`` in Ground) of each moving body and the welded
-    bodies folded into it. Their sums in the moving body's frame depend on no coordinate
-    (computed once for a batch sharing the model), so a welded body costs nothing per state."""
-    pc = ctx.state.position_cache
-    topo = ctx._model.topology(ctx.state.use_euler_angles)
-    m = _gravity_masses(ctx, mask)
-    mass = _tree.fold_welded(topo, m)
-    h_M = _tree.fold_welded(topo, m[:, None] * pc.com_M)
-    h = mass[:, None] * pc.moving_p_GB + jnp.einsum("bij,bj->bi", pc.moving_R_GB, h_M)
-    return jnp.concatenate([sp.cross(h, g), mass[:, None] * g[None, :]], axis=1)
-
-
-def _gravity_pe(
-    ctx: Context, g: jax.Array, h0: jax.Array, mask: jax.Array | None, scale_zero: bool = True
-) -> jax.Array:
-    pc = ctx.state.position_cache
-    m = _gravity_masses(ctx, mask)
-    h = sp.safe_norm(g) * h0 if scale_zero else h0
-    return -jnp.sum(m * (pc.com_G @ g)) - jnp.sum(m) * h
-
 
 class Gravity(Force):
     """Gravity of ``magnitude`` along ``direction`` on every body not excluded.
@@ -331,6 +215,8 @@ class Gravity(Force):
     ``Force.Gravity(forces, matter, g_vector)``. Bodies are excluded per State with
     ``set_body_is_excluded`` (Instance stage) or by default with
     ``set_default_body_is_excluded``."""
+
+    kernel = _gravity.Gravity()
 
     def __init__(
         self,
@@ -398,23 +284,6 @@ class Gravity(Force):
         """New State with the (unit-normalised) direction changed."""
         return self._set(state, "direction", sp.safe_normalize(jnp.asarray(d)))
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        g = w[0] * P["magnitude"][0] * P["direction"][0]
-        return _gravity_forces(ctx, g, P["included"][0]), None
-
-    @classmethod
-    def calc_group_moving(cls, ctx, grp, only):
-        """Gravity on the moving rows from the folded mass properties (``_gravity_moving``)."""
-        P = cls._P(ctx, grp)
-        g = cls._weights(P, only)[0] * P["magnitude"][0] * P["direction"][0]
-        return _gravity_moving(ctx, g, P["included"][0])
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        g = P["magnitude"][0] * P["direction"][0]
-        return _gravity_pe(ctx, g, P["zero_height"][0], P["included"][0])[None]
-
 
 # ------------------------------------------------------------------------------ two-point
 
@@ -435,36 +304,11 @@ class _TwoPoint(Force):
     def _pts(self) -> dict[str, Any]:
         return {"station1": self._s1, "station2": self._s2}
 
-    @classmethod
-    def _geometry(cls, ctx: Context, P, S):
-        b = np.asarray(S, dtype=int).reshape(-1, 2)
-        pc = ctx.state.position_cache
-        R1, R2 = pc.R_GB[b[:, 0]], pc.R_GB[b[:, 1]]
-        r1 = jnp.einsum("nij,nj->ni", R1, P["station1"])
-        r2 = jnp.einsum("nij,nj->ni", R2, P["station2"])
-        p1 = pc.p_GB[b[:, 0]] + r1
-        p2 = pc.p_GB[b[:, 1]] + r2
-        d = p2 - p1
-        L = sp.safe_norm(d)
-        e = sp.safe_normalize(d)
-        return b, r1, r2, d, L, e
-
-    @classmethod
-    def _rel_speed(cls, ctx: Context, b, r1, r2, e):
-        V = ctx.V_GB
-        v1 = V[b[:, 0], 3:] + sp.cross(V[b[:, 0], :3], r1)
-        v2 = V[b[:, 1], 3:] + sp.cross(V[b[:, 1], :3], r2)
-        return jnp.sum((v2 - v1) * e, axis=1)
-
-    @classmethod
-    def _apply(cls, ctx, b, r1, r2, f2):
-        """Force ``f2`` on body 2's point and ``-f2`` on body 1's point."""
-        nb = ctx.num_bodies
-        return _scatter_point_forces(nb, b[:, 0], r1, -f2) + _scatter_point_forces(nb, b[:, 1], r2, f2)
-
 
 class TwoPointLinearSpring(_TwoPoint):
     """Spring between two stations: tension ``k (d - x0)``; energy ``k (d - x0)^2 / 2``."""
+
+    kernel = _springs.TwoPointLinearSpring()
 
     def __init__(self, forces, body1, station1, body2, station2, stiffness: float, x0: float):
         if stiffness < 0:
@@ -483,20 +327,11 @@ class TwoPointLinearSpring(_TwoPoint):
         """New State with the rest length changed."""
         return self._set(state, "x0", x0)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        b, r1, r2, d, L, e = cls._geometry(ctx, P, S)
-        tension = w * P["stiffness"] * (L - P["x0"])
-        return cls._apply(ctx, b, r1, r2, -tension[:, None] * e), None
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        _, _, _, _, L, _ = cls._geometry(ctx, P, S)
-        return 0.5 * P["stiffness"] * (L - P["x0"]) ** 2
-
 
 class TwoPointLinearDamper(_TwoPoint):
     """Damper between two stations: force ``-c * (rate of separation)`` along the line."""
+
+    kernel = _springs.TwoPointLinearDamper()
 
     def __init__(self, forces, body1, station1, body2, station2, damping: float):
         if damping < 0:
@@ -511,16 +346,12 @@ class TwoPointLinearDamper(_TwoPoint):
         """New State with the damping changed."""
         return self._set(state, "damping", c)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        b, r1, r2, d, L, e = cls._geometry(ctx, P, S)
-        s = cls._rel_speed(ctx, b, r1, r2, e)
-        return cls._apply(ctx, b, r1, r2, -(w * P["damping"] * s)[:, None] * e), None
-
 
 class TwoPointConstantForce(_TwoPoint):
     """Constant-magnitude force along the line between two stations; positive pushes them
     apart. Like Simbody it reports no potential energy (``calc_power`` gives its power)."""
+
+    kernel = _springs.TwoPointConstantForce()
 
     def __init__(self, forces, body1, station1, body2, station2, force: float):
         self._f = float(force)
@@ -533,17 +364,14 @@ class TwoPointConstantForce(_TwoPoint):
         """New State with the force magnitude changed."""
         return self._set(state, "force", f)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        b, r1, r2, d, L, e = cls._geometry(ctx, P, S)
-        return cls._apply(ctx, b, r1, r2, (w * P["force"])[:, None] * e), None
-
 
 # ------------------------------------------------------------------------------ body-fixed
 
 
 class ConstantForce(Force):
     """A constant force (in Ground) applied at a station of one body. No energy."""
+
+    kernel = _springs.ConstantForce()
 
     def __init__(self, forces, body, station, force):
         self._b = _bi(body)
@@ -561,16 +389,11 @@ class ConstantForce(Force):
         """New State with the force vector changed."""
         return self._set(state, "force", f)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        b = np.asarray(S, dtype=int)
-        pc = ctx.state.position_cache
-        r = jnp.einsum("nij,nj->ni", pc.R_GB[b], P["station"])
-        return _scatter_point_forces(ctx.num_bodies, b, r, w[:, None] * P["force"]), None
-
 
 class ConstantTorque(Force):
     """A constant torque (in Ground) on one body. No energy."""
+
+    kernel = _springs.ConstantTorque()
 
     def __init__(self, forces, body, torque):
         self._b = _bi(body)
@@ -587,16 +410,11 @@ class ConstantTorque(Force):
         """New State with the torque changed."""
         return self._set(state, "torque", t)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        b = np.asarray(S, dtype=int)
-        T = w[:, None] * P["torque"]
-        F = jnp.concatenate([T, jnp.zeros_like(T)], axis=1)
-        return jnp.zeros((ctx.num_bodies, 6), T.dtype).at[b].add(F), None
-
 
 class GlobalDamper(Force):
     """Mobility force ``-c u`` on every generalized speed."""
+
+    kernel = _springs.GlobalDamper()
 
     def __init__(self, forces, matter, damping: float):
         if damping < 0:
@@ -610,15 +428,6 @@ class GlobalDamper(Force):
     def set_damping(self, state: State, c: Any) -> State:
         """New State with the damping changed."""
         return self._set(state, "damping", c)
-
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        return None, -jnp.sum(w * P["damping"]) * ctx.u
-
-    @classmethod
-    def calc_group_moving(cls, ctx, grp, only):
-        """No body forces: zeros on the moving rows."""
-        return _no_moving_forces(ctx)
 
 
 # ------------------------------------------------------------------------------ mobility
@@ -640,24 +449,6 @@ class _Mobility(Force):
     def _static(self):
         return (self._body.index, self._which)
 
-    @classmethod
-    def _slots(cls, ctx: Context, S):
-        model = ctx._model
-        topo = model.topology(ctx.state.use_euler_angles)
-        bw = np.asarray(S, dtype=int).reshape(-1, 2)
-        ui = topo.u_start[bw[:, 0]] + bw[:, 1]
-        qi = topo.q_start[bw[:, 0]] + bw[:, 1]
-        return qi, ui
-
-    @classmethod
-    def _tau(cls, ctx, ui, f):
-        return jnp.zeros(ctx.nu, f.dtype).at[ui].add(f)
-
-    @classmethod
-    def calc_group_moving(cls, ctx, grp, only):
-        """No body forces: zeros on the moving rows."""
-        return _no_moving_forces(ctx)
-
 
 def _check_q_is_u(body: Any, which: int, what: str) -> None:
     mob = body.mobilizer
@@ -671,6 +462,8 @@ def _check_q_is_u(body: Any, which: int, what: str) -> None:
 
 class MobilityLinearSpring(_Mobility):
     """Generalized force ``-k (q - q0)`` on one coordinate; energy ``k (q - q0)^2 / 2``."""
+
+    kernel = _springs.MobilityLinearSpring()
 
     def __init__(self, forces, body, which: int, stiffness: float, q_zero: float):
         _check_q_is_u(body, which, "MobilityLinearSpring")
@@ -688,20 +481,11 @@ class MobilityLinearSpring(_Mobility):
         """New State with the zero position changed."""
         return self._set(state, "q_zero", q0)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        qi, ui = cls._slots(ctx, S)
-        f = -w * P["stiffness"] * (ctx.q[qi] - P["q_zero"])
-        return None, cls._tau(ctx, ui, f)
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        qi, _ = cls._slots(ctx, S)
-        return 0.5 * P["stiffness"] * (ctx.q[qi] - P["q_zero"]) ** 2
-
 
 class MobilityLinearDamper(_Mobility):
     """Generalized force ``-c u`` on one speed."""
+
+    kernel = _springs.MobilityLinearDamper()
 
     def __init__(self, forces, body, which: int, damping: float):
         if damping < 0:
@@ -716,14 +500,11 @@ class MobilityLinearDamper(_Mobility):
         """New State with the damping changed."""
         return self._set(state, "damping", c)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        _, ui = cls._slots(ctx, S)
-        return None, cls._tau(ctx, ui, -w * P["damping"] * ctx.u[ui])
-
 
 class MobilityConstantForce(_Mobility):
     """Constant generalized force on one speed."""
+
+    kernel = _springs.MobilityConstantForce()
 
     def __init__(self, forces, body, which: int, force: float):
         self._f = float(force)
@@ -736,16 +517,13 @@ class MobilityConstantForce(_Mobility):
         """New State with the force changed."""
         return self._set(state, "force", f)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        _, ui = cls._slots(ctx, S)
-        return None, cls._tau(ctx, ui, w * P["force"])
-
 
 class MobilityLinearStop(_Mobility):
     """Stop on one coordinate between ``q_low`` and ``q_high``: past a bound by ``x``,
     generalized force ``-k x (1 + d xdot)`` pushing back (never pulling);
     energy ``k x^2 / 2``. Simbody's ``MobilityLinearStop``."""
+
+    kernel = _springs.MobilityLinearStop()
 
     def __init__(
         self, forces, body, which: int, stiffness: float, dissipation: float, q_low: float, q_high: float
@@ -773,24 +551,6 @@ class MobilityLinearStop(_Mobility):
     def set_material_properties(self, state: State, stiffness: Any, dissipation: Any) -> State:
         """New State with stiffness and dissipation changed."""
         return self._set(self._set(state, "stiffness", stiffness), "dissipation", dissipation)
-
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        qi, ui = cls._slots(ctx, S)
-        q, qd = ctx.q[qi], ctx.u[ui]
-        k, d = P["stiffness"], P["dissipation"]
-        x_hi = jnp.maximum(q - P["q_high"], 0.0)
-        x_lo = jnp.minimum(q - P["q_low"], 0.0)
-        f_hi = jnp.minimum(-k * x_hi * (1 + d * qd), 0.0)
-        f_lo = jnp.maximum(-k * x_lo * (1 - d * qd), 0.0)
-        return None, cls._tau(ctx, ui, w * (f_hi + f_lo))
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        qi, _ = cls._slots(ctx, S)
-        q = ctx.q[qi]
-        x = jnp.maximum(q - P["q_high"], 0.0) + jnp.minimum(q - P["q_low"], 0.0)
-        return 0.5 * P["stiffness"] * x**2
 
 
 class CoordinateActuator(_Mobility):
@@ -824,7 +584,9 @@ class CoordinateActuator(_Mobility):
     Instance-stage parameter of the State.
     """
 
-    _DYNAMICS: ClassVar[dict[str, int]] = {"none": 0, "integrator": 1, "filter": 2, "filterexact": 2}
+    kernel = _actuators.CoordinateActuator()
+
+    _DYNAMICS: ClassVar[dict[str, int]] = _actuators.DYNAMICS
 
     def __init__(
         self,
@@ -900,74 +662,16 @@ class CoordinateActuator(_Mobility):
     def get_activation(self, state: State) -> jax.Array:
         """The activation (the clamped control when the actuator has no dynamics)."""
         model, g = self._model_grp(state)
-        return type(self)._activations(Context(model, state, g.subsystem), g)[self._slot_index()]
+        ctx = Context(model, state, g.subsystem)
+        return _actuators.activations(group_params(ctx, g), ctx, g.statics)[self._slot_index()]
 
     def get_actuation(self, state: State) -> jax.Array:
         """The actuator's force ``s`` (before the gear; OpenSim's actuation, MuJoCo's
         ``actuator_force``) (needs Velocity)."""
         state.require(Stage.VELOCITY, "CoordinateActuator.get_actuation")
         model, g = self._model_grp(state)
-        return type(self)._actuation(Context(model, state, g.subsystem), g)[self._slot_index()]
-
-    # -- evaluation over a group -----------------------------------------------------------
-    @classmethod
-    def _controls(cls, ctx: Context, grp: Any) -> jax.Array:
-        P = cls._P(ctx, grp)
-        c = ctx.state.discrete[grp.subsystem][_CONTROLS]
-        return jnp.clip(c, P["control_range"][:, 0], P["control_range"][:, 1])
-
-    @classmethod
-    def _activations(cls, ctx: Context, grp: Any) -> jax.Array:
-        S = np.asarray(grp.statics, dtype=int).reshape(-1, 5)
-        c = cls._controls(ctx, grp)
-        dyn = np.flatnonzero(S[:, 2])
-        if not len(dyn):
-            return c
-        P = cls._P(ctx, grp)
-        z = ctx.state.z[ctx._model.z_slices[grp.subsystem]][S[dyn, 3]]
-        ar = P["activation_range"][dyn]
-        return c.at[dyn].set(jnp.clip(z, ar[:, 0], ar[:, 1]))
-
-    @classmethod
-    def _actuation(cls, ctx: Context, grp: Any) -> jax.Array:
-        P = cls._P(ctx, grp)
-        qi, ui = cls._slots(ctx, [s[:2] for s in grp.statics])
-        gear = P["gear"]
-        has_length = np.asarray([s[4] for s in grp.statics], dtype=bool)
-        length = gear * jnp.where(has_length, ctx.q[np.where(has_length, qi, 0)], 0.0)
-        velocity = gear * ctx.u[ui]
-        g, b = P["gain"], P["bias"]
-        a = cls._activations(ctx, grp)
-        s = (
-            (g[:, 0] + g[:, 1] * length + g[:, 2] * velocity) * a
-            + b[:, 0]
-            + b[:, 1] * length
-            + b[:, 2] * velocity
-        )
-        return jnp.clip(s, P["force_range"][:, 0], P["force_range"][:, 1])
-
-    @classmethod
-    def calc_group(cls, ctx, grp, only):
-        """Generalized forces ``gear s`` of the group's actuators (or one)."""
-        P = cls._P(ctx, grp)
-        w = cls._weights(P, only)
-        _, ui = cls._slots(ctx, [s[:2] for s in grp.statics])
-        tau = cls._tau(ctx, ui, w * P["gear"] * cls._actuation(ctx, grp))
-        return jnp.zeros((ctx.num_bodies, 6), tau.dtype), tau
-
-    @classmethod
-    def activation_rates(cls, ctx: Context, grp: Any) -> jax.Array:
-        """``da/dt`` of the actuators with activation dynamics, in z order."""
-        S = np.asarray(grp.statics, dtype=int).reshape(-1, 5)
-        dyn = np.flatnonzero(S[:, 2])
-        P = cls._P(ctx, grp)
-        c = cls._controls(ctx, grp)[dyn]
-        z = ctx.state.z[ctx._model.z_slices[grp.subsystem]][S[dyn, 3]]
-        rate = jnp.where(S[dyn, 2] == 1, c, (c - z) / P["time_constant"][dyn])
-        ar = P["activation_range"][dyn]
-        stop = ((z >= ar[:, 1]) & (rate > 0)) | ((z <= ar[:, 0]) & (rate < 0))
-        out = jnp.where(stop, 0.0, rate)
-        return jnp.zeros(len(dyn), out.dtype).at[S[dyn, 3]].set(out)
+        ctx = Context(model, state, g.subsystem)
+        return _actuators.actuation(group_params(ctx, g), ctx, g.statics)[self._slot_index()]
 
 
 class CoordinateLimitForce(_Mobility):
@@ -983,6 +687,8 @@ class CoordinateLimitForce(_Mobility):
     (zero inside the range), and the potential energy is the integral of the elastic part.
     Units are SI (N m/rad, rad; ``load_osim`` converts OpenSim's per-degree values).
     """
+
+    kernel = _limits.CoordinateLimitForce()
 
     def __init__(
         self,
@@ -1019,43 +725,8 @@ class CoordinateLimitForce(_Mobility):
     def _values(self):
         return dict(self._v)
 
-    @staticmethod
-    def _step(x):
-        x = jnp.clip(x, 0.0, 1.0)
-        return x**3 * (10.0 - 15.0 * x + 6.0 * x * x)
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        qi, ui = cls._slots(ctx, S)
-        q, qd = ctx.q[qi], ctx.u[ui]
-        tr = P["transition"]
-        s_up = cls._step((q - P["upper_limit"]) / tr)
-        s_lo = cls._step((P["lower_limit"] - q) / tr)
-        f = (
-            -P["upper_stiffness"] * s_up * (q - P["upper_limit"])
-            + P["lower_stiffness"] * s_lo * (P["lower_limit"] - q)
-            - P["damping"] * (s_up + s_lo) * qd
-        )
-        return None, cls._tau(ctx, ui, w * f)
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        qi, _ = cls._slots(ctx, S)
-        q, tr = ctx.q[qi], P["transition"]
-
-        def energy(k, delta):
-            # integral of k S(s / tr) s ds from 0 to delta
-            x = jnp.clip(delta / tr, 0.0, 1.0)
-            inside = k * x**3 * (2.0 - 2.5 * x + (6.0 / 7.0) * x * x) * delta**2
-            past = k * (0.5 * delta**2 - (1.0 / 7.0) * tr**2)
-            return jnp.where(delta <= 0, 0.0, jnp.where(delta >= tr, past, inside))
-
-        return energy(P["upper_stiffness"], q - P["upper_limit"]) + energy(
-            P["lower_stiffness"], P["lower_limit"] - q
-        )
-
-
-_CONTROLS = "controls"
+_CONTROLS = _actuators.CONTROLS
 
 
 def _three(x: Any, what: str, who: str) -> np.ndarray:
@@ -1092,6 +763,8 @@ class LinearBushing(Force):
     damping are ``[rx, ry, rz, px, py, pz]``.
     """
 
+    kernel = _bushing.LinearBushing()
+
     def __init__(self, forces, body1, X_B1F, body2, X_B2M, stiffness, damping):
         b1, b2 = _bi(body1), _bi(body2)
         if b1 == b2:
@@ -1115,54 +788,6 @@ class LinearBushing(Force):
     def _static(self):
         return self._b
 
-    @classmethod
-    def _frames(cls, ctx, P, S):
-        b = np.asarray(S, dtype=int).reshape(-1, 2)
-        pc = ctx.state.position_cache
-        R_GF = jnp.einsum("nij,njk->nik", pc.R_GB[b[:, 0]], P["XF_R"])
-        p_GF = pc.p_GB[b[:, 0]] + jnp.einsum("nij,nj->ni", pc.R_GB[b[:, 0]], P["XF_p"])
-        R_GM = jnp.einsum("nij,njk->nik", pc.R_GB[b[:, 1]], P["XM_R"])
-        p_GM = pc.p_GB[b[:, 1]] + jnp.einsum("nij,nj->ni", pc.R_GB[b[:, 1]], P["XM_p"])
-        R_FM = jnp.einsum("nji,njk->nik", R_GF, R_GM)
-        p_FM = jnp.einsum("nji,nj->ni", R_GF, p_GM - p_GF)
-        q = jnp.concatenate([jax.vmap(sp.rot_to_body_fixed_xyz)(R_FM), p_FM], axis=1)
-        return b, R_GF, p_GF, p_GM, q
-
-    @staticmethod
-    def _J(q):
-        def X(qq):
-            return sp.body_fixed(qq[:3], "xyz"), qq[3:]
-
-        return velocity_jacobian(X, q)
-
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        b, R_GF, p_GF, p_GM, q = cls._frames(ctx, P, S)
-        V = ctx.V_GB
-        w1, w2 = V[b[:, 0], :3], V[b[:, 1], :3]
-        vM = V[b[:, 1], 3:] + sp.cross(w2, p_GM - ctx.p_GB[b[:, 1]])
-        vF_at_M = V[b[:, 0], 3:] + sp.cross(w1, p_GM - ctx.p_GB[b[:, 0]])
-        # Velocity of M relative to F as seen in F: [w2 - w1; d/dt_F p_FM], in F axes.
-        w_rel = jnp.einsum("nji,nj->ni", R_GF, w2 - w1)
-        v_rel = jnp.einsum("nji,nj->ni", R_GF, vM - vF_at_M)
-        J = jax.vmap(cls._J)(q)
-        qdot = jnp.linalg.solve(J, jnp.concatenate([w_rel, v_rel], axis=1)[..., None])[..., 0]
-        fq = -(P["stiffness"] * q + P["damping"] * qdot) * w[:, None]
-        # Spatial force on M (about M's origin, in F) with the same power: F = J^-T fq.
-        FM = jnp.linalg.solve(jnp.swapaxes(J, 1, 2), fq[..., None])[..., 0]
-        tq = jnp.einsum("nij,nj->ni", R_GF, FM[:, :3])
-        fo = jnp.einsum("nij,nj->ni", R_GF, FM[:, 3:])
-        nb = ctx.num_bodies
-        F2 = jnp.concatenate([tq + sp.cross(p_GM - ctx.p_GB[b[:, 1]], fo), fo], axis=1)
-        F1 = jnp.concatenate([-tq - sp.cross(p_GM - ctx.p_GB[b[:, 0]], fo), -fo], axis=1)
-        F = jnp.zeros((nb, 6), fo.dtype).at[b[:, 1]].add(F2).at[b[:, 0]].add(F1)
-        return F, None
-
-    @classmethod
-    def _potential(cls, ctx, P, S):
-        _, _, _, _, q = cls._frames(ctx, P, S)
-        return 0.5 * jnp.sum(P["stiffness"] * q**2, axis=1)
-
 
 # ------------------------------------------------------------------------------ discrete
 
@@ -1170,6 +795,8 @@ class LinearBushing(Force):
 class DiscreteForces(Force):
     """Mobility and body forces held in the State as discrete variables (Dynamics stage):
     set them between steps, e.g. from a controller."""
+
+    kernel = _custom.DiscreteForces()
 
     def __init__(self, forces, matter):
         self._matter = matter
@@ -1184,6 +811,9 @@ class DiscreteForces(Force):
 
     def _var(self, what: str) -> str:
         return f"{self._key_name(self)}.{what}"
+
+    def _static(self):
+        return self._key_name(self)  # the prefix of its discrete variables
 
     def _declare(self, sub: GeneralForceSubsystem) -> None:
         nb = self._matter.get_num_bodies()
@@ -1227,18 +857,6 @@ class DiscreteForces(Force):
         s = self.set_all_body_forces(state, jnp.zeros_like(self.get_all_body_forces(state)))
         return self.set_all_mobility_forces(s, jnp.zeros_like(self.get_all_mobility_forces(s)))
 
-    @classmethod
-    def _calc(cls, ctx, P, S, w):
-        raise AssertionError  # replaced by calc_group below
-
-    @classmethod
-    def calc_group(cls, ctx, grp, only):
-        """The forces stored in the State's discrete variables (one element per group)."""
-        el = grp.elements[0]
-        d = ctx.state.discrete[grp.subsystem]
-        wgt = cls._weights(cls._P(ctx, grp), only)[0]
-        return wgt * d[el._var("body_forces")], wgt * d[el._var("mobility_forces")]
-
 
 # ------------------------------------------------------------------------------ custom
 
@@ -1248,6 +866,8 @@ class Custom(Force):
     ``calc_force(ctx) -> (body_forces (nb, 6) | None, mobility_forces (nu,) | None)``,
     optional ``calc_potential_energy(ctx)`` and ``depends_only_on_positions()``.
     ``ctx`` is a read-only ``sj.Context``."""
+
+    kernel = _custom.Custom()
 
     def __init__(self, forces, implementation: Any):
         if not hasattr(implementation, "calc_force"):
@@ -1262,34 +882,14 @@ class Custom(Force):
     def _key_name(cls, key):
         return f"{cls.__name__}{key._ordinal}"  # one group per element
 
-    def _structure_key(self) -> tuple:
+    def _static(self):
         # the user's implementation object, by identity (its methods may read anything)
-        return (*super()._structure_key(), Identity(self.implementation))
+        return Identity(self.implementation)
 
     def depends_only_on_positions(self) -> bool:
         """Whether the force ignores u and z (forwarded from the implementation)."""
         f = getattr(self.implementation, "depends_only_on_positions", None)
         return bool(f()) if f is not None else False
-
-    @classmethod
-    def calc_group(cls, ctx, grp, only):
-        """The implementation's ``calc_force(ctx)`` (one element per group)."""
-        impl = grp.elements[0].implementation
-        wgt = cls._weights(cls._P(ctx, grp), only)[0]
-        dt = ctx.state.q.dtype
-        F, tau = impl.calc_force(ctx)
-        F = jnp.zeros((ctx.num_bodies, 6), dt) if F is None else jnp.asarray(F, dt).reshape(ctx.num_bodies, 6)
-        tau = jnp.zeros(ctx.nu, dt) if tau is None else jnp.asarray(tau, dt).reshape(ctx.nu)
-        return wgt * F, wgt * tau
-
-    @classmethod
-    def potential_group(cls, ctx, grp, only):
-        """The implementation's ``calc_potential_energy(ctx)``, zero if it has none."""
-        impl = grp.elements[0].implementation
-        wgt = cls._weights(cls._P(ctx, grp), only)[0]
-        f = getattr(impl, "calc_potential_energy", None)
-        pe = jnp.zeros((), ctx.state.q.dtype) if f is None else jnp.asarray(f(ctx))
-        return wgt * pe
 
 
 # The kinds as attributes of the base (Simbody's Force::Pin style); declared above.

@@ -22,6 +22,7 @@ from jaxtyping import Array, Float
 from .._results import RESULTS
 from .._stage import Stage
 from ..dynamics.forces import calc_potential_energy
+from ..dynamics.forces.kernel import calc_group_zdot
 from ..forward import projection as pj
 from ..forward.realize import consistent_or_error, realize, with_cache_dependence
 from ..model.context import Context
@@ -937,19 +938,26 @@ class GeneralForceSubsystem(Subsystem):
             e._declare(self)
 
     def _compile(self, instance: dict[str, np.ndarray]) -> list[ForceGroup]:
+        """The frozen records of this subsystem's elements, one per kind (or per element
+        for kinds grouped alone); their stacked parameters go into ``instance``."""
         by_cls: dict[Any, list[Any]] = {}
         for e in self._elements:
             by_cls.setdefault(e._group_key(), []).append(e)
         groups = []
         for key, els in by_cls.items():
             cls = type(els[0])
+            prefix = cls._key_name(key)
             for i, e in enumerate(els):
-                e._slot = (self.name, key, i)
+                e._slot = (self.name, prefix, i)
             params = [e._instance_params() for e in els]
             for pname in params[0]:
-                instance[f"{cls._key_name(key)}.{pname}"] = np.stack([p[pname] for p in params])
+                instance[f"{prefix}.{pname}"] = np.stack([p[pname] for p in params])
             grp = ForceGroup(
-                cls=cls, elements=els, subsystem=self.name, statics=tuple(e._static() for e in els)
+                kernel=cls.kernel,
+                subsystem=self.name,
+                prefix=prefix,
+                params=tuple(params[0]),
+                statics=tuple(e._static() for e in els),
             )
             groups.append(grp)
         return groups
@@ -958,8 +966,10 @@ class GeneralForceSubsystem(Subsystem):
         """The activation rates of the actuators with activation dynamics (this
         subsystem's z)."""
         for g in ctx._model.force_groups:
-            if g.subsystem == self.name and hasattr(g.cls, "activation_rates"):
-                return g.cls.activation_rates(ctx, g)
+            if g.subsystem == self.name:
+                zd = calc_group_zdot(ctx, g)
+                if zd is not None:
+                    return zd
         return jnp.zeros_like(ctx.get_z())
 
     def get_num_forces(self) -> int:

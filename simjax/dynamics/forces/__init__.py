@@ -1,7 +1,12 @@
 """Applied forces, potential energy and z derivatives: every force element and subsystem.
 
-Force elements are evaluated one kind at a time (a whole group vectorised); user force
-subsystems are called once each with a read-only :class:`~simjax.model.context.Context`.
+Force elements are evaluated one group at a time (``model.ForceGroup``: one kind's elements
+in one subsystem, vectorised) by their kind's kernel, the equations of each family in a
+module of this package: ``gravity``, ``springs`` (two-point, one-body and mobility springs,
+dampers and constant forces), ``limits`` (``CoordinateLimitForce``), ``bushing``,
+``actuators`` (``CoordinateActuator``), ``custom`` (``DiscreteForces``, ``Custom``);
+``kernel`` holds the base and the evaluation of one group. User force subsystems are
+called once each with a read-only :class:`~simjax.model.context.Context`.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import _spatial as sp
-from .._stage import Stage
-from ..model.context import Context
-from ..model.model import Model
-from ..model.state import State
-from ..model.topology import Topology
-from ..tree import traversal as _tree
+from ... import _spatial as sp
+from ..._stage import Stage
+from ...model.context import Context
+from ...model.model import Model
+from ...model.state import State
+from ...model.topology import Topology
+from ...tree import traversal as _tree
+from .kernel import calc_group, calc_group_moving, calc_group_zdot, potential_group
 
 
 class AppliedForces(NamedTuple):
@@ -63,9 +69,9 @@ def calc_forces(model: Model, state: State) -> AppliedForces:
     F_moving = jnp.zeros((topo.moving_tree.nb, 6), dt)
     for grp in model.force_groups:
         ctx = Context(model, state, grp.subsystem)
-        with jax.named_scope(f"force_{grp.cls.__name__}"):
-            f, t = grp.cls.calc_group(ctx, grp, None)
-            f_moving = grp.cls.calc_group_moving(ctx, grp, None)
+        with jax.named_scope(f"force_{type(grp.kernel).__name__}"):
+            f, t = calc_group(ctx, grp, None)
+            f_moving = calc_group_moving(ctx, grp, None)
         F = F + f
         tau = tau + t
         if f_moving is not None:
@@ -90,17 +96,23 @@ def calc_potential_energy(model: Model, state: State) -> jax.Array:
     state.require(Stage.POSITION, "potential energy")
     pe = jnp.zeros((), state.q.dtype)
     for grp in model.force_groups:
-        pe = pe + grp.cls.potential_group(Context(model, state, grp.subsystem), grp, None)
+        pe = pe + potential_group(Context(model, state, grp.subsystem), grp, None)
     for sub in model.subsystems:
         pe = pe + jnp.asarray(sub.calc_potential_energy(Context(model, state, sub.name)))
     return pe
 
 
 def calc_zdot(model: Model, state: State) -> jax.Array:
-    """Derivatives of every subsystem's block of z."""
+    """Derivatives of every subsystem's block of z: a force subsystem's from its force
+    groups' kernels (actuators' activations), any other's from its ``calc_zdot``."""
     parts = [jnp.zeros(0, state.z.dtype)]
     for name, z0 in model.z_decl:
-        sub = model.subsystem_by_name(name)
-        zd = sub.calc_zdot(Context(model, state, name))
+        ctx = Context(model, state, name)
+        zd = None
+        for grp in model.force_groups:
+            if grp.subsystem == name and zd is None:
+                zd = calc_group_zdot(ctx, grp)
+        if zd is None:
+            zd = model.subsystem_by_name(name).calc_zdot(ctx)
         parts.append(jnp.asarray(zd, state.z.dtype).reshape(len(z0)))
     return jnp.concatenate(parts)
