@@ -14,7 +14,7 @@ import numpy as np
 from .. import _spatial as sp
 from .._stage import Stage
 from .mobilizers import AbstractMobilizer
-from .state import Cache, State, _replace
+from .state import Cache, State
 from .topology import Topology
 
 
@@ -320,10 +320,6 @@ def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.
     v_p = v + sp.cross(w, p)
     a_p = a + sp.cross(alpha, p) + sp.cross(w, v_p)
     return jnp.concatenate([alpha, a_p], axis=1)
-
-
-def _with_stage(state: State, stage: Stage, cache: Cache) -> State:
-    return _replace(state, stage=stage, cache=cache)
 
 
 def stack_transforms(ts: list[sp.Transform]) -> tuple[np.ndarray, np.ndarray]:

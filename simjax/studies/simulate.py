@@ -57,7 +57,7 @@ from ..dynamics import stages as rz
 from ..forward import projection as pj
 from ..forward import stepper as us
 from ..forward.realize import realize
-from ..model.model import Model, _replace
+from ..model.model import Model
 from ..model.state import Cache, State
 from ..system import diagnose as dg
 from ..system.system import MultibodySystem
@@ -160,7 +160,7 @@ class _Config(eqx.Module):
 
 def _with_disc(base: State, disc: Any) -> State:
     """``base`` with other discrete variables (stage dropped to Model: any stage may use them)."""
-    return _replace(base, discrete=disc, stage=min(base.stage, Stage.MODEL), cache=Cache())
+    return base.replace(discrete=disc, stage=min(base.stage, Stage.MODEL), cache=Cache())
 
 
 def _state_of(base: State, t, y) -> State:
