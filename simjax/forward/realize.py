@@ -52,7 +52,7 @@ def realize(model: Model, state: State, stage: Stage) -> State:
     finally:
         _OWNER.reset(token)
     out = state.with_stage(stage, cache)
-    if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_objects:
+    if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_records:
         _check_consistent(out, model)
     return out
 
@@ -173,13 +173,13 @@ def _realize_one(model: Model, state: State, st: Stage) -> State:
     cache = state.cache
     if st == Stage.POSITION:
         pos = rz.realize_position(model, state)
-        if model.constraint_objects:
+        if model.constraint_records:
             perr = cn.position_errors(model, state.with_stage(st, cache.replace(position=pos)))
             pos = pos.replace(qerr=jnp.concatenate([perr, pos.qerr]))
         cache = cache.replace(position=pos)
     elif st == Stage.VELOCITY:
         vel = rz.realize_velocity(model, state, state.position_cache)
-        if model.constraint_objects:
+        if model.constraint_records:
             uerr = cn.velocity_errors(model, state.with_stage(st, cache.replace(velocity=vel)))
             vel = vel.replace(uerr=uerr)
         cache = cache.replace(velocity=vel)
@@ -259,7 +259,7 @@ def _check_consistent(state: State, model: Model | None = None) -> None:
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
         bad = set(np.flatnonzero(~(np.abs(res) <= tol)).tolist())
         hit = [
-            repr(model.constraint_objects[c.index])
+            model.constraint_records[c.index].name
             for c in model.constraints(state.use_euler_angles)
             if bad & set(np.concatenate([c.rows[0], mp + c.rows[1]]).tolist())
         ]
