@@ -6,13 +6,13 @@ Layers, lowest first (the documentation's "Architecture and layout" page, docs/a
     _spatial, _functions, _stage,    pure math, the Stage enum, the RESULTS enum,
     _results, _config, _sharding,    process settings (XLA flags, compilation cache), meshes,
     _lazy                            modules imported on first use
-    model/        State, Topology, mobilizer kinds, Model (frozen data), Context
+    model/        State, Topology, mobilizer kinds, Model (frozen records, no handle), Context
     tree/         traversal of the tree by levels
     dynamics/     kinematics, mass matrix, bias forces, applied forces (forces/: one
                   kernel per force kind, one file per family)
-    constraints/  constraint kernels (errors, G, b, multipliers)
+    constraints/  constraint kernels (each kind's errors, G, b, multipliers)
     forward/      the stage driver and projection
-    system/        MultibodySystem, subsystems, handles users construct
+    system/       MultibodySystem, subsystems, handles users construct
     studies/      simulate, Assembler, assembly conditions
     io/           model and motion files
     viz/          figures
@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 import simjax as sj
-from simjax.model.model import Identity
 
 ROOT = pathlib.Path(sj.__file__).parent
 LAYERS = [
@@ -171,33 +170,6 @@ def _check_acyclic(root=ROOT):
             dfs(m)
 
 
-HIGHER_THAN_DYNAMICS = ("simjax.system", "simjax.studies", "simjax.io", "simjax.viz")
-
-
-def _higher_layer_objects(x, path="", seen=None):
-    """Paths inside ``x`` (dataclass fields, tuples, lists, dicts, walked recursively) to an
-    object, or a class, defined in a layer above ``dynamics``. A user object held by
-    identity (``Identity``) is the user's: it is not walked."""
-    seen = set() if seen is None else seen
-    if id(x) in seen:
-        return []
-    seen.add(id(x))
-    t = x if isinstance(x, type) else type(x)
-    if t.__module__.startswith(HIGHER_THAN_DYNAMICS):
-        return [f"{path}: {t.__module__}.{t.__qualname__}"]
-    if isinstance(x, Identity):
-        return []
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        items = [(f.name, getattr(x, f.name)) for f in dataclasses.fields(x)]
-    elif isinstance(x, tuple | list):
-        items = list(enumerate(x))
-    elif isinstance(x, dict):
-        items = list(x.items())
-    else:
-        items = []
-    return [bad for k, v in items for bad in _higher_layer_objects(v, f"{path}.{k}", seen)]
-
-
 def _every_force_kind():
     """A small System with one element (or two) of every ``sj.Force`` kind."""
     system = sj.MultibodySystem()
@@ -247,10 +219,10 @@ def test_force_records_hold_nothing_of_a_higher_layer():
         assert type(g.kernel).__module__.startswith("simjax.dynamics.forces.")
         hash(g)  # static data only
     bad = _higher_layer_objects(model.force_groups, "force_groups")
-    assert not bad, "the Model's force records hold objects of a higher layer: " + ", ".join(bad)
-    # the check sees one
+    assert not bad, f"the Model's force records hold objects of a higher layer: {bad}"
+    # the check sees one, a class too
     assert _higher_layer_objects((model.force_groups[0], {"x": sj.Force}), "r") == [
-        "r.1.x: simjax.system.forces.Force"
+        ("r[1]['x']", "simjax.system.forces.Force")
     ]
 
 
@@ -289,3 +261,110 @@ def test_import_leaves_simulation_and_mesh_libraries_for_later():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["{'diffrax':", "False,", "'scipy.spatial':", "False}", "True", "True"]
+
+
+# ---------------------------------------------------------------------------- at run time
+
+_HIGHER = ("simjax.system", "simjax.studies", "simjax.io", "simjax.viz")
+# Fields of the Model outside this check: the subsystems, whose hooks (calc_force,
+# calc_zdot, event handlers) are the user's code, called as the user wrote them.
+_NOT_YET = ("subsystems", "force_subsystems")
+
+
+def _higher_layer_objects(obj, path="model", seen=None):
+    """``(path, class)`` of every object reachable from ``obj`` (dataclass and Module fields,
+    containers, closures and bound methods of the functions it holds) whose class is
+    defined in a layer above ``constraints/``. A user object wrapped in ``Identity`` (a
+    ``Custom`` constraint's functions, a coupler's function, a custom ``sj.Coupling``)
+    counts by identity and is not entered: it is the user's code."""
+    import dataclasses
+    import types
+
+    from simjax.model.model import Identity
+
+    seen = set() if seen is None else seen
+    if isinstance(obj, type):  # a class (a handle's kind) held as data
+        mod = obj.__module__ or ""
+        return [(path, f"{mod}.{obj.__qualname__}")] if mod.startswith(_HIGHER) else []
+    if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, np.ndarray)):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, Identity):
+        return []
+    out = []
+    mod = type(obj).__module__ or ""
+    if mod.startswith(_HIGHER):
+        out.append((path, f"{mod}.{type(obj).__qualname__}"))
+    if isinstance(obj, dict):
+        items = [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+    elif isinstance(obj, (tuple, list, set, frozenset)):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+    elif isinstance(obj, types.MethodType):
+        items = [(f"{path}.__self__", obj.__self__), (f"{path}.__func__", obj.__func__)]
+    elif isinstance(obj, types.FunctionType):
+        cells = obj.__closure__ or ()
+        items = [(f"{path}<closure {n}>", c.cell_contents) for n, c in zip(obj.__code__.co_freevars, cells)]
+    elif dataclasses.is_dataclass(obj):
+        items = [(f"{path}.{f.name}", getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
+    elif hasattr(obj, "__dict__"):
+        items = [(f"{path}.{k}", v) for k, v in vars(obj).items()]
+    else:
+        items = []
+    for p, v in items:
+        out += _higher_layer_objects(v, p, seen)
+    return out
+
+
+def test_the_model_holds_no_object_of_a_higher_layer():
+    """A realized Model holds records and kernels, never the handles users construct: with
+    several constraint kinds, a custom coupling (with unilateral rows) and coordinate limits,
+    nothing reachable from its fields (both Model options' constraint groups and limit rows
+    included) is an object of ``system/``, ``studies/``, ``io/`` or ``viz/``, so no lower
+    layer can call into one at run time. (The subsystems are outside this check: their
+    hooks are the user's code.)"""
+    import pathlib
+    import sys
+
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+    import slotted_hinge as sh
+
+    system, joint, state = sh.build_coupled()
+    matter = system.get_matter_subsystem()
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0.1, 0, 0], sj.Inertia(0.1, 0.2, 0.3)))
+    a = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(p=[3, 0, 0]), body, sj.Transform())
+    b = sj.MobilizedBody.Pin(a, sj.Transform(p=[0, -1, 0]), body, sj.Transform())
+    c = sj.MobilizedBody.Free(matter.Ground(), sj.Transform(p=[3, -2, 0]), body, sj.Transform())
+    sj.Constraint.Ball(b, [0, -1, 0], c, [0, 0, 0])
+    sj.Constraint.Rod(a, c, 2.0)
+    sj.Constraint.ConstantSpeed(a, 0, 0.1)
+    sj.Constraint.CoordinateCoupler(matter, sj.Function.Linear([2.0, 0.0]), [a], [0])
+    sj.Constraint.PrescribedMotion(matter, lambda t: jnp.sin(t[0]), b, 0)
+    sj.Constraint.Custom(matter, bodies=[a, c], position_errors=lambda ctx: ctx.body_origin_location(1)[2])
+    sj.Constraint.CoordinateLimit(b, 0, -1.0, 1.0)
+    s = system.realize(system.realize_topology(), sj.Stage.POSITION)
+    model = system.model_for(s)
+    kinds = {type(r.kernel).__name__ for r in model.constraint_records}
+    assert {"Ball", "Rod", "ConstantSpeed", "CoordinateCoupler", "PrescribedMotion", "Custom"} <= kinds
+    assert "CouplingJoint" in kinds and len(model.limits) == 3
+    assert all(opt.groups for opt in model.options) and all(opt.limits.groups for opt in model.options)
+    import dataclasses
+
+    found = []
+    for f in dataclasses.fields(model):
+        if f.name not in _NOT_YET:
+            found += _higher_layer_objects(getattr(model, f.name), f"model.{f.name}")
+    assert found == []
+
+
+def test_the_model_walk_sees_a_handle():
+    """The walk above finds a handle wherever it hides: in a field, a container, or the
+    closure of a function a group holds."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(1, 1, 1)))
+    mb = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), body, sj.Transform())
+    hidden = lambda: mb  # noqa: E731
+    found = _higher_layer_objects({"a": [1, (hidden,)]}, "x")
+    assert found[0] == ("x['a'][1][0]<closure mb>", "simjax.system.bodies.Pin")

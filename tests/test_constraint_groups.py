@@ -12,8 +12,9 @@ import pytest
 
 import simjax as sj
 from simjax.constraints import kernels as cn
+from simjax.constraints import kinds
 from simjax.forward.realize import realize_eager
-from simjax.model.model import classical_acceleration
+from simjax.model.model import Identity, classical_acceleration
 
 
 def _chain(n: int, nball: int, extra: bool = False):
@@ -145,7 +146,8 @@ _WRITTEN_OUT = {
 def test_written_out_derivatives_equal_autodiff_ones(kind):
     """Ball, Rod, Weld and ConstantOrientation give their position errors' first and second
     time derivatives by hand (Simbody's position-dot and position-dot-dot errors); they must
-    equal what forward-mode autodiff derives from ``_perr`` alone, here with a moving
+    equal what forward-mode autodiff derives from their kernel's ``perr`` alone (the same
+    function as a ``Custom`` kernel), here with a moving
     ancestor (two Free bodies on a third) and random accelerations."""
     system = sj.MultibodySystem()
     matter = sj.SimbodyMatterSubsystem(system)
@@ -154,16 +156,16 @@ def test_written_out_derivatives_equal_autodiff_ones(kind):
     b1 = sj.MobilizedBody.Free(base, sj.Transform(p=[0.3, 0, 0]), body, sj.Transform())
     b2 = sj.MobilizedBody.Free(base, sj.Transform(p=[0, -0.5, 0]), body, sj.Transform())
     con = _WRITTEN_OUT[kind](b1, b2)
-    assert type(con)._pverr is not None and type(con)._paerr is not None
+    kernel = con._kernel
+    assert kernel.pverr is not None and kernel.paerr is not None
     state = realize_eager(system.model_for(_state(system, 3)), _state(system, 3), sj.Stage.DYNAMICS)
     model = system.model_for(state)
     (g,) = cn.constraint_groups(model, state.use_euler_angles)
     assert g.bodies[0, 0] == base.index  # the ancestor moves
     A = np.random.default_rng(4).normal(size=(model.topology(False).nb, 6))
     kin = cn.gather_kin(model, state, g, 2, A)
-    fns = {"_perr": staticmethod(type(con)._perr), "_verr": None, "_aerr": None}
-    autodiff = type(f"{kind}ByAutodiff", (), fns)
-    _, verr, aerr, _ = cn.level_functions(con, g.mobs)
+    autodiff = kinds.Custom(position_errors=Identity(kernel.perr))
+    _, verr, aerr, _ = cn.level_functions(kernel, g.mobs)
     _, verr_ad, aerr_ad, _ = cn.level_functions(autodiff, g.mobs)
     v, v_ad = jax.vmap(verr)(kin), jax.vmap(verr_ad)(kin)
     a, a_ad = jax.vmap(aerr)(kin), jax.vmap(aerr_ad)(kin)
@@ -172,7 +174,7 @@ def test_written_out_derivatives_equal_autodiff_ones(kind):
     assert np.abs(np.asarray(v)).min() > 1e-3 and np.abs(np.asarray(a)).min() > 1e-3  # real checks
     # the written-out coefficients of the velocity errors (G's rows, before the body
     # Jacobians) equal the forward Jacobian of the autodiff velocity errors
-    coef = cn.velocity_coefficient_function(con, g.mobs)
+    coef = cn.velocity_coefficient_function(kernel, g.mobs)
     assert coef is not None
     C = jax.vmap(coef)(kin)
     fv = lambda k, w, vv: verr_ad(eqx.tree_at(lambda x: (x.w, x.v), k, (w, vv)))

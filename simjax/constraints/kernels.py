@@ -238,9 +238,11 @@ class ConstraintContext:
 # ============================================================================ base class
 
 
-@dataclass(eq=False)
-class _Compiled:
-    """Static per-constraint data fixed at ``realize_topology()``."""
+@dataclass(frozen=True, eq=False)
+class CompiledConstraint:
+    """One constraint's static data in one Model option, fixed at ``realize_topology()``
+    (``compile_constraint``): its ancestor and bodies, its constrained mobilizers (their
+    bodies, kinds, q and u indices), its numbers of rows per level and their indices."""
 
     index: int
     bodies: np.ndarray  # (k+1,) ancestor first
@@ -279,7 +281,7 @@ def _spec(shape: tuple[int, ...], dtype: Any) -> jax.Array:
     return jax.ShapeDtypeStruct(shape, dtype)  # type: ignore[return-value]  # typed as what it stands for
 
 
-def _dummy_kin(k: int, mobs: tuple[Any, ...], params: dict[str, np.ndarray]) -> Kin:
+def _dummy_kin(k: int, mobs: tuple[Any, ...], params: dict[str, tuple[int, ...]]) -> Kin:
     f = jnp.result_type(float)
     z3 = _spec((k, 3), f)
     return Kin(
@@ -293,21 +295,74 @@ def _dummy_kin(k: int, mobs: tuple[Any, ...], params: dict[str, np.ndarray]) -> 
         u=tuple(_spec((m.nu,), f) for m in mobs),
         udot=tuple(_spec((m.nu,), f) for m in mobs),
         t=_spec((), f),
-        params={n: _spec(v.shape, f) for n, v in params.items()},
+        params={n: _spec(shape, f) for n, shape in params.items()},
         mparams=tuple(_spec((max(m.n_params, 1),), f) for m in mobs),
+    )
+
+
+def equation_counts(
+    kernel: Any, n_bodies: int, mobs: tuple[Any, ...], param_shapes: dict[str, tuple[int, ...]], name: str
+) -> tuple[int, int, int]:
+    """Numbers of holonomic, nonholonomic and acceleration-only equations of a kernel (its
+    ``fixed_counts``, else by the shapes its error functions return); ``name`` (the
+    constraint) is what an error names."""
+    fixed = getattr(kernel, "fixed_counts", None)
+    if fixed is not None:
+        return fixed
+    kin = _dummy_kin(n_bodies, mobs, param_shapes)
+    out = []
+    for fn in (kernel.perr, kernel.verr, kernel.aerr):
+        if fn is None:
+            out.append(0)
+            continue
+        shp = jax.eval_shape(
+            lambda k, fn=fn: jnp.atleast_1d(jnp.asarray(fn(ConstraintContext(k, mobs)))), kin
+        )
+        if len(shp.shape) != 1:
+            raise ValueError(
+                f"{name}: an error function must return a scalar or a vector, got shape {shp.shape}"
+            )
+        out.append(int(shp.shape[0]))
+    if sum(out) == 0:
+        raise ValueError(f"{name} defines no constraint equations")
+    return out[0], out[1], out[2]
+
+
+def compile_constraint(
+    index: int, record: Any, parent: tuple[int, ...], topo: Any, row0: tuple[int, int, int]
+) -> CompiledConstraint:
+    """Constraint ``index`` (a ``model.ConstraintRecord``) in the Model option of ``topo``,
+    its rows starting at ``row0`` per level."""
+    bodies = list(record.bodies)
+    anc = _common_ancestor(parent, bodies) if bodies else 0
+    mobs = tuple(topo.mobilizers[m] for m in record.mobilizers)
+    q_idx = tuple(int(topo.q_start[m]) + np.arange(topo.nq_body[m]) for m in record.mobilizers)
+    u_idx = tuple(int(topo.u_start[m]) + np.arange(topo.nu_body[m]) for m in record.mobilizers)
+    mp, mv, ma = equation_counts(record.kernel, len(bodies), mobs, dict(record.param_shapes), record.name)
+    return CompiledConstraint(
+        index=index,
+        bodies=np.array([anc] + bodies, dtype=int),
+        mob_bodies=tuple(record.mobilizers),
+        mobs=mobs,
+        q_idx=q_idx,
+        u_idx=u_idx,
+        mp=mp,
+        mv=mv,
+        ma=ma,
+        rows=(row0[0] + np.arange(mp), row0[1] + np.arange(mv), row0[2] + np.arange(ma)),
     )
 
 
 # ============================================================================ groups
 
 
-def level_functions(cons: Any, mobs: tuple[Any, ...]):
+def level_functions(kernel: Any, mobs: tuple[Any, ...]):
     """(position, velocity, acceleration) error functions of one constraint's ``Kin``:
     ``perr``; ``uerr = [d/dt perr; verr]``; ``udoterr = [d2/dt2 perr; d/dt verr; aerr]``
-    from the lowest-level errors ``cons._perr/_verr/_aerr`` (functions of a
-    ``ConstraintContext``), derivatives by forward-mode autodiff unless the constraint
-    gives the first and second time derivatives of ``_perr`` itself (``_pverr``,
-    ``_paerr``: Simbody's ``calcPositionDotErrors``/``calcPositionDotDotErrors``; a
+    from a kernel's lowest-level errors ``perr/verr/aerr`` (functions of a
+    ``ConstraintContext``; ``simjax.constraints.kinds``), derivatives by forward-mode
+    autodiff unless the kernel gives the first and second time derivatives of ``perr``
+    itself (``pverr``, ``paerr``: Simbody's ``calcPositionDotErrors``/``calcPositionDotDotErrors``; a
     built-in kind writes them out, which makes a much smaller program to compile); and,
     fourth, the acceleration-only errors ``aerr`` alone."""
 
@@ -316,11 +371,11 @@ def level_functions(cons: Any, mobs: tuple[Any, ...]):
             return None
         return lambda k: jnp.atleast_1d(jnp.asarray(fn(ConstraintContext(k, mobs)), k.p.dtype))
 
-    p0, v0, a0 = wrap(cons._perr), wrap(cons._verr), wrap(cons._aerr)
+    p0, v0, a0 = wrap(kernel.perr), wrap(kernel.verr), wrap(kernel.aerr)
     z = lambda k: jnp.zeros(0, k.p.dtype)
     perr = p0 or z
-    pv = (wrap(getattr(cons, "_pverr", None)) or _ddt(p0, mobs)) if p0 else z
-    pa = (wrap(getattr(cons, "_paerr", None)) or _ddt(pv, mobs)) if p0 else z
+    pv = (wrap(kernel.pverr) or _ddt(p0, mobs)) if p0 else z
+    pa = (wrap(kernel.paerr) or _ddt(pv, mobs)) if p0 else z
     vv = v0 or z
     va = _ddt(v0, mobs) if v0 else z
     aa = a0 or z
@@ -329,13 +384,13 @@ def level_functions(cons: Any, mobs: tuple[Any, ...]):
     return perr, verr, aerr, aa
 
 
-def velocity_coefficient_function(cons: Any, mobs: tuple[Any, ...]) -> Callable[[Kin], jax.Array] | None:
-    """A kind's written-out coefficients of its velocity errors ``uerr`` with respect to its
+def velocity_coefficient_function(kernel: Any, mobs: tuple[Any, ...]) -> Callable[[Kin], jax.Array] | None:
+    """A kernel's written-out coefficients of its velocity errors ``uerr`` with respect to its
     bodies' ``[w; v]`` (in A), as a function of one ``Kin`` ((m, k, 6)), where it gives them
-    (``_pvcoef``; only holonomic rows, no constrained mobilizers); None: autodiff derives
+    (``pvcoef``; only holonomic rows, no constrained mobilizers); None: autodiff derives
     them (a forward Jacobian of ``uerr``)."""
-    fn = getattr(cons, "_pvcoef", None)
-    if fn is None or cons._verr is not None or mobs:
+    fn = kernel.pvcoef
+    if fn is None or kernel.verr is not None or mobs:
         return None
     return lambda k: jnp.asarray(fn(ConstraintContext(k, mobs)), k.p.dtype)
 
@@ -379,17 +434,22 @@ class ConstraintGroup:
         return np.concatenate([self.rows[0], mp + self.rows[1], mp + mv + self.rows[2]], axis=1)
 
 
-def _group(model: Model, members: list[_Compiled]) -> ConstraintGroup:
+def make_group(
+    records: tuple[Any, ...], members: list[CompiledConstraint], kernel: Any = None
+) -> ConstraintGroup:
+    """A group of compiled constraints with equal keys (``ConstraintRecord.key``) and
+    mobilizer kinds; ``kernel``: other equations for the same members (default their
+    own)."""
     c0 = members[0]
-    cons = model.constraint_objects[c0.index]
+    rec = records[c0.index]
     stack = lambda xs, w: np.stack(xs).reshape(len(members), w).astype(int)
-    all_slots = model.constraint_slots
-    prefix = all_slots[c0.index][0]
-    rows = [all_slots[c.index][1] for c in members]
-    layout_size = sum(p == prefix for p, _ in all_slots)
+    prefix = rec.param_slot[0]
+    rows = [records[c.index].param_slot[1] for c in members]
+    layout_size = sum(r.param_slot[0] == prefix for r in records)
+    kernel = rec.kernel if kernel is None else kernel
     return ConstraintGroup(
-        funcs=level_functions(cons, c0.mobs),
-        vcoef=velocity_coefficient_function(cons, c0.mobs),
+        funcs=level_functions(kernel, c0.mobs),
+        vcoef=velocity_coefficient_function(kernel, c0.mobs),
         mobs=c0.mobs,
         index=np.array([c.index for c in members], dtype=int),
         bodies=stack([c.bodies for c in members], len(c0.bodies)),
@@ -400,28 +460,32 @@ def _group(model: Model, members: list[_Compiled]) -> ConstraintGroup:
         mv=c0.mv,
         ma=c0.ma,
         rows=tuple(stack([c.rows[lv] for c in members], len(c0.rows[lv])) for lv in range(3)),  # type: ignore[arg-type]
-        params=tuple(sorted(cons._defaults)),
+        params=rec.param_names,
         param_prefix=prefix,
         param_rows=None if rows == list(range(layout_size)) else np.asarray(rows, int),
     )
 
 
+def group_members(
+    records: tuple[Any, ...], compiled: tuple[CompiledConstraint, ...]
+) -> list[list[CompiledConstraint]]:
+    """The compiled constraints grouped by equations and structure: members of a group share
+    their kernel (``ConstraintRecord.key``), mobilizer kinds and numbers of bodies, so one
+    ``vmap`` evaluates them all."""
+    by_key: dict[Any, list[CompiledConstraint]] = {}
+    for c in compiled:
+        by_key.setdefault((records[c.index].key, c.mobs, len(c.bodies)), []).append(c)
+    return list(by_key.values())
+
+
 def constraint_groups(model: Model, euler: bool) -> tuple[ConstraintGroup, ...]:
-    """The Model's constraints grouped by equations and structure (cached on the Model):
-    members of a group share error functions (``Constraint._structure_key``), mobilizer
-    kinds and numbers of bodies, so one ``vmap`` evaluates them all."""
-    if euler not in model._groups:
-        by_key: dict[Any, list[_Compiled]] = {}
-        for c in model.constraints(euler):
-            key = (model.constraint_objects[c.index]._structure_key(), c.mobs, len(c.bodies))
-            by_key.setdefault(key, []).append(c)
-        model._groups[euler] = tuple(_group(model, m) for m in by_key.values())
-    return model._groups[euler]
+    """The Model's constraint groups in a Model option (built by ``realize_topology()``)."""
+    return model.option(euler).groups
 
 
 def single_group(model: Model, euler: bool, index: int) -> ConstraintGroup:
     """A group holding only constraint ``index`` (per-constraint queries)."""
-    return _group(model, [model.constraints(euler)[index]])
+    return make_group(model.constraint_records, [model.constraints(euler)[index]])
 
 
 def _relative(R, p, w, v, alpha, a, level: int = 2):

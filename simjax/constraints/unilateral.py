@@ -38,6 +38,7 @@ from ..dynamics.stages import cho_solve_lower, cholesky_lower
 from ..model.model import Model
 from ..model.state import State
 from . import kernels as cn
+from . import kinds
 from .kernels import min_norm_solve
 
 # ============================================================================ static data
@@ -69,61 +70,46 @@ class LimitRows:
         return self.constant and len(set(self.u_index.tolist())) == len(self.u_index)
 
 
+def build_limit_rows(
+    records: tuple[Any, ...],
+    compiled: tuple[cn.CompiledConstraint, ...],
+    limits: tuple[Any, ...],
+    euler: bool,
+) -> LimitRows:
+    """The unilateral rows of a Model option, from its constraint records and compiled
+    constraints and its limit records (``model.LimitRecord``): a limit with a q index is a
+    coordinate limit; a constraint with ``unilateral_rows`` (indices among the limits) owns
+    unilateral rows, whose values its kernel's ``unilateral_phi`` gives."""
+    rows, qi, ui = [], [], []
+    for k, lim in enumerate(limits):
+        if lim.q_index is not None:
+            rows.append(k)
+            qi.append(lim.q_index[int(euler)])
+            ui.append(lim.u_index[int(euler)])
+    by_key: dict[Any, list[cn.CompiledConstraint]] = {}
+    for c in compiled:
+        rec = records[c.index]
+        if rec.unilateral_rows:
+            by_key.setdefault((rec.key, c.mobs, len(c.bodies)), []).append(c)
+    groups = []
+    for members in by_key.values():
+        kernel = kinds.UnilateralValues(records[members[0].index].kernel)
+        r = np.stack([np.asarray(records[c.index].unilateral_rows, int) for c in members])
+        # the group's rows are its unilateral values, all at the position level
+        g = replace(cn.make_group(records, members, kernel), mp=r.shape[1], mv=0, ma=0)
+        groups.append((g, r))
+    return LimitRows(
+        n=len(limits),
+        coord_rows=np.asarray(rows, dtype=int),
+        q_index=np.asarray(qi, dtype=int),
+        u_index=np.asarray(ui, dtype=int),
+        groups=tuple(groups),
+    )
+
+
 def limit_data(model: Model, euler: bool) -> LimitRows:
-    """The Model's compiled unilateral rows (cached on the Model).
-
-    A limit object with ``_indices(topo, euler)`` is a coordinate limit; a constraint with
-    ``_unilateral_rows`` (indices among the limits) owns unilateral rows, whose values its
-    ``_unilateral_phi`` gives (a function of its ``ConstraintContext``)."""
-    if euler not in model._limits:
-        topo = model.topology(euler)
-        rows, qi, ui = [], [], []
-        for k, lim in enumerate(model.limit_objects):
-            if hasattr(lim, "_indices"):
-                q, u = lim._indices(topo, euler)
-                rows.append(k)
-                qi.append(q)
-                ui.append(u)
-        by_key: dict[Any, list[Any]] = {}
-        compiled = model.constraints(euler)
-        for c in compiled:
-            obj = model.constraint_objects[c.index]
-            if getattr(obj, "_unilateral_rows", ()):
-                by_key.setdefault((obj._structure_key(), c.mobs, len(c.bodies)), []).append(c)
-        groups = []
-        for members in by_key.values():
-            g = cn._group(model, members)
-            obj = model.constraint_objects[members[0].index]
-            r = np.stack(
-                [np.asarray(model.constraint_objects[c.index]._unilateral_rows, int) for c in members]
-            )
-            # the group's rows are now its unilateral values, all at the position level
-            g = replace(
-                g,
-                funcs=cn.level_functions(_Phi(obj._unilateral_phi), g.mobs),
-                mp=r.shape[1],
-                mv=0,
-                ma=0,
-            )
-            groups.append((g, r))
-        model._limits[euler] = LimitRows(
-            n=len(model.limit_objects),
-            coord_rows=np.asarray(rows, dtype=int),
-            q_index=np.asarray(qi, dtype=int),
-            u_index=np.asarray(ui, dtype=int),
-            groups=tuple(groups),
-        )
-    return model._limits[euler]
-
-
-class _Phi:
-    """A unilateral rows' value function in the shape ``level_functions`` reads."""
-
-    _verr = None
-    _aerr = None
-
-    def __init__(self, fn: Any):
-        self._perr = fn
+    """The Model's unilateral rows in a Model option (built by ``realize_topology()``)."""
+    return model.option(euler).limits
 
 
 # ============================================================================ rows

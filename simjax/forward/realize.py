@@ -25,7 +25,7 @@ from ..constraints import kernels as cn
 from ..dynamics import stages as rz
 from ..dynamics.forces import calc_zdot
 from ..model.context import Context
-from ..model.model import Model, _replace, _with_stage, classical_acceleration
+from ..model.model import Model, classical_acceleration
 from ..model.state import AccelerationCache, Cache, DynamicsCache, PositionCache, State, VelocityCache
 
 
@@ -47,12 +47,12 @@ def realize(model: Model, state: State, stage: Stage) -> State:
     # else): returning the whole State made XLA copy every unchanged leaf into new buffers.
     token = _OWNER.set((state.system_uid, state.topology_version))
     try:
-        plain = _replace(state, system_uid=0, topology_version=0)
+        plain = state.replace(system_uid=0, topology_version=0)
         cache = _realize_cache(model, plain, stage, _batching.chunking())
     finally:
         _OWNER.reset(token)
-    out = _with_stage(state, stage, cache)
-    if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_objects:
+    out = state.with_stage(stage, cache)
+    if stage >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION and model.constraint_records:
         _check_consistent(out, model)
     return out
 
@@ -69,7 +69,7 @@ _OWNER: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("simjax
 @functools.partial(jax.jit, static_argnums=(0, 2, 3))
 def _realize_cache(model: Model, state: State, stage: Stage, chunking: bool) -> Cache:
     uid, version = _OWNER.get((state.system_uid, state.topology_version))
-    leaves, treedef = jax.tree.flatten(_replace(state, system_uid=uid, topology_version=version))
+    leaves, treedef = jax.tree.flatten(state.replace(system_uid=uid, topology_version=version))
 
     # Under a plain ``jax.vmap`` of more than ``sj.vmap``'s chunk of States on a single CPU
     # device, the realization runs in chunks (``_batching.chunked_jvp``; one ``vmap``
@@ -95,7 +95,7 @@ def with_cache_dependence(model: Model, state: State) -> State:
     """
     if state.stage <= Stage.MODEL or not _is_traced(state):
         return state
-    return _with_stage(state, state.stage, _dependent_cache(model, state))
+    return state.with_stage(state.stage, _dependent_cache(model, state))
 
 
 def _is_traced(tree: Any) -> bool:
@@ -105,7 +105,7 @@ def _is_traced(tree: Any) -> bool:
 def _unrealized(state: State) -> State:
     """``state`` with its cache above Stage.MODEL dropped (its variables and parameters kept)."""
     stage = Stage(min(int(state.stage), int(Stage.MODEL)))
-    return _with_stage(state, stage, state.cache.up_to(stage))
+    return state.with_stage(stage, state.cache.up_to(stage))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -127,7 +127,7 @@ def realize_eager(model: Model, state: State, stage: Stage) -> State:
     """``realize`` without the outer ``jit`` (for code that is traced already)."""
     cur = state
     if cur.stage < Stage.MODEL:
-        cur = _with_stage(cur, Stage.MODEL, cur.cache)
+        cur = cur.with_stage(Stage.MODEL, cur.cache)
     for st in range(int(cur.stage) + 1, int(stage) + 1):
         with jax.named_scope(f"realize_{Stage(st).name.lower()}"):
             cur = _realize_one(model, cur, Stage(st))
@@ -173,19 +173,18 @@ def _realize_one(model: Model, state: State, st: Stage) -> State:
     cache = state.cache
     if st == Stage.POSITION:
         pos = rz.realize_position(model, state)
-        if model.constraint_objects:
-            perr = cn.position_errors(model, _with_stage(state, st, _replace(cache, position=pos)))
-            pos = _replace(pos, qerr=jnp.concatenate([perr, pos.qerr]))
-        cache = _replace(cache, position=pos)
+        if model.constraint_records:
+            perr = cn.position_errors(model, state.with_stage(st, cache.replace(position=pos)))
+            pos = pos.replace(qerr=jnp.concatenate([perr, pos.qerr]))
+        cache = cache.replace(position=pos)
     elif st == Stage.VELOCITY:
         vel = rz.realize_velocity(model, state, state.position_cache)
-        if model.constraint_objects:
-            uerr = cn.velocity_errors(model, _with_stage(state, st, _replace(cache, velocity=vel)))
-            vel = _replace(vel, uerr=uerr)
-        cache = _replace(cache, velocity=vel)
+        if model.constraint_records:
+            uerr = cn.velocity_errors(model, state.with_stage(st, cache.replace(velocity=vel)))
+            vel = vel.replace(uerr=uerr)
+        cache = cache.replace(velocity=vel)
     elif st == Stage.DYNAMICS:
-        cache = _replace(
-            cache,
+        cache = cache.replace(
             dynamics=rz.realize_dynamics(model, state, state.position_cache, state.velocity_cache),
         )
     elif st == Stage.ACCELERATION:
@@ -193,10 +192,10 @@ def _realize_one(model: Model, state: State, st: Stage) -> State:
             model, state, state.position_cache, state.velocity_cache, state.dynamics_cache
         )
         # zdot needs the accelerations realized (a subsystem may read them).
-        tmp = _with_stage(state, st, _replace(cache, acceleration=acc))
+        tmp = state.with_stage(st, cache.replace(acceleration=acc))
         zdot = calc_zdot(model, tmp)
-        cache = _replace(cache, acceleration=_replace(acc, zdot=zdot))
-    out = _with_stage(state, st, cache)
+        cache = cache.replace(acceleration=acc.replace(zdot=zdot))
+    out = state.with_stage(st, cache)
     # User subsystems: their realize hooks and non-lazy cache entries of this stage.
     entries: dict[str, dict[str, Any]] = {}
     for sub in model.subsystems:
@@ -206,7 +205,7 @@ def _realize_one(model: Model, state: State, st: Stage) -> State:
     if entries:
         subs = dict(out.cache.subsystems)
         subs[int(st)] = entries
-        out = _with_stage(out, st, _replace(out.cache, subsystems=subs))
+        out = out.with_stage(st, out.cache.replace(subsystems=subs))
     return out
 
 
@@ -260,7 +259,7 @@ def _check_consistent(state: State, model: Model | None = None) -> None:
         mp, _, _ = model.constraint_counts(state.use_euler_angles)
         bad = set(np.flatnonzero(~(np.abs(res) <= tol)).tolist())
         hit = [
-            repr(model.constraint_objects[c.index])
+            model.constraint_records[c.index].name
             for c in model.constraints(state.use_euler_angles)
             if bad & set(np.concatenate([c.rows[0], mp + c.rows[1]]).tolist())
         ]

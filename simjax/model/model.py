@@ -1,9 +1,11 @@
-"""The frozen result of ``realize_topology()``: static topology, defaults, force groups."""
+"""The frozen result of ``realize_topology()``: static topology, defaults, force groups,
+constraint and limit records, and what both Model-stage options (quaternions or Euler
+angles) compile them to."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -14,7 +16,7 @@ import numpy as np
 from .. import _spatial as sp
 from .._stage import Stage
 from .mobilizers import AbstractMobilizer
-from .state import Cache, State, _replace
+from .state import Cache, State
 from .topology import Topology
 
 
@@ -80,9 +82,68 @@ class ForceGroup:
         return len(self.statics)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
+class ConstraintRecord:
+    """One constraint as the Model holds it, fixed at ``realize_topology()``: its kernel
+    (its equations: a ``simjax.constraints.kinds`` kernel), the indices of its constrained
+    bodies and mobilizers (in the order given), its parameters' names and shapes and where
+    they are stacked in the State (``param_slot``: ``(prefix, row)``, see
+    ``constraint_param_slots``), its unilateral rows among the Model's limits (a custom
+    coupling's), and its name for messages."""
+
+    name: str
+    kernel: Any
+    bodies: tuple[int, ...]
+    mobilizers: tuple[int, ...]
+    param_shapes: tuple[tuple[str, tuple[int, ...]], ...]  # sorted by name
+    param_slot: tuple[str, int]
+    unilateral_rows: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> tuple:
+        """Constraints with equal keys have the same equations for the same numbers of
+        bodies and mobilizers and the same parameter shapes: one ``vmap`` evaluates them."""
+        return (self.kernel, len(self.bodies), len(self.mobilizers), self.param_shapes)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The parameters' names, sorted."""
+        return tuple(n for n, _ in self.param_shapes)
+
+
+@dataclass(frozen=True, eq=False)
+class LimitRecord:
+    """One unilateral row as the Model holds it: ``key`` (its structure), ``name`` (for
+    messages) and, for a coordinate limit, the q it watches and the u that is its speed in
+    each Model option (``(quaternion, euler)``; None for a row of a custom coupling, whose
+    value its constraint's kernel gives)."""
+
+    name: str
+    key: tuple
+    q_index: tuple[int, int] | None = None
+    u_index: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ModelOption:
+    """What one Model-stage option (quaternions or Euler angles) compiles to: the Topology,
+    each constraint's static data (bodies, q/u indices, rows:
+    ``simjax.constraints.kernels.CompiledConstraint``), the constraint groups each
+    evaluated with one ``vmap`` (``ConstraintGroup``), the unilateral rows
+    (``simjax.constraints.unilateral.LimitRows``) and the numbers ``(mp, mv, ma)`` of
+    holonomic, nonholonomic and acceleration-only rows."""
+
+    topology: Topology
+    constraints: tuple[Any, ...]
+    groups: tuple[Any, ...]
+    limits: Any
+    counts: tuple[int, int, int]
+
+
+@dataclass(frozen=True, eq=False)
 class Model:
-    """Compiled, immutable description of a System (its Topology-stage data).
+    """Compiled, immutable description of a System (its Topology-stage data), built whole
+    by ``realize_topology()``: nothing writes into it afterwards.
 
     Two Models are equal (and hash alike) when everything the realized computation depends
     on is equal (see ``structure_key``), so a second identical System reuses the first one's
@@ -102,13 +163,10 @@ class Model:
     z_decl: tuple[tuple[str, np.ndarray], ...]
     version: int
     uid: int
-    constraint_objects: tuple[Any, ...] = ()
+    options: tuple[ModelOption, ModelOption]  # (quaternion, Euler angles)
+    constraint_records: tuple[ConstraintRecord, ...] = ()
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
-    limit_objects: tuple[Any, ...] = ()  # unilateral coordinate limits (system.constraints)
-    _topos: dict[bool, Topology] = field(default_factory=dict)
-    _cons: dict[bool, tuple[Any, ...]] = field(default_factory=dict)
-    _groups: dict[bool, tuple[Any, ...]] = field(default_factory=dict)  # constraints.kernels
-    _limits: dict[bool, Any] = field(default_factory=dict)  # constraints.unilateral
+    limits: tuple[LimitRecord, ...] = ()  # unilateral rows (coordinate limits, couplings')
 
     # ------------------------------------------------------------------ equality
     @cached_property
@@ -122,14 +180,7 @@ class Model:
             (sub, tuple(sorted((k, np.shape(v)) for k, v in d.items())))
             for sub, d in sorted(self.instance_defaults.items())
         )
-        cons = tuple(
-            (
-                _key_of(c),
-                tuple(b.index for b in getattr(c, "_bodies", ())),
-                tuple(m.index for m in getattr(c, "_mobilizers", ())),
-            )
-            for c in self.constraint_objects
-        )
+        cons = tuple((c.key, c.bodies, c.mobilizers) for c in self.constraint_records)
         key = (
             self.parent,
             self.mobilizers,
@@ -141,7 +192,7 @@ class Model:
             tuple((sub, name, st, np.shape(v)) for sub, name, st, v in self.discrete_decl),
             tuple((name, np.shape(z0)) for name, z0 in self.z_decl),
             cons,
-            tuple(_key_of(lim) for lim in self.limit_objects),
+            tuple(lim.key for lim in self.limits),
         )
         try:
             hash(key)
@@ -163,29 +214,22 @@ class Model:
     def _hash(self) -> int:
         return hash(self.structure_key)
 
+    def option(self, euler: bool) -> ModelOption:
+        """What a Model-stage option compiles to (quaternions: False; Euler angles: True)."""
+        return self.options[bool(euler)]
+
     def constraints(self, euler: bool) -> tuple[Any, ...]:
         """Compiled constraints (static bodies, q/u indices, row blocks) for a Model option."""
-        if euler not in self._cons:
-            topo = self.topology(euler)
-            out, rows = [], [0, 0, 0]
-            for c in self.constraint_objects:
-                cc = c._compile(self.parent, topo, tuple(rows))
-                if not euler:
-                    c._compiled = cc
-                rows = [rows[0] + cc.mp, rows[1] + cc.mv, rows[2] + cc.ma]
-                out.append(cc)
-            self._cons[euler] = tuple(out)
-        return self._cons[euler]
+        return self.options[bool(euler)].constraints
 
-    @cached_property
+    @property
     def constraint_slots(self) -> tuple[tuple[str, int], ...]:
         """Per constraint, where its parameters are stacked (``constraint_param_slots``)."""
-        return constraint_param_slots(self.constraint_objects)
+        return tuple(c.param_slot for c in self.constraint_records)
 
     def constraint_counts(self, euler: bool) -> tuple[int, int, int]:
         """``(mp, mv, ma)``: numbers of holonomic, nonholonomic, acceleration-only rows."""
-        cs = self.constraints(euler)
-        return sum(c.mp for c in cs), sum(c.mv for c in cs), sum(c.ma for c in cs)
+        return self.options[bool(euler)].counts
 
     @property
     def nb(self) -> int:
@@ -194,12 +238,7 @@ class Model:
 
     def topology(self, euler: bool) -> Topology:
         """Topology for the given Model-stage option."""
-        if euler not in self._topos:
-            mobs = tuple(
-                None if m is None else (m.with_euler_angles() if euler else m) for m in self.mobilizers
-            )
-            self._topos[euler] = Topology(self.parent, mobs, self.names)
-        return self._topos[euler]
+        return self.options[bool(euler)].topology
 
     @cached_property
     def z_slices(self) -> dict[str, slice]:
@@ -296,20 +335,22 @@ class Model:
         return classical_acceleration(ac.A_O, vc.V_O, pc.p_GB)
 
 
-def constraint_param_slots(constraints: Sequence[Any]) -> tuple[tuple[str, int], ...]:
+def constraint_param_slots(
+    constraints: Sequence[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]],
+) -> tuple[tuple[str, int], ...]:
     """Where each constraint's Instance parameters live in the State: ``(prefix, row)``, the
     parameter ``name`` being row ``row`` of ``instance["matter"][f"{prefix}.{name}"]``.
     Constraints of one kind with the same parameter names and shapes share stacked arrays
     (one per parameter), so a kind's parameters are a few State leaves, not one per
     constraint, and a vmapped group reads them with one gather. Prefixes are stable names
     (``constraint.Ball``; ``constraint.Custom_1`` for a second parameter layout of a kind),
-    never object ids."""
+    never object ids. ``constraints``: per constraint, its kind's name and its parameters'
+    sorted ``(name, shape)``."""
     prefixes: dict[tuple[str, tuple], str] = {}
     sizes: dict[str, int] = {}
     out = []
-    for c in constraints:
-        kind = type(c).__name__
-        fam = (kind, tuple(sorted((k, np.shape(v)) for k, v in c._defaults.items())))
+    for kind, shapes in constraints:
+        fam = (kind, shapes)
         if fam not in prefixes:
             j = sum(f[0] == kind for f in prefixes)
             prefixes[fam] = f"constraint.{kind}" + (f"_{j}" if j else "")
@@ -333,10 +374,6 @@ def classical_acceleration(A_O: jax.Array, V_O: jax.Array, p: jax.Array) -> jax.
     v_p = v + sp.cross(w, p)
     a_p = a + sp.cross(alpha, p) + sp.cross(w, v_p)
     return jnp.concatenate([alpha, a_p], axis=1)
-
-
-def _with_stage(state: State, stage: Stage, cache: Cache) -> State:
-    return _replace(state, stage=stage, cache=cache)
 
 
 def stack_transforms(ts: list[sp.Transform]) -> tuple[np.ndarray, np.ndarray]:

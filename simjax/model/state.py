@@ -9,7 +9,7 @@ cache above that stage is dropped. Reading a cache entry above the realized stag
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import equinox as eqx
 import jax
@@ -21,11 +21,29 @@ from .. import _spatial as sp
 from .._stage import Stage
 
 
+class _Fields(eqx.Module):
+    """A frozen record whose ``replace`` copies it with fields replaced, without the Module
+    constructor's checks (fast in Python loops)."""
+
+    if not TYPE_CHECKING:
+        # Plain attribute lookup: ``eqx.Module``'s own wraps every method it returns in a
+        # bound-method Module, whose constructor flattens the whole record (tens of
+        # microseconds per ``state.with_q`` or ``state.udot`` in a user's Python loop).
+        __getattribute__ = object.__getattribute__
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with the named fields replaced as given: no check, no invalidation. The
+        realization driver and solvers use it to build what they return, keeping stage and
+        cache consistent themselves; users change a State's variables with its ``with_*``
+        methods."""
+        return _replace(self, **changes)
+
+
 class StageError(RuntimeError):
     """A cache entry was read from a State not realized far enough."""
 
 
-class PositionCache(eqx.Module):
+class PositionCache(_Fields):
     """Position-stage results (Ground frame, about Ground's origin where spatial).
 
     Attributes:
@@ -70,7 +88,7 @@ class PositionCache(eqx.Module):
         return sp.inertia_matrix(self.inertia_O)
 
 
-class VelocityCache(eqx.Module):
+class VelocityCache(_Fields):
     """Velocity-stage results.
 
     Attributes:
@@ -90,7 +108,7 @@ class VelocityCache(eqx.Module):
     uerr: Float[Array, " nuerr"]
 
 
-class DynamicsCache(eqx.Module):
+class DynamicsCache(_Fields):
     """Dynamics-stage results.
 
     Attributes:
@@ -116,7 +134,7 @@ class DynamicsCache(eqx.Module):
     moving_forces: Float[Array, "nm 6"]
 
 
-class AccelerationCache(eqx.Module):
+class AccelerationCache(_Fields):
     """Acceleration-stage results.
 
     Attributes:
@@ -142,7 +160,7 @@ class AccelerationCache(eqx.Module):
     uerr_residual: Float[Array, " mpv"]
 
 
-class Cache(eqx.Module):
+class Cache(_Fields):
     """Realization cache: built-in entries per stage plus custom subsystems' entries."""
 
     position: PositionCache | None = None
@@ -157,7 +175,7 @@ class Cache(eqx.Module):
         return _cache_up_to(self, stage)
 
 
-class State(eqx.Module):
+class State(_Fields):
     """Every variable of a System, and what realization computed from them.
 
     Build one with ``system.realize_topology()``; change it with the ``with_*`` methods,
@@ -193,13 +211,12 @@ class State(eqx.Module):
     # Static per-variable stage of each discrete variable, to drop the right stages.
     discrete_stages: tuple[tuple[str, str, int], ...] = eqx.field(static=True, default=())
 
-    if not TYPE_CHECKING:
-        # Plain attribute lookup: ``eqx.Module``'s own wraps every method it returns in a
-        # bound-method Module, whose constructor flattens the whole State (tens of
-        # microseconds per ``state.with_q`` or ``state.udot`` in a user's Python loop).
-        __getattribute__ = object.__getattribute__
-
     # ------------------------------------------------------------------ invalidation
+    def with_stage(self, stage: Stage, cache: Cache) -> State:
+        """The State realized to ``stage``, ``cache`` holding what realization computed (the
+        stage driver's result; no check that the cache matches the variables)."""
+        return _replace(self, stage=stage, cache=cache)
+
     def _fall_to(self, stage: Stage, **changes: Any) -> State:
         # Top-level fields replaced directly (``_replace``), not with ``eqx.tree_at``:
         # this runs in users' Python loops, where flattening the State cost ~0.3 ms a call.

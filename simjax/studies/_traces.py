@@ -46,7 +46,7 @@ import jaxlib
 import numpy as np
 
 from .._config import compilation_cache_dir
-from ..model.model import Identity, _replace
+from ..model.model import Identity
 from ..model.state import State
 
 FORMAT = "simjax-traces-1"
@@ -191,7 +191,7 @@ def _with_owner(tree: Any, uid: int = 0, version: int = 0) -> Any:
     (static, per process; 0 and 0 in keys and kept programs)."""
 
     def mark(s: Any) -> Any:
-        return _replace(s, system_uid=uid, topology_version=version) if _is_state(s) else s
+        return s.replace(system_uid=uid, topology_version=version) if _is_state(s) else s
 
     return jax.tree.map(mark, tree, is_leaf=_is_state)
 

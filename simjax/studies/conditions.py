@@ -209,7 +209,7 @@ class SystemConstraints(AssemblyCondition):
         model = self.get_assembler()._model
         names = []
         for c in model.constraints(True):
-            names += [repr(model.constraint_objects[c.index])] * c.mp
+            names += [model.constraint_records[c.index].name] * c.mp
         return names
 
 

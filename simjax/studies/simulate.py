@@ -56,7 +56,7 @@ from ..dynamics import stages as rz
 from ..forward import projection as pj
 from ..forward import stepper as us
 from ..forward.realize import realize
-from ..model.model import Model, _replace
+from ..model.model import Model
 from ..model.state import Cache, State
 from ..system import diagnose as dg
 from ..system.system import MultibodySystem
@@ -159,7 +159,7 @@ class _Config(eqx.Module):
 
 def _with_disc(base: State, disc: Any) -> State:
     """``base`` with other discrete variables (stage dropped to Model: any stage may use them)."""
-    return _replace(base, discrete=disc, stage=min(base.stage, Stage.MODEL), cache=Cache())
+    return base.replace(discrete=disc, stage=min(base.stage, Stage.MODEL), cache=Cache())
 
 
 def _state_of(base: State, t, y) -> State:
@@ -763,7 +763,7 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
     def advance(t, yy, hh, b=None):
         return stepper(model, base if b is None else b, t, yy, hh)
 
-    limits = bool(model.limit_objects)
+    limits = bool(model.limits)
     project = jax.checkpoint(lambda b, t, y: _project_checked(model, b, t, y, cfg))
     controls = jax.checkpoint(lambda b, t, y, n: ctl.at(model, b, t, y, n))
     trig = [e for e in events if isinstance(e, TriggeredEvent)]
@@ -1052,11 +1052,11 @@ def simulate(
     model = system.model_for(state)
     if integrator in _ADAPTIVE:
         _check_reachable_accuracy(integrator, float(accuracy), state.q.dtype)
-    if model.limit_objects and integrator != "euler":
-        names = ", ".join(lim.name for lim in model.limit_objects[:3])
-        more = f" and {len(model.limit_objects) - 3} more" if len(model.limit_objects) > 3 else ""
+    if model.limits and integrator != "euler":
+        names = ", ".join(lim.name for lim in model.limits[:3])
+        more = f" and {len(model.limits) - 3} more" if len(model.limits) > 3 else ""
         raise ValueError(
-            f"simulate: this System has {len(model.limit_objects)} coordinate limits ({names}{more}), "
+            f"simulate: this System has {len(model.limits)} coordinate limits ({names}{more}), "
             f"hard one-sided constraints that integrator {integrator!r} cannot enforce. They are "
             "stepped at the velocity level with complementarity: use integrator='euler' with a step dt "
             "(e.g. dt=1e-3); or, for a loaded model whose ranges you do not want enforced, load it "
@@ -1403,7 +1403,7 @@ def _simulate(
     y = (state.q, state.u, state.z)
     # start on the manifold (Simbody projects the initial state too)
     y, err0, met0 = _project_checked(model, base, t0, y, cfg)
-    if model.limit_objects:  # rows that start inside their region are engaged before the first step
+    if model.limits:  # rows that start inside their region are engaged before the first step
         disc0 = dict(base.discrete)
         disc0["matter"] = us.initial_engagement(model, _state_of(base, t0, y))
         base = _with_disc(base, disc0)

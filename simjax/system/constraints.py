@@ -1,12 +1,14 @@
 """Constraint handles (Simbody ``Constraint::*``): the builder side of every kind.
 
-The numerics (kinematics seen by a constraint, error derivatives by autodiff, G, b and the
-multipliers) live in :mod:`simjax.constraints.kernels`; this module holds what users
-construct and query."""
+Each kind's equations are a kernel in :mod:`simjax.constraints.kinds` (custom couplings':
+:mod:`simjax.constraints.couplings`); the numerics (kinematics seen by a constraint, error
+derivatives by autodiff, G, b and the multipliers) live in
+:mod:`simjax.constraints.kernels`. This module holds what users construct and query: each
+handle registers its constraint with the matter subsystem, names its kernel, and gets and
+sets its parameters and results in a State."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -17,11 +19,13 @@ import numpy as np
 from .. import _spatial as sp
 from .._functions import Function
 from .._stage import Stage
+from ..constraints import couplings as cpl
 from ..constraints import kernels as cn
+from ..constraints import kinds
 from ..constraints import unilateral as uni
-from ..constraints.kernels import ConstraintContext, _common_ancestor, _Compiled, _dummy_kin
+from ..constraints.kernels import CompiledConstraint, ConstraintContext, _common_ancestor
 from ..forward.realize import realize
-from ..model.model import Identity
+from ..model.model import ConstraintRecord, Identity, LimitRecord
 from ..model.state import State
 from ._compiled import reads_cache
 from .bodies import MobilizedBody
@@ -32,8 +36,9 @@ from .matter import SimbodyMatterSubsystem
 class Constraint:
     """Base of every constraint; construct a kind, e.g. ``Constraint.Ball(b1, p1, b2, p2)``.
 
-    Subclasses declare bodies and mobilizers and implement one or more of
-    ``_perr``/``_verr``/``_aerr`` (functions of a ``ConstraintContext``).
+    A kind declares its bodies, mobilizers and Instance parameters and names its kernel
+    (its equations, a ``simjax.constraints.kinds`` kernel); a user constraint is a
+    ``Constraint.Custom``.
     """
 
     # the kinds (assigned at the end of this module); the aliases first, so that their
@@ -67,6 +72,8 @@ class Constraint:
         bodies: Sequence[MobilizedBody] = (),
         mobilizers: Sequence[MobilizedBody] = (),
         params: dict[str, Any] | None = None,
+        *,
+        kernel: kinds.ConstraintKernel,
     ):
         kind = type(self).__name__
         if not isinstance(matter, SimbodyMatterSubsystem):
@@ -84,7 +91,7 @@ class Constraint:
         self._mobilizers = tuple(mobilizers)
         self._defaults = {k: np.asarray(v, dtype=float) for k, v in (params or {}).items()}
         self._disabled_by_default = False
-        self._compiled: _Compiled | None = None
+        self._kernel = kernel  # its equations (simjax.constraints.kinds)
         self.index = len(matter._constraints)
         try:  # evaluate the error functions once (shapes only) before adopting the constraint
             self._counts(tuple(m.mobilizer for m in mobilizers))
@@ -99,101 +106,29 @@ class Constraint:
         matter._constraints.append(self)
         matter._system.invalidate_topology()
 
-    # --------------------------------------------------------------- to override
-    _perr: Callable[[ConstraintContext], Any] | None = None
-    _verr: Callable[[ConstraintContext], Any] | None = None
-    _aerr: Callable[[ConstraintContext], Any] | None = None
-    # Optional: the exact first and second time derivatives of ``_perr`` (Simbody's
-    # position-dot and position-dot-dot errors). Without them autodiff derives both.
-    _pverr: Callable[[ConstraintContext], Any] | None = None
-    _paerr: Callable[[ConstraintContext], Any] | None = None
-    # Optional, for a kind with only ``_perr`` and no constrained mobilizers: the
-    # coefficients (mp, bodies, 6) of ``_pverr`` with respect to each constrained body's
-    # ``[w; v]`` in A (the rows of Simbody's ``G``, written out: a first-derivative
-    # program where autodiff would differentiate ``_pverr``).
-    _pvcoef: Callable[[ConstraintContext], Any] | None = None
-
     def __repr__(self) -> str:
         return f"Constraint.{type(self).__name__}(index={self.index})"
 
-    # --------------------------------------------------------------- compilation
-    def _compile(self, model_parent: tuple[int, ...], topo: Any, row0: tuple[int, int, int]) -> _Compiled:
-        bodies = [b.index for b in self._bodies]
-        anc = _common_ancestor(model_parent, bodies) if bodies else 0
-        mobs = tuple(topo.mobilizers[m.index] for m in self._mobilizers)
-        q_idx = tuple(int(topo.q_start[m.index]) + np.arange(topo.nq_body[m.index]) for m in self._mobilizers)
-        u_idx = tuple(int(topo.u_start[m.index]) + np.arange(topo.nu_body[m.index]) for m in self._mobilizers)
-        mp, mv, ma = self._counts(mobs)
-        return _Compiled(
-            index=self.index,
-            bodies=np.array([anc] + bodies, dtype=int),
-            mob_bodies=tuple(m.index for m in self._mobilizers),
-            mobs=mobs,
-            q_idx=q_idx,
-            u_idx=u_idx,
-            mp=mp,
-            mv=mv,
-            ma=ma,
-            rows=(
-                row0[0] + np.arange(mp),
-                row0[1] + np.arange(mv),
-                row0[2] + np.arange(ma),
-            ),
-        )
-
-    # Built-in kinds whose equation counts never change say so (skips tracing them).
-    _fixed_counts: tuple[int, int, int] | None = None
-
+    # --------------------------------------------------------------- the Model's record
     def _counts(self, mobs: tuple[Any, ...]) -> tuple[int, int, int]:
         """Numbers of holonomic, nonholonomic and acceleration-only equations (by shape)."""
-        if self._fixed_counts is not None:
-            return self._fixed_counts
-        kin = _dummy_kin(len(self._bodies), mobs, self._defaults)
-        out = []
-        for fn in (self._perr, self._verr, self._aerr):
-            if fn is None:
-                out.append(0)
-                continue
-            shp = jax.eval_shape(
-                lambda k, fn=fn: jnp.atleast_1d(jnp.asarray(fn(ConstraintContext(k, mobs)))), kin
-            )
-            if len(shp.shape) != 1:
-                raise ValueError(
-                    f"{self!r}: an error function must return a scalar or a vector, got shape {shp.shape}"
-                )
-            out.append(int(shp.shape[0]))
-        if sum(out) == 0:
-            raise ValueError(f"{self!r} defines no constraint equations")
-        return out[0], out[1], out[2]
+        shapes = {k: v.shape for k, v in self._defaults.items()}
+        return cn.equation_counts(self._kernel, len(self._bodies), mobs, shapes, repr(self))
 
-    # --------------------------------------------------------------- level functions
-    def _structure_key(self) -> tuple:
-        """Two constraints with equal keys have the same equations for the same constrained
-        bodies and mobilizers, so their errors are evaluated together (one ``vmap``).
-        Kinds whose error functions read instance attributes extend it (``_equation_key``)."""
-        fns: list[Any] = []
-        for f in (self._perr, self._verr, self._aerr):
-            if inspect.ismethod(f) and f.__self__ is self:
-                fns.append(f.__func__)
-            else:
-                fns.append(f)
-        shapes = tuple(sorted((k, v.shape) for k, v in self._defaults.items()))
-        return (
-            type(self),
-            len(self._bodies),
-            len(self._mobilizers),
-            shapes,
-            tuple(fns),
-            self._equation_key(),
-        )
+    def _param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return tuple(sorted((k, v.shape) for k, v in self._defaults.items()))
 
-    def _equation_key(self) -> Any:
-        """The instance attributes the error functions read (override where they do).
-        The default keeps a kind whose bound error methods read unknown attributes apart
-        from every other constraint."""
-        bound = any(inspect.ismethod(f) for f in (self._perr, self._verr, self._aerr))
-        return (
-            ("instance", id(self)) if bound and type(self)._equation_key is Constraint._equation_key else ()
+    def _record(self, slot: tuple[str, int]) -> ConstraintRecord:
+        """What the Model holds of this constraint (``slot``: where its parameters are
+        stacked)."""
+        return ConstraintRecord(
+            name=repr(self),
+            kernel=self._kernel,
+            bodies=tuple(b.index for b in self._bodies),
+            mobilizers=tuple(m.index for m in self._mobilizers),
+            param_shapes=self._param_shapes(),
+            param_slot=slot,
+            unilateral_rows=tuple(getattr(self, "_unilateral_rows", ())),
         )
 
     # --------------------------------------------------------------- enabling
@@ -252,10 +187,10 @@ class Constraint:
         return state.with_instance("matter", key, arr.at[row].set(value))
 
     # --------------------------------------------------------------- structure queries
-    def _check(self, state: State) -> _Compiled:
+    def _check(self, state: State) -> CompiledConstraint:
         model = self._matter._system.model_for(state)
         cs = model.constraints(state.use_euler_angles)
-        if self.index >= len(cs) or cs[self.index].index != self.index or self._compiled is None:
+        if self.index >= len(cs) or cs[self.index].index != self.index:
             raise ValueError(f"{self!r} was added after realize_topology(); realize the topology again")
         return cs[self.index]
 
@@ -565,8 +500,6 @@ class Ball(Constraint):
     constraint applies to body 2 at its station, negated (``F_2 = -lambda`` in A).
     """
 
-    _fixed_counts = (3, 0, 0)
-
     def __init__(self, body1: MobilizedBody, *args: Any):
         if len(args) == 1:
             p1, body2, p2 = np.zeros(3), args[0], np.zeros(3)
@@ -579,23 +512,8 @@ class Ball(Constraint):
             body1._matter,
             bodies=(body1, body2),
             params=dict(point1=_vec3(p1, "Ball point1"), point2=_vec3(p2, "Ball point2")),
+            kernel=kinds.Ball(),
         )
-
-    @staticmethod
-    def _perr(ctx: ConstraintContext) -> jax.Array:
-        return ctx.station_location(1, ctx.param("point2")) - ctx.station_location(0, ctx.param("point1"))
-
-    @staticmethod
-    def _pverr(ctx: ConstraintContext) -> jax.Array:
-        return _station_rate(ctx, "point1", "point2", 1)
-
-    @staticmethod
-    def _paerr(ctx: ConstraintContext) -> jax.Array:
-        return _station_rate(ctx, "point1", "point2", 2)
-
-    @staticmethod
-    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
-        return _station_rate_coefficients(ctx, "point1", "point2")
 
     def set_point_on_body1(self, state: State, point: Any) -> State:
         """Station on body 1 (body frame) in this State (Instance stage)."""
@@ -669,8 +587,6 @@ class Rod(Constraint):
     body 2 along the unit vector from S1 to S2 is ``-lambda``), as in Simbody.
     """
 
-    _fixed_counts = (1, 0, 0)
-
     def __init__(self, body1: MobilizedBody, *args: Any):
         if len(args) == 2:
             p1, body2, p2, length = np.zeros(3), args[0], np.zeros(3), args[1]
@@ -691,31 +607,8 @@ class Rod(Constraint):
                 point2=_vec3(p2, "Rod point2"),
                 length=np.asarray(float(length)),
             ),
+            kernel=kinds.Rod(),
         )
-
-    @staticmethod
-    def _perr(ctx: ConstraintContext) -> jax.Array:
-        r = ctx.station_location(1, ctx.param("point2")) - ctx.station_location(0, ctx.param("point1"))
-        return sp.safe_norm(r) - ctx.param("length")
-
-    @staticmethod
-    def _pverr(ctx: ConstraintContext) -> jax.Array:
-        r, rd, _ = _station_difference(ctx, "point1", "point2", 1)
-        return sp.safe_normalize(r) @ rd
-
-    @staticmethod
-    def _paerr(ctx: ConstraintContext) -> jax.Array:
-        # d2/dt2 |r| = e . r'' + (|r'|^2 - (e . r')^2) / |r|, e = r / |r| (0 where r = 0)
-        r, rd, rdd = _station_difference(ctx, "point1", "point2", 2)
-        n = sp.safe_norm(r)
-        e = sp.safe_normalize(r)
-        return e @ rdd + jnp.where(n > 0, (rd @ rd - (e @ rd) ** 2) / jnp.where(n > 0, n, 1.0), 0.0)
-
-    @staticmethod
-    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
-        r = _station_difference(ctx, "point1", "point2", 0)[0]
-        C = _station_rate_coefficients(ctx, "point1", "point2")
-        return jnp.einsum("i,ikc->kc", sp.safe_normalize(r), C)[None]
 
     def set_length(self, state: State, length: Any) -> State:
         """Rod length in this State (Instance stage)."""
@@ -741,20 +634,16 @@ def _which(kind: str, mobod: Any, which: int, n: int, what: str) -> int:
 class ConstantCoordinate(Constraint):
     """One generalized coordinate held at a value: ``perr = q_i - value`` (1 holonomic)."""
 
-    _fixed_counts = (1, 0, 0)
     holds_a_coordinate = True  # (read by the System's check against CoordinateLimits)
 
     def __init__(self, mobod: MobilizedBody, which_q: int, default_position: float = 0.0):
         self._which = _which("ConstantCoordinate", mobod, which_q, mobod.mobilizer.nq, "q's")
         super().__init__(
-            mobod._matter, mobilizers=(mobod,), params=dict(position=np.asarray(float(default_position)))
+            mobod._matter,
+            mobilizers=(mobod,),
+            params=dict(position=np.asarray(float(default_position))),
+            kernel=kinds.ConstantCoordinate(self._which),
         )
-
-    def _equation_key(self) -> Any:
-        return self._which
-
-    def _perr(self, ctx: ConstraintContext) -> jax.Array:
-        return ctx.one_q(0, self._which) - ctx.param("position")
 
     def set_position(self, state: State, value: Any) -> State:
         """Held value in this State (Instance stage)."""
@@ -768,19 +657,14 @@ class ConstantCoordinate(Constraint):
 class ConstantSpeed(Constraint):
     """One generalized speed held at a value: ``verr = u_i - speed`` (1 nonholonomic)."""
 
-    _fixed_counts = (0, 1, 0)
-
     def __init__(self, mobod: MobilizedBody, which_u: int, default_speed: float = 0.0):
         self._which = _which("ConstantSpeed", mobod, which_u, mobod.mobilizer.nu, "u's")
         super().__init__(
-            mobod._matter, mobilizers=(mobod,), params=dict(speed=np.asarray(float(default_speed)))
+            mobod._matter,
+            mobilizers=(mobod,),
+            params=dict(speed=np.asarray(float(default_speed))),
+            kernel=kinds.ConstantSpeed(self._which),
         )
-
-    def _equation_key(self) -> Any:
-        return self._which
-
-    def _verr(self, ctx: ConstraintContext) -> jax.Array:
-        return ctx.one_u(0, self._which) - ctx.param("speed")
 
     def set_speed(self, state: State, value: Any) -> State:
         """Held speed in this State (Instance stage)."""
@@ -794,21 +678,14 @@ class ConstantSpeed(Constraint):
 class ConstantAcceleration(Constraint):
     """One generalized acceleration held: ``aerr = udot_i - acceleration`` (1 acc-only)."""
 
-    _fixed_counts = (0, 0, 1)
-
     def __init__(self, mobod: MobilizedBody, which_u: int, default_acceleration: float = 0.0):
         self._which = _which("ConstantAcceleration", mobod, which_u, mobod.mobilizer.nu, "u's")
         super().__init__(
             mobod._matter,
             mobilizers=(mobod,),
             params=dict(acceleration=np.asarray(float(default_acceleration))),
+            kernel=kinds.ConstantAcceleration(self._which),
         )
-
-    def _equation_key(self) -> Any:
-        return self._which
-
-    def _aerr(self, ctx: ConstraintContext) -> jax.Array:
-        return ctx.one_udot(0, self._which) - ctx.param("acceleration")
 
     def set_acceleration(self, state: State, value: Any) -> State:
         """Held acceleration in this State (Instance stage)."""
@@ -827,8 +704,6 @@ class CoordinateCoupler(Constraint):
     ``coordinate_indices[i]`` pick the i-th argument: q number ``coordinate_indices[i]``
     of that body's mobilizer.
     """
-
-    _fixed_counts = (1, 0, 0)
 
     def __init__(
         self,
@@ -850,18 +725,11 @@ class CoordinateCoupler(Constraint):
         self._structure, data = split() if split is not None else (("callable", Identity(self._fn)), [])
         self._n_data = len(data)
         super().__init__(
-            matter, mobilizers=tuple(uniq), params={f"fn{i}": d for i, d in enumerate(data)} or None
+            matter,
+            mobilizers=tuple(uniq),
+            params={f"fn{i}": d for i, d in enumerate(data)} or None,
+            kernel=kinds.CoordinateCoupler(self._structure, self._sel, self._n_data, Identity(self._fn)),
         )
-
-    def _equation_key(self) -> Any:
-        return (self._structure, self._sel)
-
-    def _perr(self, ctx: ConstraintContext) -> jax.Array:
-        x = jnp.stack([ctx.one_q(m, k) for m, k in self._sel])
-        fn: Any = self._fn
-        if self._n_data:
-            fn = fn._bind(iter([ctx.param(f"fn{i}") for i in range(self._n_data)]))
-        return jnp.reshape(fn(x), (1,))
 
 
 class SpeedCoupler(Constraint):
@@ -869,8 +737,6 @@ class SpeedCoupler(Constraint):
 
     The function takes one array: the selected speeds followed by the selected
     coordinates (Simbody's argument order)."""
-
-    _fixed_counts = (0, 1, 0)
 
     def __init__(
         self,
@@ -896,31 +762,22 @@ class SpeedCoupler(Constraint):
         )
         n = len(self._usel) + len(self._qsel)
         self._fn = _check_function("SpeedCoupler", function, n, "speeds and coordinates")
-        super().__init__(matter, mobilizers=tuple(uniq))
-
-    def _equation_key(self) -> Any:
-        return (self._fn, self._usel, self._qsel)
-
-    def _verr(self, ctx: ConstraintContext) -> jax.Array:
-        x = [ctx.one_u(m, k) for m, k in self._usel] + [ctx.one_q(m, k) for m, k in self._qsel]
-        return jnp.reshape(self._fn(jnp.stack(x)), (1,))
+        super().__init__(
+            matter,
+            mobilizers=tuple(uniq),
+            kernel=kinds.SpeedCoupler(Identity(self._fn), self._usel, self._qsel),
+        )
 
 
 class PrescribedMotion(Constraint):
     """One coordinate follows a function of time: ``perr = q_i - f(t)`` (1 holonomic)."""
 
-    _fixed_counts = (1, 0, 0)
-
     def __init__(self, matter: Any, function: Callable[[jax.Array], Any], mobod: MobilizedBody, which_q: int):
         self._which = _which("PrescribedMotion", mobod, which_q, mobod.mobilizer.nq, "q's")
         self._fn = _check_function("PrescribedMotion", function, 1, "time argument")
-        super().__init__(matter, mobilizers=(mobod,))
-
-    def _equation_key(self) -> Any:
-        return (self._which, self._fn)
-
-    def _perr(self, ctx: ConstraintContext) -> jax.Array:
-        return ctx.one_q(0, self._which) - jnp.reshape(self._fn(jnp.reshape(ctx.time, (1,))), ())
+        super().__init__(
+            matter, mobilizers=(mobod,), kernel=kinds.PrescribedMotion(self._which, Identity(self._fn))
+        )
 
 
 class Custom(Constraint):
@@ -949,10 +806,9 @@ class Custom(Constraint):
             raise ValueError(
                 "Constraint.Custom: give position_errors, velocity_errors or acceleration_errors"
             )
-        self._perr = position_errors
-        self._verr = velocity_errors
-        self._aerr = acceleration_errors
-        super().__init__(matter, bodies=bodies, mobilizers=mobilizers, params=params)
+        wrap = lambda f: None if f is None else Identity(f)
+        kernel = kinds.Custom(wrap(position_errors), wrap(velocity_errors), wrap(acceleration_errors))
+        super().__init__(matter, bodies=bodies, mobilizers=mobilizers, params=params, kernel=kernel)
 
 
 def _perp_simbody(z: np.ndarray) -> np.ndarray:
@@ -983,13 +839,8 @@ class PointInPlane(Constraint):
                 height=np.asarray(float(height)),
                 point=_vec3(point, "PointInPlane follower point"),
             ),
+            kernel=kinds.PointInPlane(),
         )
-
-    @staticmethod
-    def _perr(ctx: ConstraintContext) -> jax.Array:
-        X = ctx.body_transform(0)
-        p_BS = X.R.T @ (ctx.station_location(1, ctx.param("point")) - X.p)
-        return p_BS @ ctx.param("normal") - ctx.param("height")
 
     def get_plane_normal(self, state: State) -> jax.Array:
         """Plane normal in the plane body's frame."""
@@ -1037,13 +888,8 @@ class PointOnLine(Constraint):
                 line_point=_vec3(point_on_line, "PointOnLine point_on_line"),
                 point=_vec3(point, "PointOnLine follower point"),
             ),
+            kernel=kinds.PointOnLine(),
         )
-
-    @staticmethod
-    def _perr(ctx: ConstraintContext) -> jax.Array:
-        X = ctx.body_transform(0)
-        p_BS = X.R.T @ (ctx.station_location(1, ctx.param("point")) - X.p)
-        return ctx.param("perp") @ (p_BS - ctx.param("line_point"))
 
     def get_follower_point(self, state: State) -> jax.Array:
         """The follower station."""
@@ -1075,13 +921,8 @@ class ConstantAngle(Constraint):
                 follower_axis=_unit(axis_on_follower, "ConstantAngle follower axis"),
                 cos_angle=np.asarray(np.cos(float(angle))),
             ),
+            kernel=kinds.ConstantAngle(),
         )
-
-    @staticmethod
-    def _perr(ctx: ConstraintContext) -> jax.Array:
-        b = ctx.express_in_ancestor(0, ctx.param("base_axis"))
-        f = ctx.express_in_ancestor(1, ctx.param("follower_axis"))
-        return b @ f - ctx.param("cos_angle")
 
     def get_angle(self, state: State) -> jax.Array:
         """The held angle."""
@@ -1090,69 +931,6 @@ class ConstantAngle(Constraint):
     def set_angle(self, state: State, angle: Any) -> State:
         """The held angle in this State (Instance stage)."""
         return self.set_param(state, "cos_angle", jnp.cos(jnp.asarray(angle)))
-
-
-def _rot_rows(RB: jax.Array, RF: jax.Array) -> jax.Array:
-    """Simbody's three orientation errors ``[F.x . B.y, F.y . B.z, F.z . B.x]``."""
-    return jnp.stack([RF[:, 0] @ RB[:, 1], RF[:, 1] @ RB[:, 2], RF[:, 2] @ RB[:, 0]])
-
-
-def _rot_rows_derivatives(ctx: ConstraintContext, RB: jax.Array, RF: jax.Array, order: int) -> jax.Array:
-    """The ``order``-th (1 or 2) time derivative of ``_rot_rows(RB, RF)``, frame B fixed on
-    constrained body 0 and F on body 1: each row is ``f . b`` with ``f' = w_F x f``,
-    ``b' = w_B x b``, so its rate is ``(w_F - w_B) . (f x b)``, and that rate's rate
-    ``(alpha_F - alpha_B) . (f x b) + (w_F - w_B) . ((w_F x f) x b + f x (w_B x b))``."""
-    f, b = RF.T, RB[:, [1, 2, 0]].T  # rows: the paired axes
-    wB, wF = ctx.body_angular_velocity(0), ctx.body_angular_velocity(1)
-    fb = sp.cross(f, b)
-    if order == 1:
-        return fb @ (wF - wB)
-    alB, alF = ctx.body_acceleration(0)[:3], ctx.body_acceleration(1)[:3]
-    return fb @ (alF - alB) + (sp.cross(sp.cross(wF, f), b) + sp.cross(f, sp.cross(wB, b))) @ (wF - wB)
-
-
-def _rot_rate_coefficients(RB: jax.Array, RF: jax.Array) -> jax.Array:
-    """(3, 2, 6) coefficients of ``_rot_rows``' rates, ``(w_F - w_B) . (f x b)``, with respect
-    to ``[w; v]`` of constrained bodies 0 (frame B) and 1 (frame F)."""
-    fb = sp.cross(RF.T, RB[:, [1, 2, 0]].T)
-    z = jnp.zeros_like(fb)
-    return jnp.stack([jnp.concatenate([-fb, z], axis=1), jnp.concatenate([fb, z], axis=1)], axis=1)
-
-
-def _station_rate_coefficients(ctx: ConstraintContext, s1: str, s2: str) -> jax.Array:
-    """(3, 2, 6) coefficients of ``d/dt (p_S2 - p_S1) = v_2 + w_2 x r_2 - v_1 - w_1 x r_1``
-    (``r_i`` the station re-expressed in A) with respect to ``[w; v]`` of constrained bodies 0
-    and 1: ``[[r_1]x, -I]`` and ``[-[r_2]x, I]``."""
-    r1 = ctx.express_in_ancestor(0, ctx.param(s1))
-    r2 = ctx.express_in_ancestor(1, ctx.param(s2))
-    eye = jnp.eye(3, dtype=r1.dtype)
-    C1 = jnp.concatenate([sp.skew(r1), -eye], axis=1)
-    C2 = jnp.concatenate([-sp.skew(r2), eye], axis=1)
-    return jnp.stack([C1, C2], axis=1)
-
-
-def _frame_pair(ctx: ConstraintContext, R0: str, R1: str) -> tuple[jax.Array, jax.Array]:
-    """The orientations (in A) of the frames fixed on constrained bodies 0 and 1 whose
-    rotations in their bodies are the parameters named ``R0`` and ``R1``."""
-    return ctx.body_rotation(0) @ ctx.param(R0), ctx.body_rotation(1) @ ctx.param(R1)
-
-
-def _station_difference(ctx: ConstraintContext, s1: str, s2: str, order: int):
-    """``r = p_S2 - p_S1`` in A (stations named by parameters, on constrained bodies 0 and
-    1) and, up to ``order``, its first and second time derivatives (None above it)."""
-    p1, p2 = ctx.param(s1), ctx.param(s2)
-    r = ctx.station_location(1, p2) - ctx.station_location(0, p1)
-    rd = _station_rate(ctx, s1, s2, 1) if order >= 1 else None
-    rdd = _station_rate(ctx, s1, s2, 2) if order >= 2 else None
-    return r, rd, rdd
-
-
-def _station_rate(ctx: ConstraintContext, s1: str, s2: str, order: int) -> jax.Array:
-    """The first (``order`` 1) or second (2) time derivative of ``p_S2 - p_S1`` in A alone
-    (what a ``_pverr``/``_paerr`` needs, without tracing the lower orders)."""
-    p1, p2 = ctx.param(s1), ctx.param(s2)
-    f = ctx.station_velocity if order == 1 else ctx.station_acceleration
-    return f(1, p2) - f(0, p1)
 
 
 def _rotation(x: Any, what: str) -> np.ndarray:
@@ -1173,35 +951,14 @@ class ConstantOrientation(Constraint):
             params=dict(
                 R_B=_rotation(R_B, "ConstantOrientation R_B"), R_F=_rotation(R_F, "ConstantOrientation R_F")
             ),
+            kernel=kinds.ConstantOrientation(),
         )
-
-    @staticmethod
-    def _frames(ctx: ConstraintContext) -> tuple[jax.Array, jax.Array]:
-        return _frame_pair(ctx, "R_B", "R_F")
-
-    @staticmethod
-    def _perr(ctx: ConstraintContext) -> jax.Array:
-        return _rot_rows(*ConstantOrientation._frames(ctx))
-
-    @staticmethod
-    def _pverr(ctx: ConstraintContext) -> jax.Array:
-        return _rot_rows_derivatives(ctx, *ConstantOrientation._frames(ctx), 1)
-
-    @staticmethod
-    def _paerr(ctx: ConstraintContext) -> jax.Array:
-        return _rot_rows_derivatives(ctx, *ConstantOrientation._frames(ctx), 2)
-
-    @staticmethod
-    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
-        return _rot_rate_coefficients(*ConstantOrientation._frames(ctx))
 
 
 class Weld(Constraint):
     """Frame F2 on body 2 coincides with frame F1 on body 1 (6 equations): three
     orientation rows (as ``ConstantOrientation``) then ``p_F2 - p_F1`` (as ``Ball``),
     in the ancestor frame. Multipliers: three "torques" then three forces."""
-
-    _fixed_counts = (6, 0, 0)
 
     def __init__(self, body1: MobilizedBody, *args: Any):
         if len(args) == 1:
@@ -1222,31 +979,8 @@ class Weld(Constraint):
                 R2=_rotation(np.asarray(X2.R), "Weld frame on body 2"),
                 p2=_vec3(X2.p, "Weld frame origin on body 2"),
             ),
+            kernel=kinds.Weld(),
         )
-
-    @staticmethod
-    def _frames(ctx: ConstraintContext) -> tuple[jax.Array, jax.Array]:
-        return _frame_pair(ctx, "R1", "R2")
-
-    @staticmethod
-    def _perr(ctx: ConstraintContext) -> jax.Array:
-        dp = _station_difference(ctx, "p1", "p2", 0)[0]
-        return jnp.concatenate([_rot_rows(*Weld._frames(ctx)), dp])
-
-    @staticmethod
-    def _pverr(ctx: ConstraintContext) -> jax.Array:
-        rot = _rot_rows_derivatives(ctx, *Weld._frames(ctx), 1)
-        return jnp.concatenate([rot, _station_rate(ctx, "p1", "p2", 1)])
-
-    @staticmethod
-    def _paerr(ctx: ConstraintContext) -> jax.Array:
-        rot = _rot_rows_derivatives(ctx, *Weld._frames(ctx), 2)
-        return jnp.concatenate([rot, _station_rate(ctx, "p1", "p2", 2)])
-
-    @staticmethod
-    def _pvcoef(ctx: ConstraintContext) -> jax.Array:
-        rot = _rot_rate_coefficients(*Weld._frames(ctx))
-        return jnp.concatenate([rot, _station_rate_coefficients(ctx, "p1", "p2")])
 
     def get_frame_on_body1(self, state: State) -> sp.Transform:
         """Frame F1 on body 1."""
@@ -1276,18 +1010,8 @@ class NoSlip1D(Constraint):
             params=dict(
                 point=_vec3(point, "NoSlip1D contact point"), direction=_unit(direction, "NoSlip1D direction")
             ),
+            kernel=kinds.NoSlip1D(),
         )
-
-    @staticmethod
-    def _verr(ctx: ConstraintContext) -> jax.Array:
-        P = ctx.station_location(0, ctx.param("point"))
-        n = ctx.express_in_ancestor(0, ctx.param("direction"))
-
-        def material_velocity(i: int) -> jax.Array:
-            V = ctx.body_velocity(i)
-            return V[3:] + sp.cross(V[:3], P - ctx.body_origin_location(i))
-
-        return (material_velocity(2) - material_velocity(1)) @ n
 
     def set_contact_point(self, state: State, point: Any) -> State:
         """Contact point on the case body in this State (Instance stage)."""
@@ -1438,8 +1162,11 @@ class CoordinateLimit:
     def __repr__(self) -> str:
         return f"Constraint.CoordinateLimit({self.name!r}, [{self._lower:g}, {self._upper:g}])"
 
-    def _structure_key(self) -> tuple:
-        return (CoordinateLimit, self._mobod.index, self._which, self._rotary)
+    def _record(self, topologies: tuple[Any, Any]) -> LimitRecord:
+        """What the Model holds of this limit (``topologies``: quaternion, Euler)."""
+        (q0, u0), (q1, u1) = (self._indices(t, bool(e)) for e, t in enumerate(topologies))
+        key = ("CoordinateLimit", self._mobod.index, self._which, self._rotary)
+        return LimitRecord(name=self.name, key=key, q_index=(q0, q1), u_index=(u0, u1))
 
     def _indices(self, topo: Any, euler: bool) -> tuple[int, int]:
         b = self._mobod.index
@@ -1448,7 +1175,7 @@ class CoordinateLimit:
 
     def _check(self, state: State) -> None:
         model = self._matter._system.model_for(state)
-        if self.index >= len(model.limit_objects) or model.limit_objects[self.index] is not self:
+        if self.index >= len(model.limits) or model.limits[self.index].name != self.name:
             raise ValueError(f"{self!r} was added after realize_topology(); realize the topology again")
 
     def _get(self, state: State, kind: str, name: str) -> jax.Array:
@@ -1547,8 +1274,9 @@ class _CouplingRow:
         """``(lower, upper)`` of the default State."""
         return self._lower, self._upper
 
-    def _structure_key(self) -> tuple:
-        return (_CouplingRow, self._joint.index, self._k, self._rotary)
+    def _record(self, topologies: tuple[Any, Any]) -> LimitRecord:
+        """What the Model holds of this row (its value comes from its joint's kernel)."""
+        return LimitRecord(name=self.name, key=("CouplingRow", self._joint.index, self._k, self._rotary))
 
 
 class CouplingJoint(Constraint):
@@ -1596,6 +1324,7 @@ class CouplingJoint(Constraint):
         Xac = _transform(X_AC, f"Constraint.Coupling {self.name}: X_AC")
         Xbd = _transform(X_BD, f"Constraint.Coupling {self.name}: X_BD")
         self._check_wrenches()
+        self._data = cpl.coupling_data(coupling)
         self._uni = coupling._unilateral()
         self._lim_coord = {k: coupling._constraints[k].get("coordinate") for k in self._uni}
         for k in self._uni:
@@ -1613,6 +1342,7 @@ class CouplingJoint(Constraint):
             body_a._matter,
             bodies=(body_a, body_b),
             params={"X_AC_R": Xac.R, "X_AC_p": Xac.p, "X_BD_R": Xbd.R, "X_BD_p": Xbd.p},
+            kernel=kinds.CouplingJoint(self._data, Identity(coupling)),
         )
         if check and coupling._coordinates:
             self._check_inverse()
@@ -1634,49 +1364,6 @@ class CouplingJoint(Constraint):
             rows.append(_CouplingRow(self, k, lo, hi, rotary, label))
         self._limit_rows = tuple(rows)
         self._unilateral_rows = tuple(r.index for r in rows)
-
-    # ------------------------------------------------------------------ structure
-    def _equation_key(self) -> Any:
-        return self._coupling.structure_key()
-
-    def _transforms(self, ctx: ConstraintContext) -> tuple[sp.Transform, sp.Transform]:
-        X_AC, X_BD = self._frames(ctx.param)
-        X_GC = ctx.body_transform(0).compose(X_AC)
-        X_GD = ctx.body_transform(1).compose(X_BD)
-        T_CD = X_GD.invert().compose(X_GC)
-        T_GD = self._coupling.project_to_constraints(T_CD)
-        return T_CD, T_GD
-
-    def _perr(self, ctx: ConstraintContext) -> jax.Array:
-        T_CD, T_GD = self._transforms(ctx)
-        cp = self._coupling
-        coords = self._coords(T_GD, jnp.zeros(cp.num_coordinates(), T_CD.p.dtype))
-        return cp._wrenches(T_GD, coords) @ cp._pose_error(T_GD, T_CD)
-
-    def _coords(self, T_GD: sp.Transform, prev: jax.Array) -> jax.Array:
-        cp = self._coupling
-        if not cp._coordinates:
-            return jnp.zeros(0, T_GD.p.dtype)
-        return jnp.asarray(cp.tcd_to_coordinates(T_GD, prev), T_GD.p.dtype).reshape(cp.num_coordinates())
-
-    def _prev_coords(self, prev_rows: jax.Array, dtype: Any) -> jax.Array:
-        """The coupling's previous coordinates from its limit rows' last values (0 where a
-        coordinate has no limit)."""
-        out = jnp.zeros(self._coupling.num_coordinates(), dtype)
-        for j, k in enumerate(self._uni):
-            i = self._lim_coord[k]
-            if i is not None:
-                out = out.at[i].set(prev_rows[j])
-        return out
-
-    def _unilateral_phi(self, ctx: ConstraintContext) -> jax.Array:
-        T_CD, T_GD = self._transforms(ctx)
-        coords = self._coords(T_GD, self._prev_coords(ctx.param("unilateral_prev"), T_CD.p.dtype))
-        dist = {}
-        if any(self._lim_coord[k] is None for k in self._uni):
-            dist = self._coupling.unilateral_distances(T_GD, T_CD, coords)
-        vals = [coords[self._lim_coord[k]] if self._lim_coord[k] is not None else dist[k] for k in self._uni]
-        return jnp.stack([jnp.reshape(jnp.asarray(v, T_CD.p.dtype), ()) for v in vals])
 
     # ------------------------------------------------------------------ build-time checks
     def _sample_coords(self, n: int = 4) -> list[np.ndarray]:
@@ -1709,7 +1396,7 @@ class CouplingJoint(Constraint):
 
     def _coordinate_is_rotary(self, i: int) -> bool:
         c = jnp.asarray(self._sample_coords(1)[0])
-        H = np.asarray(self._coupling._coordinate_twists(c))
+        H = np.asarray(cpl.coordinate_twists(self._coupling, c))
         return bool(np.linalg.norm(H[:3, i]) > 1e-12)
 
     def _check_inverse(self) -> None:
@@ -1724,7 +1411,7 @@ class CouplingJoint(Constraint):
                     "sj.Transform, "
                     f"got {type(T).__name__}"
                 )
-            back = np.asarray(self._coords(T, cj))
+            back = np.asarray(cpl.coordinates(cp, self._data, T, cj))
             TG = cp.project_to_constraints(T)
             off = max(
                 float(np.max(np.abs(np.asarray(TG.R) - np.asarray(T.R)))),
@@ -1739,8 +1426,8 @@ class CouplingJoint(Constraint):
                     "Make tcd_to_coordinates(coordinates_to_tcd(c), c) == c and project_to_constraints "
                     "leave legal poses alone"
                 )
-            H = np.asarray(cp._coordinate_twists(cj))
-            W = np.asarray(cp._wrenches(T, cj))
+            H = np.asarray(cpl.coordinate_twists(cp, cj))
+            W = np.asarray(cpl.wrenches(cp, self._data, T, cj))
             if np.max(np.abs(W @ H), initial=0.0) > 1e-9:
                 raise ValueError(
                     f"Constraint.Coupling {self.name}: the bilateral wrenches of {kind} do not "
@@ -1773,24 +1460,20 @@ class CouplingJoint(Constraint):
         """The coupling's coordinates in ``state`` (of ``T_GD``, angles nearest their last
         values)."""
 
-        def f(ctx):
-            _, T_GD = self._transforms(ctx)
-            prev = ctx.param("unilateral_prev")
-            return self._coords(T_GD, self._prev_coords(prev, T_GD.p.dtype))
-
-        return self._eval(state, f)
+        return self._eval(state, lambda ctx: cpl.current_coordinates(self._coupling, self._data, ctx))
 
     def get_transform_cd(self, state: State) -> tuple[sp.Transform, sp.Transform]:
         """``(T_CD, T_GD)`` in ``state``."""
-        return self._eval(state, self._transforms)
+        return self._eval(state, lambda ctx: cpl.transforms(self._coupling, ctx))
 
     def get_wrenches(self, state: State) -> jax.Array:
         """The bilateral constraints' wrenches in G, ``[m; f]`` (nb, 6), as used in ``state``."""
 
         def f(ctx):
-            _, T_GD = self._transforms(ctx)
-            cp = self._coupling
-            return cp._wrenches(T_GD, self._coords(T_GD, jnp.zeros(cp.num_coordinates(), T_GD.p.dtype)))
+            _, T_GD = cpl.transforms(self._coupling, ctx)
+            zero = jnp.zeros(self._data.n_coordinates, T_GD.p.dtype)
+            coords = cpl.coordinates(self._coupling, self._data, T_GD, zero)
+            return cpl.wrenches(self._coupling, self._data, T_GD, coords)
 
         return self._eval(state, f)
 
@@ -1810,14 +1493,6 @@ class CouplingJoint(Constraint):
         self._check(state)
         return state.discrete["matter"]["limit_force"][np.asarray(self._unilateral_rows, int)]
 
-    @staticmethod
-    def _frames(param: Callable[[str], Any]) -> tuple[sp.Transform, sp.Transform]:
-        """``(X_AC, X_BD)`` from the joint's parameters (``param(name)``)."""
-        return (
-            sp.Transform(param("X_AC_R"), param("X_AC_p")),
-            sp.Transform(param("X_BD_R"), param("X_BD_p")),
-        )
-
     def set_coordinates(self, state: State, coords: Any) -> State:
         """New State with body A placed so that the joint has ``coords`` (body B held), when
         A's mobilizer can fit the pose (a Free body, say); the limit rows remember the
@@ -1826,7 +1501,7 @@ class CouplingJoint(Constraint):
         c = jnp.asarray(coords, state.q.dtype).reshape(cp.num_coordinates())
         model = self._matter._system.model_for(state)
         s = realize(model, state, Stage.POSITION)
-        X_AC, X_BD = self._frames(lambda name: self.get_param(s, name))
+        X_AC, X_BD = cpl.frames(lambda name: self.get_param(s, name))
         a, b = self._bodies
         Rb, pb = s.position_cache.R_GB[b.index], s.position_cache.p_GB[b.index]
         X_GC = sp.Transform(Rb, pb).compose(X_BD).compose(cp.coordinates_to_tcd(c))

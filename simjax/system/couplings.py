@@ -13,6 +13,9 @@ A coupling constrains the pose ``T_CD`` of frame C (fixed on body A) relative to
 * optionally ``update_constraints(T_GD, coords) -> {index: wrench}``: wrenches (in frame G)
   of constraints that are not constant in G.
 
+The equations (errors, wrenches, unilateral values) are functions of the coupling in
+:mod:`simjax.constraints.couplings`; this module holds what users subclass.
+
 What the manual asks a coupling to hand-derive comes from autodiff here: the wrench of a
 bilateral constraint that is neither constant nor given by ``update_constraints`` is the
 direction orthogonal to the coordinate twists ``T_GD^-1 dT_GD/dc_i`` and the constant
@@ -27,7 +30,6 @@ m=(mx, my, mz))``.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import jax
@@ -198,93 +200,3 @@ class Coupling:
 
     def _unilateral(self) -> list[int]:
         return [i for i, c in enumerate(self._constraints) if not c["flags"] & self.BILATERAL]
-
-    def _coordinate_twists(self, coords: jax.Array) -> jax.Array:
-        """``H`` (6, nc): the twist ``[w; v]`` in G of each coordinate's motion,
-        ``T^-1 dT/dc_i`` at ``T = coordinates_to_tcd(coords)``."""
-        T = self.coordinates_to_tcd(coords)
-        dR, dp = jax.jacfwd(lambda c: tuple(_rp(self.coordinates_to_tcd(c))))(coords)
-        w = jax.vmap(lambda d: sp.vee(T.R.T @ d), in_axes=2, out_axes=1)(dR)
-        v = T.R.T @ dp
-        return jnp.concatenate([w, v], axis=0)
-
-    def _wrenches(self, T_GD: sp.Transform, coords: jax.Array) -> jax.Array:
-        """(nb, 6) wrenches of the bilateral constraints in G: constant ones, those
-        ``update_constraints`` gives, and (at most one other) the direction orthogonal to
-        the coordinate twists and the others (a generalized cross product)."""
-        given = self.update_constraints(T_GD, coords)
-        rows: list[Any] = []
-        missing = []
-        for k in self._bilateral():
-            c = self._constraints[k]
-            if c["wrench"] is not None:
-                rows.append(jnp.asarray(c["wrench"], coords.dtype))
-            elif k in given:
-                rows.append(jnp.asarray(given[k], coords.dtype).reshape(6))
-            else:
-                rows.append(None)
-                missing.append(len(rows) - 1)
-        if missing:
-            known = [r for r in rows if r is not None]
-            H = self._coordinate_twists(coords) if self._coordinates else jnp.zeros((6, 0), coords.dtype)
-            V = jnp.concatenate([H] + [r[:, None] for r in known], axis=1)  # (6, 5)
-            rows[missing[0]] = _orthogonal_direction(V)
-        return jnp.stack(rows)
-
-    def _pose_error(self, T_GD: sp.Transform, T_CD: sp.Transform) -> jax.Array:
-        """The small twist ``[w; v]`` from G to C, in G (``T_err = T_GD^-1 T_CD``)."""
-        R = T_GD.R.T @ T_CD.R
-        p = T_GD.R.T @ (T_CD.p - T_GD.p)
-        return jnp.concatenate([0.5 * sp.vee(R - R.T), p])
-
-
-def _rp(T: Any) -> tuple[jax.Array, jax.Array]:
-    if not isinstance(T, sp.Transform):
-        raise TypeError(f"a coupling's transforms must be sj.Transform, got {type(T).__name__}")
-    return T.R, T.p
-
-
-_Terms = tuple[tuple[bool, tuple[int, ...], int], ...]
-
-
-def _wedge_terms(n: int = 6) -> list[list[tuple[tuple[int, ...], _Terms]]]:
-    """The exterior product in R^n as sums of products: a k-vector has components on the
-    k-subsets of rows; ``(w ^ v)[S] = sum over i in S of +-w[S - i] v[i]`` (the sign sorts
-    ``(S - i, i)``). Entry ``k - 1`` lists, for each (k+1)-subset ``S``, its terms as
-    ``(negative, S - i, i)``."""
-    out = []
-    for k in range(1, n - 1):
-        out.append(
-            [
-                (S, tuple((sum(x > i for x in S) % 2 == 1, tuple(x for x in S if x != i), i) for i in S))
-                for S in itertools.combinations(range(n), k + 1)
-            ]
-        )
-    return out
-
-
-_WEDGE = _wedge_terms()
-
-
-def _orthogonal_direction(V: jax.Array) -> jax.Array:
-    """The unit vector orthogonal to the 5 columns of ``V`` (6, 5), signed by the orientation
-    of ``[V, x]`` (``det [V, x] > 0``, so continuous in ``V``): the generalized cross product
-    of the columns (the cofactors of a sixth column, ``x_j = (-1)^(j+1) det(V without row
-    j)``), normalized. The cofactors are the exterior product ``v1 ^ ... ^ v5``, built one
-    column at a time as sums of products of entries: a polynomial in ``V``, so every
-    derivative is smooth, also where some 5x5 minors are singular, and the program is
-    elementwise arithmetic that fuses into a few loops (no matrix factorization, which on
-    a CPU is a library call each, in every derivative of the constraint rows)."""
-    w: dict[tuple[int, ...], jax.Array] = {(i,): V[i, 0] for i in range(6)}
-    for k, table in enumerate(_WEDGE):
-        nxt = {}
-        for S, terms in table:
-            negative, rest, i = terms[0]
-            acc = -(w[rest] * V[i, k + 1]) if negative else w[rest] * V[i, k + 1]
-            for negative, rest, i in terms[1:]:
-                term = w[rest] * V[i, k + 1]
-                acc = acc - term if negative else acc + term
-            nxt[S] = acc
-        w = nxt
-    x = jnp.stack([w[tuple(r for r in range(6) if r != j)] * (-1.0) ** (j + 1) for j in range(6)])
-    return x / jnp.linalg.norm(x)

@@ -85,9 +85,9 @@ def _first_bad_body(bodies: Any, *per_body: Any) -> Any:
     return None
 
 
-def _bad_constraint_rows(model: Any, rows: Any, stage: str, what: str) -> str | None:
+def _bad_constraint_rows(matter: Any, rows: Any, stage: str, what: str) -> str | None:
     """The first constraint whose ``rows(constraint)`` are not finite, named."""
-    for c in model.constraint_objects:
+    for c in matter._constraints:
         e = rows(c)
         if e.size and _bad(e) is not None:
             return f"{stage} stage: the {what} of {c!r} ({getattr(c, 'name', '')}) are {_fmt(e)}"
@@ -145,7 +145,7 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
     b = _first_bad_body(bodies, pc.inertia_O, pc.com_G)
     if b is not None:
         return f"Position stage: the spatial inertia of {b!r} is not finite; check its mass properties"
-    why = _bad_constraint_rows(model, lambda c: c.get_position_errors(s), "Position", "position errors")
+    why = _bad_constraint_rows(matter, lambda c: c.get_position_errors(s), "Position", "position errors")
     if why:
         return why
 
@@ -157,7 +157,7 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
     b = _first_bad_body(bodies, vc.V_O)
     if b is not None:
         return f"Velocity stage: the spatial velocity of {b!r} is not finite (u: {_fmt(b.get_u(state))})"
-    why = _bad_constraint_rows(model, lambda c: c.get_velocity_errors(s), "Velocity", "velocity errors")
+    why = _bad_constraint_rows(matter, lambda c: c.get_velocity_errors(s), "Velocity", "velocity errors")
     if why:
         return why
 
@@ -205,7 +205,7 @@ def find_nonfinite(system: Any, state: State, stage: Stage = Stage.ACCELERATION)
         v = np.asarray(ac.udot)[u0 : u0 + nu_b]
         if nu_b and _bad(v) is not None:
             return f"Acceleration stage: udot of {b!r} is {_fmt(v)}"
-    for c in model.constraint_objects:
+    for c in matter._constraints:
         try:
             lam = c.get_multipliers(a)
         except ValueError:  # disabled

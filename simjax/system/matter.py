@@ -14,7 +14,7 @@ from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
 from ..dynamics.forces import fold_body_forces
-from ..model.model import Model, _replace, classical_acceleration
+from ..model.model import Model, classical_acceleration
 from ..model.state import Cache, State
 from ..model.topology import Topology
 from ..tree import traversal as _tree
@@ -196,7 +196,7 @@ class SimbodyMatterSubsystem(Subsystem):
                 R, p = mo.X_FM(qb, par)  # type: ignore[union-attr]
                 parts.append(jnp.asarray(mn.q_to_fit_transform(R, p, par), state.q.dtype))  # type: ignore[union-attr]
         q = jnp.concatenate([jnp.zeros(0, state.q.dtype)] + parts)
-        return _replace(state, q=q, use_euler_angles=use, stage=Stage.TOPOLOGY, cache=Cache())
+        return state.replace(q=q, use_euler_angles=use, stage=Stage.TOPOLOGY, cache=Cache())
 
     def get_use_euler_angles(self, state: State) -> bool:
         """Whether the State uses Euler angles."""

@@ -21,6 +21,7 @@ from jaxtyping import Array, Float
 
 from .._results import RESULTS
 from .._stage import Stage
+from ..constraints.options import build_options
 from ..dynamics.forces import calc_potential_energy
 from ..dynamics.forces.kernel import calc_group_zdot
 from ..forward import projection as pj
@@ -29,6 +30,7 @@ from ..model.context import Context
 from ..model.mobilizers import GIMBAL_LOCK_TOLERANCE
 from ..model.model import ForceGroup, Identity, Model, constraint_param_slots, stack_transforms
 from ..model.state import StageError, State
+from ..model.topology import Topology
 from . import diagnose as dg
 from ._compiled import compiled_outside_traces, reads_cache
 
@@ -95,7 +97,6 @@ class MultibodySystem:
     def realize_topology(self) -> State:
         """Validate and freeze the System; return its default State (realized to Model)."""
         self._model = self._build_model()
-        self._model.constraints(False)  # validate constraints now (clear errors early)
         _check_held_within_limits(self.get_matter_subsystem())
         return self._model.default_state(euler=False)
 
@@ -135,9 +136,8 @@ class MultibodySystem:
             [np.zeros(0)] + [m.get_default_armature() for m in mob[1:]]
         )
         stacked: dict[str, list[np.ndarray]] = {}
-        slots = constraint_param_slots(matter._constraints)
+        slots = constraint_param_slots([(type(c).__name__, c._param_shapes()) for c in matter._constraints])
         for c, (prefix, _) in zip(matter._constraints, slots, strict=True):
-            c._compiled = None
             for k, v in c._defaults.items():
                 stacked.setdefault(f"{prefix}.{k}", []).append(v)
         instance["matter"].update({k: np.stack(v) for k, v in stacked.items()})
@@ -171,10 +171,23 @@ class MultibodySystem:
                 groups.extend(sub._compile(instance[sub.name]))
         if matter._mobods[0].index != 0:
             raise ValueError("Ground must be body 0")
+        parent = tuple(-1 if m._parent is None else m._parent.index for m in mob)
+        mobilizers = tuple(None if m.index == 0 else m._mobilizer for m in mob)
+        names = tuple(m.name for m in mob)
+        records = tuple(c._record(slot) for c, slot in zip(matter._constraints, slots, strict=True))
+        topologies = tuple(
+            Topology(
+                parent,
+                tuple(None if m is None else (m.with_euler_angles() if e else m) for m in mobilizers),
+                names,
+            )
+            for e in (False, True)
+        )
+        limits = tuple(lim._record(topologies) for lim in matter._limits)
         return Model(
-            parent=tuple(-1 if m._parent is None else m._parent.index for m in mob),
-            mobilizers=tuple(None if m.index == 0 else m._mobilizer for m in mob),
-            names=tuple(m.name for m in mob),
+            parent=parent,
+            mobilizers=mobilizers,
+            names=names,
             instance_defaults=instance,
             default_q_body=tuple(m._default_q for m in mob),
             default_u_body=tuple(m._default_u for m in mob),
@@ -184,8 +197,9 @@ class MultibodySystem:
             z_decl=tuple(zdecl),
             version=self._version,
             uid=self._uid,
-            constraint_objects=tuple(matter._constraints),
-            limit_objects=tuple(matter._limits),
+            options=build_options(parent, mobilizers, names, records, limits),
+            constraint_records=records,
+            limits=limits,
             force_subsystems=tuple(s for s in self._subsystems if isinstance(s, ForceSubsystem)),
         )
 
@@ -279,7 +293,7 @@ class MultibodySystem:
         state = with_cache_dependence(model, state)
         out = realize(model, state, Stage(stage))
         to_acc = Stage(stage) >= Stage.ACCELERATION and state.stage < Stage.ACCELERATION
-        if to_acc and model.constraint_objects:
+        if to_acc and model.constraint_records:
             out = consistent_or_error(out)
         if dg.debug_nans_enabled() and dg._concrete(out) and not dg.all_finite(out.cache):
             why = dg.find_nonfinite(self, state, Stage(stage))
@@ -727,7 +741,7 @@ def _check_accuracy(
     for c in model.constraints(state.use_euler_angles):
         rows = c.rows[0] if level == 0 else np.concatenate([c.rows[0], mp + c.rows[1]])
         if worst in rows:
-            name = repr(model.constraint_objects[c.index])
+            name = model.constraint_records[c.index].name
     raise ValueError(
         f"projection failed: the RMS {what} constraint error is {norm:.3g} > tolerance {tol:g}; "
         f"worst is {name} (error {e[worst]:.3g}). {_PROJECTION_FIX[level]}"
