@@ -1338,14 +1338,13 @@ def _assembly_result(sol: ip.Solution, finite, infeasible) -> RESULTS:
     return R.where(~finite, R.assembly_nonfinite, out)  # type: ignore[arg-type]
 
 
-def _finish(plan: _Plan, matter: Any, bp: br.BranchPlan, k: _Setup, c: ip.Carry):
+def _finish(plan: _Plan, matter: Any, bp: br.BranchPlan, k: _Setup, sol: ip.Solution):
     """The solution's q (in the State's form) and its ``AssemblyInfo``: the interior-point
     solution moved onto its active bounds and to the equivalent angles ``_branches``
     picks, with the implicit-function derivative."""
     p, base, n = k.problem, k.base, len(plan.free)
     dt = base.q.dtype
     delta = ip.kkt_delta(dt)
-    sol = ip.finish(p, c)
     xs, Lf, Sf, on_lo, on_hi = sol.x, sol.lin, sol.step, sol.on_lo, sol.on_hi
     # Active bounds exactly on the bound (this lowers the goal: the gradient points into
     # the bound there); of the solution's equivalents (whole turns, Euler branches), the one
@@ -1420,13 +1419,15 @@ class _Solver:
     def _setup(self, state: State, params: dict[str, Any], settings: dict[str, Any]) -> _Setup:
         return _setup(self.plan, self.matter, self.branch_plan, state, params, settings)
 
-    def _finish(self, k: _Setup, c: ip.Carry):
-        return _finish(self.plan, self.matter, self.branch_plan, k, c)
+    def _finish(self, k: _Setup, sol: ip.Solution):
+        return _finish(self.plan, self.matter, self.branch_plan, k, sol)
+
+    def _finish_carry(self, k: _Setup, c: ip.Carry):
+        return self._finish(k, ip.finish(k.problem, c))
 
     def solve_q(self, state: State, params: dict[str, Any], settings: dict[str, Any]):
-        k = self._setup(state, params, settings)
-        c = jax.lax.while_loop(partial(_active, k), partial(_step, self.plan, k), _init(self.plan, k))
-        return self._finish(k, c)
+        k, plan = self._setup(state, params, settings), self.plan
+        return self._finish(k, ip.solve(partial(_linearization, plan, k), k.problem, plan.nr, plan.ne))
 
     def solve_q_lanes(self, make: Callable[..., Any], *lanes: Any):
         """``solve_q`` of every lane (the leading axis of ``lanes``; ``make(*lane)`` gives
@@ -1439,7 +1440,7 @@ class _Solver:
         carry0 = jax.vmap(partial(_init, plan))(ks)
         active = partial(jax.vmap(_active), ks)
         cf = jax.lax.while_loop(lambda c: jnp.any(active(c)), partial(_step_lanes, plan, ks, active), carry0)
-        return jax.vmap(self._finish)(ks, cf)
+        return jax.vmap(self._finish_carry)(ks, cf)
 
     def __call__(self, state: State, params: dict[str, Any], settings: dict[str, Any]):
         q, info = self.solve_q(state, params, settings)
