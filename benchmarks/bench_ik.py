@@ -87,6 +87,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _code(info):
+    """The index of ``info.result`` in ``sj.RESULTS`` (0: successful), batched or not."""
+    v = np.asarray(info.result._value).astype(int)
+    return v if v.ndim else int(v)
+
+
 def _bs_name(bs) -> str:
     return "all" if bs is None else str(bs)
 
@@ -177,13 +183,13 @@ class SimjaxIK:
         first, info = self.asm.assemble(self.start)
         jax.block_until_ready(first.q)
         self.first = first
-        return int(info.status)
+        return _code(info)
 
     def track(self, bs):
         import jax
 
         states, infos = self.batched[bs].track(self.first, self.frames)
-        jax.block_until_ready((states.q, infos.status))
+        jax.block_until_ready((states.q, infos.goal))
         return states, infos
 
     def sequential(self):
@@ -194,7 +200,7 @@ class SimjaxIK:
             mk.move_all_observations(self.frames[k])
             info = asm.track(0.01 * k)
             qs.append(asm.get_internal_state().q)
-            status.append(info.status)
+            status.append(_code(info))
             its.append(info.iterations)
         return np.asarray(qs), np.asarray(status), np.asarray(its)
 
@@ -361,7 +367,7 @@ def main(argv=None) -> None:
                 first_call_s=first,
                 assemble_first_s=t_asm,
                 q=np.asarray(sim.to_euler(states.q)),
-                status=np.asarray(infos.status),
+                status=_code(infos),
                 iterations=np.asarray(infos.iterations),
                 times=[],
             )

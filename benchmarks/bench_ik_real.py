@@ -72,7 +72,7 @@ states, infos = asm.track(model.default_state, obs)
 jax.block_until_ready(states.q)
 t3 = time.perf_counter()
 print(json.dumps(dict(total=t2 - t0, setup=t1 - t0, first_track=t2 - t1, run=t3 - t2,
-                      goal=np.asarray(infos.goal).tolist(), status=np.asarray(infos.status).tolist(),
+                      goal=np.asarray(infos.goal).tolist(), status=np.asarray(infos.result._value).tolist(),
                       q=np.asarray(states.q).tolist())))
 """
 

@@ -12,8 +12,9 @@ pass through ``jit``, batch under ``vmap`` and compare with ``==``::
 ``sj.RESULTS.where(pred, a, b)`` selects between two items; ``item.error_if(x, pred)``
 raises the item's message through ``equinox.error_if`` (also under ``jit``).
 
-Members are only ever appended (their integer values are stable); the Assembler's
-integer ``AssemblyInfo.status`` codes are a separate, also append-only, numbering.
+Members are only ever appended (their integer values are stable). The Assembler's
+``AssemblyInfo.status`` is the same item as ``AssemblyInfo.result`` (it held integer
+codes before: ``simjax.studies.assembler.LEGACY_STATUS_CODES`` maps them).
 """
 
 from __future__ import annotations

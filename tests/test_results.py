@@ -55,7 +55,7 @@ def test_assembler_results():
 
     asm = sj.Assembler(system)
     out, info = asm.assemble(bad)
-    assert int(info.status) == 0 and bool(info.result == R.successful)
+    assert bool(info.result == R.successful) and bool(info.status == R.successful)
 
     # feasible within a loose tolerance, but one iteration can't converge the goal: usable
     asm1 = sj.Assembler(system)
@@ -63,8 +63,13 @@ def test_assembler_results():
     asm1.set_max_iterations(1)
     asm1.adopt_assembly_goal(sj.QValue(crank, 0, 0.4))
     _, info = asm1.assemble(out)  # no exception
-    assert int(info.status) == 1 and bool(info.feasible) and not bool(info.success)
-    assert bool(info.result == R.assembly_max_iterations)
+    assert bool(info.result == R.assembly_max_iterations) and bool(info.feasible) and not bool(info.success)
+    # one vocabulary: status is the same RESULTS item (it held integer codes before, which
+    # LEGACY_STATUS_CODES maps; comparing an item with an integer raises)
+    assert bool(info.status == R.assembly_max_iterations) and info.status_message() == R[info.result]
+    assert sj.studies.assembler.LEGACY_STATUS_CODES[1] is R.assembly_max_iterations
+    with pytest.raises(ValueError, match="enumerations of the same type"):
+        _ = info.status == 1
     assert "set_max_iterations" in R[info.result]
 
     # infeasible: contradictory error conditions; a result from the (jitted) solve,
@@ -73,7 +78,7 @@ def test_assembler_results():
     asm2.adopt_assembly_error(sj.QValue(crank, 0, 0.7))
     asm2.adopt_assembly_error(sj.QValue(crank, 0, 0.9))
     _, info = asm2.solve(s)
-    assert int(info.status) == 2 and bool(info.result == R.assembly_infeasible)
+    assert bool(info.result == R.assembly_infeasible)
     with pytest.raises(sj.AssemblyFailed, match=r"exceeds the tolerance 0\.0001.*make one a goal"):
         asm2.assemble(s)
     # out of iterations: the message says so and names the fix
@@ -84,7 +89,7 @@ def test_assembler_results():
     # non-finite start
     nan_start = s.with_q([NAN, 0.5, 1.0])
     _, info = asm.solve(nan_start)
-    assert int(info.status) == 4 and bool(info.result == R.assembly_nonfinite)
+    assert bool(info.result == R.assembly_nonfinite)
     with pytest.raises(sj.AssemblyFailed, match=r"non-finite value \(NaN/inf\).*check the initial q's"):
         asm.assemble(nan_start)
 
@@ -96,9 +101,10 @@ def test_assembler_results():
     asm3.adopt_assembly_goal(mk)
     frames = np.stack([np.full((2, 3), np.nan), [[0.9, 0.3, 0], [2.5, 0.6, 0]]])
     _, infos = asm3.track(s, frames)
-    assert np.asarray(infos.status).tolist() == [3, 0]
     assert np.asarray(infos.result == R.assembly_no_data).tolist() == [True, False]
     assert np.asarray(infos.result == R.successful).tolist() == [False, True]
+    assert infos.status_message() == [R[R.assembly_no_data], R[R.successful]]
+    assert np.asarray(infos.feasible).tolist() == [False, True]
     mk.move_all_observations(np.full((2, 3), np.nan))
     with pytest.raises(sj.AssemblyFailed, match="nothing to fit: every observation is missing"):
         asm3.assemble(s)

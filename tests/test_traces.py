@@ -77,7 +77,7 @@ import test_traces as t
 system, asm, state, frames = t.build()
 states, infos = asm.track(state, frames)
 out, info = asm.solve(state)
-print(json.dumps(dict(q=states.q.tolist(), status=infos.status.tolist(), goal=infos.goal.tolist(),
+print(json.dumps(dict(q=states.q.tolist(), status=infos.result._value.tolist(), goal=infos.goal.tolist(),
                       q1=out.q.tolist(), traced=calls["position"])))
 """
 

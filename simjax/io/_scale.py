@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._results import RESULTS
 from .._stage import Stage
 from ..studies import _traces
 from ._loaded import LoadedModel, ModelFileError
@@ -924,7 +925,8 @@ class ScaleFit:
     geometry, see :func:`scale_state`); ``rms_error``: the weighted RMS marker error
     there (m); ``history``: the RMS error per iteration; ``converged``: whether the
     relative change of the parameters fell below ``tol``; ``status``: the static IK's
-    Assembler status at the fit (0 or 5: converged).
+    result at the fit, an ``sj.RESULTS`` item (``successful`` or ``assembly_on_bounds``:
+    converged).
     """
 
     group_factors: dict[str, float]
@@ -935,7 +937,7 @@ class ScaleFit:
     history: list[float]
     iterations: int
     converged: bool
-    status: int = 0
+    status: RESULTS = field(default_factory=lambda: RESULTS.successful)  # type: ignore[assignment]
 
 
 def fit_scale_factors(
@@ -1067,7 +1069,7 @@ def fit_scale_factors(
         rs = system.realize(out, Stage.POSITION)
         target = jnp.where(data["seen"][:, None], data["obs"], 0.0)
         r = ((markers_cond._locations(rs, p["conditions"][mk]) - target) * data["sqw"][:, None]).reshape(-1)
-        return r, (jax.lax.stop_gradient(out.q), info.status, out)
+        return r, (jax.lax.stop_gradient(out.q), info.result, out)
 
     @jax.jit
     def lin_data(theta: Any, q_start: Any, data: dict[str, Any]) -> Any:
@@ -1120,7 +1122,7 @@ def fit_scale_factors(
         history=history,
         iterations=it,
         converged=converged,
-        status=int(status),
+        status=status,
     )
 
 

@@ -34,9 +34,11 @@ plain JAX (one ``lax.while_loop``, so it jits and vmaps over frames):
 It stops when the error norm is below ``accuracy * tolerance`` (one more Newton step is
 cheap), the barrier is at its final weight (``accuracy/100`` x the starting goal) and the
 Gauss-Newton model predicts less than ``accuracy`` relative improvement of the goal.
-The status says what happened: converged (0), converged with q's on bounds (5), feasible
-but out of iterations (1) or stalled (6), infeasible (2), no data (3), non-finite (4).
-Status codes instead of exceptions under ``jit``/``vmap``; the unbatched calls raise
+``info.result``, an ``sj.RESULTS`` item, says what happened: converged (``successful``,
+``assembly_on_bounds``), feasible but out of iterations (``assembly_max_iterations``) or
+stalled (``assembly_stalled``), infeasible (``assembly_infeasible``), no data
+(``assembly_no_data``), non-finite (``assembly_nonfinite``). Results instead of exceptions
+under ``jit``/``vmap``; the unbatched calls raise
 ``AssemblyFailed`` naming the worst condition. Tolerance, accuracy, iteration limit,
 bounds, barrier and weights are runtime data: changing them does not recompile.
 
@@ -72,46 +74,42 @@ from ..forward.realize import realize
 from ..model.state import State
 from ..tree.kinds import joint_inputs, map_kinds
 from . import _branches as br
+from . import _interior_point as ip
 from . import _traces
 from .conditions import AssemblyCondition, SystemConstraints, _as_body_index, _Observed
 
 INF = math.inf
 
-#: ``AssemblyInfo.status`` values (append-only; ``AssemblyInfo.result`` is the matching
-#: ``RESULTS`` item, see ``STATUS_RESULTS``).
-SUCCESS = 0  # converged, no q on a bound
-MAX_ITERATIONS = 1  # feasible (errors within tolerance) but the goal did not converge
-INFEASIBLE = 2  # errors above tolerance
-NO_DATA = 3  # a goal had nothing to fit (every marker missing)
-NONFINITE = 4  # NaN or inf in the solve
-CONVERGED_ON_BOUNDS = 5  # converged with q's on their bounds (info.on_bounds says which)
-STALLED = 6  # feasible, but no step decreases the goal although it has not converged
+#: Results whose q's satisfy the error conditions to the tolerance (``AssemblyInfo.feasible``).
+FEASIBLE = (
+    RESULTS.successful,
+    RESULTS.assembly_max_iterations,
+    RESULTS.assembly_on_bounds,
+    RESULTS.assembly_stalled,
+)
+#: Results that mean the goal converged: the solution is a minimum to the accuracy
+#: (``AssemblyInfo.success``).
+CONVERGED = (RESULTS.successful, RESULTS.assembly_on_bounds)
 
-STATUS_NAMES = {
-    SUCCESS: "success",
-    MAX_ITERATIONS: "feasible, goal not converged within max iterations",
-    INFEASIBLE: "error tolerance not met",
-    NO_DATA: "no data (every observation missing or zero weight)",
-    NONFINITE: "non-finite value",
-    CONVERGED_ON_BOUNDS: "success, with q's on their bounds",
-    STALLED: "feasible, but stalled before the goal converged",
+#: The integer ``AssemblyInfo.status`` codes of earlier versions and the ``RESULTS`` item
+#: each became (for migrating code that compared with the integers).
+LEGACY_STATUS_CODES = {
+    0: RESULTS.successful,
+    1: RESULTS.assembly_max_iterations,
+    2: RESULTS.assembly_infeasible,
+    3: RESULTS.assembly_no_data,
+    4: RESULTS.assembly_nonfinite,
+    5: RESULTS.assembly_on_bounds,
+    6: RESULTS.assembly_stalled,
 }
 
-#: The ``RESULTS`` item of each status code.
-STATUS_RESULTS = {
-    SUCCESS: RESULTS.successful,
-    MAX_ITERATIONS: RESULTS.assembly_max_iterations,
-    INFEASIBLE: RESULTS.assembly_infeasible,
-    NO_DATA: RESULTS.assembly_no_data,
-    NONFINITE: RESULTS.assembly_nonfinite,
-    CONVERGED_ON_BOUNDS: RESULTS.assembly_on_bounds,
-    STALLED: RESULTS.assembly_stalled,
-}
 
-#: Statuses whose q's satisfy the error conditions to the tolerance.
-FEASIBLE = (SUCCESS, MAX_ITERATIONS, CONVERGED_ON_BOUNDS, STALLED)
-#: Statuses that mean the goal converged (the solution is a minimum to the accuracy).
-CONVERGED = (SUCCESS, CONVERGED_ON_BOUNDS)
+def _is_one_of(result: RESULTS, items: tuple[Any, ...]) -> jax.Array:
+    """Where ``result`` (batched or not) is one of ``items``."""
+    out = jnp.zeros(jnp.shape(result._value), bool)  # type: ignore[attr-defined]
+    for item in items:
+        out = out | (result == item)
+    return out
 
 
 class AssemblyFailed(RuntimeError):
@@ -132,16 +130,17 @@ class AssemblyInfo(eqx.Module):
         iterations: solver iterations taken.
         num_evaluations: evaluations of goals, errors, gradient and Jacobian (each
             iteration evaluates all four together once).
-        status: 0 converged, 1 feasible but the goal did not converge in max
-            iterations, 2 error tolerance not met (also where the tolerance is below what
-            the dtype resolves for the model, ``2 eps (1 + max |p_GB|)``: about 1e-6 in
-            float32, whatever error is computed), 3 no data, 4 non-finite value,
-            5 converged with q's on their bounds, 6 feasible but stalled (no step makes
-            progress although the goal has not converged); see ``STATUS_NAMES``.
-        result: the same as an ``sj.RESULTS`` item (``successful``,
-            ``assembly_max_iterations``, ``assembly_infeasible``, ``assembly_no_data``,
-            ``assembly_nonfinite``, ``assembly_on_bounds``, ``assembly_stalled``);
-            ``sj.RESULTS[info.result]`` is its message.
+        result: what the solve achieved, an ``sj.RESULTS`` item: ``successful``
+            (converged), ``assembly_on_bounds`` (converged with q's on their bounds),
+            ``assembly_max_iterations`` (feasible, but the goal did not converge within
+            the maximum iterations), ``assembly_stalled`` (feasible, but no step makes
+            progress although the goal has not converged), ``assembly_infeasible`` (error
+            tolerance not met; also where the tolerance is below what the dtype resolves
+            for the model, ``2 eps (1 + max |p_GB|)``: about 1e-6 in float32, whatever
+            error is computed), ``assembly_no_data``, ``assembly_nonfinite``. Compare with
+            ``==`` (``info.result == sj.RESULTS.successful``, a bool array when batched);
+            ``sj.RESULTS[info.result]`` is its message, ``info.success`` and
+            ``info.feasible`` group them.
         on_bounds: per free q (``Assembler.get_q_index_of_free_q``), -1 on its lower
             bound, +1 on its upper bound, 0 inside (``Assembler.describe_bounds`` names
             them).
@@ -152,26 +151,37 @@ class AssemblyInfo(eqx.Module):
     errors: jax.Array
     iterations: jax.Array
     num_evaluations: jax.Array
-    status: jax.Array
     result: RESULTS
     on_bounds: jax.Array
 
     @property
+    def status(self) -> RESULTS:
+        """The same ``sj.RESULTS`` item as ``result``.
+
+        Earlier versions held integer codes here; ``LEGACY_STATUS_CODES`` maps them:
+        0 ``successful``, 1 ``assembly_max_iterations``, 2 ``assembly_infeasible``,
+        3 ``assembly_no_data``, 4 ``assembly_nonfinite``, 5 ``assembly_on_bounds``,
+        6 ``assembly_stalled``. Comparing an item with an integer raises; compare with
+        the item (``info.status == sj.RESULTS.successful``) or use ``info.success`` /
+        ``info.feasible``."""
+        return self.result
+
+    @property
     def success(self) -> jax.Array:
-        """True where the solve converged (status 0, or 5 with q's on their bounds)."""
-        return (self.status == SUCCESS) | (self.status == CONVERGED_ON_BOUNDS)
+        """True where the solve converged (``successful``, or ``assembly_on_bounds``)."""
+        return _is_one_of(self.result, CONVERGED)
 
     @property
     def feasible(self) -> jax.Array:
         """True where the errors are within tolerance (the goal may not have converged)."""
-        return jnp.isin(self.status, jnp.asarray(FEASIBLE))
+        return _is_one_of(self.result, FEASIBLE)
 
     def status_message(self) -> str | list[str]:
-        """Human-readable status (a list when batched)."""
-        s = np.asarray(self.status)
-        if s.ndim == 0:
-            return STATUS_NAMES[int(s)]
-        return [STATUS_NAMES[int(v)] for v in s.reshape(-1)]
+        """``sj.RESULTS``' message of ``result`` (a list when batched)."""
+        v = np.asarray(self.result._value)  # type: ignore[attr-defined]
+        one = lambda j: jax.tree.map(lambda a: np.asarray(a).reshape(-1)[j : j + 1].reshape(()), self.result)  # noqa: E731
+        messages = [RESULTS[one(j)] for j in range(v.size)]  # type: ignore[misc]
+        return messages[0] if v.ndim == 0 else messages
 
 
 @dataclass(eq=False)
@@ -688,7 +698,7 @@ class Assembler:
         n = int(np.sum(np.asarray(info.num_evaluations)))
         for k in ("goal", "error", "gradient", "jacobian"):
             self._stats[k] += n
-        self._stats["steps"] += int(np.size(np.asarray(info.status)))
+        self._stats["steps"] += int(np.size(np.asarray(info.result._value)))  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ data
     def get_parameters(self) -> dict[str, Any]:
@@ -863,8 +873,7 @@ class Assembler:
     def solve(self, state: State, params: dict[str, Any] | None = None) -> tuple[State, AssemblyInfo]:
         """Pure solve: ``(state with assembled q's, realized to Position; info)``.
 
-        jit-, vmap- and grad-friendly; never raises on failure (see ``info.status`` and
-        ``info.result``).
+        jit-, vmap- and grad-friendly; never raises on failure (see ``info.result``).
         Gradients flow to ``params`` (see :meth:`get_parameters`) and to the State's
         Instance variables by implicit differentiation; locked q's are taken from
         ``state``.
@@ -908,7 +917,7 @@ class Assembler:
           (no need to assemble it first), every later frame from its predecessor's
           solution, and segments are re-solved from their neighbour where that is better,
           so consecutive frames stay in the same basin. Returns ``(states, infos)``
-          batched along T; failed frames are reported in ``infos.status``, not raised.
+          batched along T; failed frames are reported in ``infos.result``, not raised.
           ``progress``: a ``tqdm`` bar on stderr (compiling, frames solved, seams);
           default on when stderr is a terminal and the call is not being traced
           (``SIMJAX_PROGRESS=0``/``1`` overrides the default).
@@ -944,7 +953,7 @@ class Assembler:
             args = (self._canonical(state), p, per, self._settings())
             if not show:
                 states, infos = self._track_call(args, state, T, S, Ls)
-                if not isinstance(infos.status, jax.core.Tracer):
+                if not infos.result.is_traced():  # type: ignore[attr-defined]
                     self._count(infos)
                 return states, infos
             # A program kept on disk has no progress reports (host callbacks cannot be
@@ -959,7 +968,7 @@ class Assembler:
                     qs, infos = self._get_fn("batched", S, Ls, True, top=True)(*args)
                     states = self._get_fn("realize")(args[0], qs)
                 self._count(infos)  # waits for the result
-                bar.finish(int(np.sum(np.isin(np.asarray(infos.status), list(CONVERGED)))))
+                bar.finish(int(np.sum(np.asarray(infos.success))))
             return states, infos
         if frames is not None:
             raise TypeError("Assembler.track(state, frames): the first argument must be a State")
@@ -974,7 +983,7 @@ class Assembler:
         return info
 
     def _after_single(self, out: State, info: AssemblyInfo, what: str) -> None:
-        if isinstance(info.status, jax.core.Tracer):
+        if info.result.is_traced():  # type: ignore[attr-defined]
             return
         self._count(info)
         self._internal = self._canonical(
@@ -982,21 +991,19 @@ class Assembler:
         )
         for r in self._reporters:
             r(self._internal)
-        status = int(info.status)
-        if status not in FEASIBLE:
+        if not bool(info.feasible):
             raise AssemblyFailed(self._failure_message(info, what))
 
     def _failure_message(self, info: AssemblyInfo, what: str) -> str:
         plan = self._require_plan()
-        status = int(info.status)
         head = f"Assembler.{what}() failed: "
-        if status == NO_DATA:
+        if bool(info.result == RESULTS.assembly_no_data):
             names = [c.name for _, c in plan.goals if isinstance(c, _Observed)]
             return (
                 head + f"goal {', '.join(map(repr, names))} has nothing to fit: every observation is missing "
                 "(NaN) or has zero weight in this frame. Provide observations or skip the frame"
             )
-        if status == NONFINITE:
+        if bool(info.result == RESULTS.assembly_nonfinite):
             return (
                 head + "a non-finite value (NaN/inf) appeared in the solve; check the initial q's, the "
                 "observations (use NaN only for whole missing markers) and the model parameters"
@@ -1059,7 +1066,7 @@ class Assembler:
         _, e, _, _ = _evaluate(
             plan, s.q[plan.free], realize(self._model, s, Stage.TIME), self.get_parameters()
         )
-        return _error_norm(e, jnp.asarray(self._rms))
+        return ip.error_norm(e, jnp.asarray(self._rms))
 
 
 # ----------------------------------------------------------------------------- the problem
@@ -1070,12 +1077,6 @@ def _num_errors(plan: _Plan, cond: AssemblyCondition) -> int:
         if c is cond:
             return n
     return 0
-
-
-def _error_norm(e: jax.Array, rms: jax.Array) -> jax.Array:
-    if e.shape[0] == 0:
-        return jnp.zeros((), e.dtype)
-    return jnp.where(rms, jnp.sqrt(jnp.mean(e**2)), jnp.max(jnp.abs(e)))
 
 
 def _n_pinv(model: Any, state: State) -> jax.Array:
@@ -1233,32 +1234,7 @@ def _linearize(plan: _Plan, x, base, params):
     else:
         gg = jnp.zeros_like(x)
         gH = jnp.zeros((x.shape[0], x.shape[0]), x.dtype)
-    return dict(r=r, e=e, g=g, ok=ok, J=J, A=A, gg=gg, gH=gH)
-
-
-def _kkt_solve(H, A, rhs_x, rhs_e, delta, refine: int = 3):
-    """Solve ``[H, A^T; A, 0] [dx; nu] = [rhs_x; rhs_e]`` through the regularised matrix
-    ``[H, A^T; A, -delta I]`` with iterative refinement (handles redundant rows of A)."""
-    n, m = H.shape[0], A.shape[0]
-    if m == 0:
-        return _lu_solver(H)(rhs_x), jnp.zeros(0, H.dtype)
-    K0 = jnp.block([[H, A.T], [A, jnp.zeros((m, m), H.dtype)]])
-    K = K0.at[n:, n:].set(-delta * jnp.eye(m, dtype=H.dtype))
-    solve = _lu_solver(K)
-    b = jnp.concatenate([rhs_x, rhs_e])
-    z = solve(b)
-    for _ in range(refine):
-        z = z + solve(b - K0 @ z)
-    return z[:n], z[n:]
-
-
-def _lu_solver(K: jax.Array) -> Callable[[jax.Array], jax.Array]:
-    """``b -> K^-1 b`` by one LU factorisation with partial pivoting: the permutation is
-    computed once (``jax.scipy.linalg.lu_solve`` rebuilds it from the pivots on every call,
-    a loop that compiles to a dozen kernels each time), then two triangular solves."""
-    lu, _, perm = jax.lax.linalg.lu(K)
-    tri = jax.scipy.linalg.solve_triangular
-    return lambda b: tri(lu, tri(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
+    return ip.Linearization(r=r, e=e, g=g, ok=ok, J=J, A=A, gg=gg, gH=gH)
 
 
 def _compiler_options(kind: str) -> dict[str, Any] | None:
@@ -1270,399 +1246,221 @@ def _compiler_options(kind: str) -> dict[str, Any] | None:
     return opts or None
 
 
-def _make_solver(plan: _Plan, matter: Any):
-    """The pure solve ``(state, params, settings) -> (state, info)`` of one plan; its
-    ``solve_q`` returns the solution's q (in the state's form) instead of the realized
-    State, for callers that realize later or not at all, and ``solve_q_lanes`` is
-    ``vmap(solve_q)`` with the loop over lanes written out (``track``'s rounds)."""
-    model = plan.model
-    n = len(plan.free)
-    bp = plan.branches if plan.branches is not None else br.branch_plan(model, plan.free, [])
+class _Setup(eqx.Module):
+    """One solve's data besides the interior-point problem: the State (as given and in
+    Euler form), the State realized to Time, the parameters, the starting free q's and what
+    ``_branches`` allows."""
 
-    def euler(state: State) -> State:
-        return matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
+    problem: ip.Problem
+    state: State
+    internal: State
+    base: State
+    params: dict[str, Any]
+    xq: jax.Array
+    branches: dict[str, jax.Array]
+    ranges: tuple[jax.Array, jax.Array]
 
-    def branches(state: State) -> dict[str, jax.Array]:
+
+def _euler(matter: Any, state: State) -> State:
+    return matter.set_use_euler_angles(state, True) if not state.use_euler_angles else state
+
+
+def _setup(
+    plan: _Plan,
+    matter: Any,
+    bp: br.BranchPlan,
+    state: State,
+    params: dict[str, Any],
+    settings: dict[str, Any],
+) -> _Setup:
+    """Everything one solve needs besides its loop (arrays and States, no functions)."""
+    internal = _euler(matter, state)
+    base = realize(plan.model, internal, Stage.TIME)
+    dt = base.q.dtype
+    xq = base.q[plan.free]
+    problem = ip.make_problem(
+        xq,
+        settings["lo"],
+        settings["hi"],
+        settings["tol"],
+        settings["acc"],
+        settings["rms"],
+        settings["barrier"],
+        settings["max_iterations"],
+        settings["push"],
+    )
+    inf = jnp.full(len(plan.free), jnp.inf, dt)
+    rlo = jnp.asarray(settings.get("range_lo", -inf), dt)
+    rhi = jnp.asarray(settings.get("range_hi", inf), dt)
+    if "branches" in settings:
+        branches = settings["branches"]
+    else:
+        branches = br.branch_data(bp, plan.model, internal)
+    return _Setup(
+        problem=problem,
+        state=state,
+        internal=internal,
+        base=base,
+        params=params,
+        xq=xq,
+        branches=branches,
+        ranges=br.ranges(problem.lo, problem.hi, rlo, rhi),
+    )
+
+
+def _linearization(plan: _Plan, k: _Setup, x: jax.Array) -> ip.Linearization:
+    return _linearize(plan, x, k.base, k.params)
+
+
+def _init(plan: _Plan, k: _Setup) -> ip.Carry:
+    return ip.init(k.problem, plan.nr, plan.ne)
+
+
+def _step(plan: _Plan, k: _Setup, c: ip.Carry) -> ip.Carry:
+    return ip.step(partial(_linearization, plan, k), k.problem, c)
+
+
+def _active(k: _Setup, c: ip.Carry) -> jax.Array:
+    return ~ip.terminate(k.problem, c)
+
+
+def _assembly_result(sol: ip.Solution, finite, infeasible) -> RESULTS:
+    """The ``RESULTS`` item of a finished solve (the first that applies): non-finite, no
+    data, infeasible, converged (on bounds or not), stalled, out of iterations."""
+    R = RESULTS
+    on_bounds = jnp.any(sol.on_lo | sol.on_hi)
+    # (mypy types eqx.Enumeration items as str: a metaclass conflict in equinox's stub)
+    ok: Any = R.where(on_bounds, R.assembly_on_bounds, R.successful)  # type: ignore[arg-type]
+    not_conv: Any = R.where(sol.stalled, R.assembly_stalled, R.assembly_max_iterations)  # type: ignore[arg-type]
+    out: Any = R.where(sol.converged, ok, not_conv)
+    out = R.where(infeasible, R.assembly_infeasible, out)  # type: ignore[arg-type]
+    out = R.where(~sol.lin.ok, R.assembly_no_data, out)  # type: ignore[arg-type]
+    return R.where(~finite, R.assembly_nonfinite, out)  # type: ignore[arg-type]
+
+
+def _finish(plan: _Plan, matter: Any, bp: br.BranchPlan, k: _Setup, sol: ip.Solution):
+    """The solution's q (in the State's form) and its ``AssemblyInfo``: the interior-point
+    solution moved onto its active bounds and to the equivalent angles ``_branches``
+    picks, with the implicit-function derivative."""
+    p, base, n = k.problem, k.base, len(plan.free)
+    dt = base.q.dtype
+    delta = ip.kkt_delta(dt)
+    xs, Lf, Sf, on_lo, on_hi = sol.x, sol.lin, sol.step, sol.on_lo, sol.on_hi
+    # Active bounds exactly on the bound (this lowers the goal: the gradient points into
+    # the bound there); of the solution's equivalents (whole turns, Euler branches), the one
+    # in range, else nearest the start (_branches); the pose, goal and errors are the same.
+    x_star = jnp.where(on_lo, p.lo, jnp.where(on_hi, p.hi, xs))
+    r_lo, r_hi = k.ranges
+    x_star = br.nearest_branch(x_star, k.xq, k.branches, r_lo, r_hi, on_lo | on_hi, bp.triples)
+    x_star = x_star.astype(dt)
+    mf = jnp.where(on_lo | on_hi, 0.0, 1.0).astype(dt)
+    goal = Lf.goal()
+    err = Lf.error_norm(p.rms)
+    lam = _error_multipliers(plan, Lf.A, Sf.grad, mf, delta)
+    x_out = _implicit(x_star, lam, mf, base, k.params, plan=plan, delta=delta)[0] if n else x_star
+    # The goal at the solution, differentiable w.r.t. params and model parameters
+    # (through x_out and directly): the loss of bilevel fits such as model scaling.
+    goal_out = _goal_at(goal, x_out, base, k.params, plan=plan)
+    finite = jnp.isfinite(goal) & jnp.isfinite(err) & jnp.all(jnp.isfinite(xs))
+    # A tolerance below what the dtype resolves here is not met, whatever error is
+    # computed (Simbody reports an accuracy it cannot reach as a failure).
+    unresolved = jnp.asarray(False)
+    if plan.ne:
+        q_sg = base.q.at[plan.free].set(x_star.astype(base.q.dtype))
+        unresolved = p.tol < pj.resolvable_tolerance(realize(plan.model, base.with_q(q_sg), Stage.POSITION))
+    q_e = base.q.at[plan.free].set(x_out.astype(base.q.dtype))
+    if k.state.use_euler_angles:
+        q_user = q_e
+    else:
+        q_user = matter.set_use_euler_angles(k.internal.with_q(q_e), False).q
+    info = AssemblyInfo(
+        goal=goal_out,
+        error_norm=err,
+        errors=Lf.e,
+        iterations=sol.iterations.astype(jnp.int32),
+        num_evaluations=sol.evaluations.astype(jnp.int32),
+        result=_assembly_result(sol, finite, (err > p.tol) | unresolved),
+        on_bounds=(jnp.where(on_hi, 1, 0) - jnp.where(on_lo, 1, 0)).astype(jnp.int8),
+    )
+    return q_user, info
+
+
+def _error_multipliers(plan: _Plan, A: jax.Array, grad: jax.Array, mf: jax.Array, delta: float) -> jax.Array:
+    """Least-squares multipliers of the error conditions at the solution (``A^T lam =
+    -grad`` on the free q's; for implicit differentiation)."""
+    n, dt = grad.shape[0], grad.dtype
+    if not (plan.ne and n):
+        return jnp.zeros(plan.ne, dt)
+    Am = A * mf[None, :]
+    Sm = Am @ Am.T
+    Sm = Sm + delta * jnp.maximum(jnp.max(jnp.abs(jnp.diag(Sm))), 1.0) * jnp.eye(Sm.shape[0], dtype=dt)
+    return -jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(Sm), True), Am @ (grad * mf))
+
+
+class _Solver:
+    """The pure solves of one plan (jit, vmap and grad).
+
+    ``solver(state, params, settings) -> (state, info)``; ``solve_q`` returns the solution's
+    q (in the state's form) instead of the realized State, for callers that realize later
+    or not at all, and ``solve_q_lanes`` is ``vmap(solve_q)`` with the loop over lanes
+    written out (``track``'s rounds)."""
+
+    def __init__(self, plan: _Plan, matter: Any):
+        self.plan = plan
+        self.matter = matter
+        self.branch_plan = (
+            plan.branches if plan.branches is not None else br.branch_plan(plan.model, plan.free, [])
+        )
+
+    def branches(self, state: State) -> dict[str, jax.Array]:
         """The whole turns and Euler branches allowed in ``state``'s model (``_branches``)."""
-        return br.branch_data(bp, model, euler(state))
+        return br.branch_data(self.branch_plan, self.plan.model, _euler(self.matter, state))
 
-    def setup(state: State, params: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-        """Everything one solve needs besides its loop: arrays (and States), no functions."""
-        internal = euler(state)
-        base = realize(model, internal, Stage.TIME)
-        dt = base.q.dtype
-        eps = float(jnp.finfo(dt).eps)
-        lo, hi = jnp.asarray(settings["lo"], dt), jnp.asarray(settings["hi"], dt)
-        tol, acc = jnp.asarray(settings["tol"], dt), jnp.asarray(settings["acc"], dt)
-        rms = jnp.asarray(settings["rms"])
-        barrier0 = jnp.asarray(settings["barrier"], dt)
-        max_it = jnp.asarray(settings["max_iterations"], jnp.int32)
-        has_lo, has_hi = jnp.isfinite(lo), jnp.isfinite(hi)
-        fixed = has_lo & has_hi & (hi - lo <= 1e3 * eps * (1 + jnp.abs(lo)))
-        bl, bh = has_lo & ~fixed, has_hi & ~fixed
-        m_free = jnp.where(fixed, 0.0, 1.0).astype(dt)
-        # Strictly interior start (IPOPT's bound push): a fraction `push` of the range, at most
-        # push * max(1, |bound|); 1% from a cold start, 1e-6 when warm-started.
-        push = jnp.asarray(settings["push"], dt)
-        span = jnp.where(bl & bh, hi - lo, jnp.inf)
-        push_lo = push * jnp.minimum(jnp.maximum(1.0, jnp.abs(jnp.where(bl, lo, 0.0))), span)
-        push_hi = push * jnp.minimum(jnp.maximum(1.0, jnp.abs(jnp.where(bh, hi, 0.0))), span)
-        xq = base.q[plan.free]
-        x0 = jnp.where(bl, jnp.maximum(xq, lo + push_lo), xq)
-        x0 = jnp.where(bh, jnp.minimum(x0, hi - push_hi), x0)
-        x0 = jnp.where(fixed, lo, x0)
-        inf = jnp.full(n, jnp.inf, dt)
-        rlo = jnp.asarray(settings.get("range_lo", -inf), dt)
-        rhi = jnp.asarray(settings.get("range_hi", inf), dt)
-        return dict(
-            branches=settings["branches"] if "branches" in settings else branches(internal),
-            ranges=br.ranges(lo, hi, rlo, rhi),
-            xq=xq,
-            state=state,
-            internal=internal,
-            base=base,
-            params=params,
-            lo=lo,
-            hi=hi,
-            tol=tol,
-            acc=acc,
-            rms=rms,
-            barrier0=barrier0,
-            max_it=max_it,
-            has_lo=has_lo,
-            fixed=fixed,
-            bl=bl,
-            bh=bh,
-            m_free=m_free,
-            x0=x0,
-        )
+    def _setup(self, state: State, params: dict[str, Any], settings: dict[str, Any]) -> _Setup:
+        return _setup(self.plan, self.matter, self.branch_plan, state, params, settings)
 
-    def parts(k: dict[str, Any]):
-        """The loop (``body``, ``cond``, ``carry0``) and ``finish`` of one solve set up as ``k``."""
-        state, internal, base, params = (k[n] for n in ("state", "internal", "base", "params"))
-        lo, hi, tol, acc, rms = (k[n] for n in ("lo", "hi", "tol", "acc", "rms"))
-        barrier0, max_it, has_lo, fixed = (k[n] for n in ("barrier0", "max_it", "has_lo", "fixed"))
-        bl, bh, m_free, x0 = (k[n] for n in ("bl", "bh", "m_free", "x0"))
-        dt = base.q.dtype
-        eps = float(jnp.finfo(dt).eps)
-        tiny = 100 * eps * eps
-        # Keep iterating until the errors are well inside the tolerance (accuracy x tol):
-        # one more Newton step is cheap and gives cleanly closed loops.
-        err_stop = tol * acc
-        delta = 1e-10 if eps < 1e-10 else 1e-5
-        one = jnp.ones((), dt)
+    def _finish(self, k: _Setup, sol: ip.Solution):
+        return _finish(self.plan, self.matter, self.branch_plan, k, sol)
 
-        def slacks(x):
-            return jnp.where(bl, x - lo, one), jnp.where(bh, hi - x, one)
+    def _finish_carry(self, k: _Setup, c: ip.Carry):
+        return self._finish(k, ip.finish(k.problem, c))
 
-        def lin(x):
-            return _linearize(plan, x, base, params)
+    def solve_q(self, state: State, params: dict[str, Any], settings: dict[str, Any]):
+        k, plan = self._setup(state, params, settings), self.plan
+        return self._finish(k, ip.solve(partial(_linearization, plan, k), k.problem, plan.nr, plan.ne))
 
-        def goal_of(L):
-            return 0.5 * L["r"] @ L["r"] + L["g"]
-
-        def err_of(L):
-            return _error_norm(L["e"], rms)
-
-        def plan_step(x, L, zl, zh, mu_b, mu, radius):
-            """The damped primal-dual barrier KKT step at x."""
-            H = L["J"].T @ L["J"] + L["gH"]
-            grad = L["J"].T @ L["r"] + L["gg"]
-            sl, sh = slacks(x)
-            sig = jnp.where(bl, zl / sl, 0.0) + jnp.where(bh, zh / sh, 0.0)
-            gb = grad - jnp.where(bl, mu_b / sl, 0.0) + jnp.where(bh, mu_b / sh, 0.0)
-            Hb = (H + jnp.diag(sig)) * m_free[:, None] * m_free[None, :] + jnp.diag(1.0 - m_free)
-            Am = L["A"] * m_free[None, :]
-            dx, lam = _kkt_solve(Hb + mu * jnp.eye(n, dtype=dt), Am, -gb * m_free, -L["e"], delta)
-            dx = dx * m_free
-            # Trust region on the step length (the KKT step keeps the linearised errors
-            # exactly, so LM damping alone cannot shorten it).
-            size = jnp.max(jnp.abs(dx), initial=0.0)
-            dx = dx * jnp.minimum(1.0, radius / jnp.maximum(size, tiny))
-            # Fraction to the boundary: never closer to a bound than 0.5% of the slack.
-            tau = 0.995
-            al = jnp.where(bl & (dx < 0), tau * sl / jnp.maximum(-dx, tiny), jnp.inf)
-            ah = jnp.where(bh & (dx > 0), tau * sh / jnp.maximum(dx, tiny), jnp.inf)
-            alpha = jnp.minimum(1.0, jnp.min(jnp.minimum(al, ah), initial=jnp.inf))
-            dx = alpha * dx
-            pred = -(gb @ dx + 0.5 * dx @ Hb @ dx)
-            return dict(dx=dx, lam=lam, pred=pred, grad=grad, H=H)
-
-        def converged(L, S, mu_b, mu_final):
-            goal = goal_of(L)
-            return (
-                L["ok"]
-                & (err_of(L) <= err_stop)
-                & (mu_b <= mu_final * (1 + 1e-9))
-                & (S["pred"] <= acc * jnp.abs(goal) + tiny)
-            )
-
-        nr, ne = plan.nr, plan.ne
-        L_dummy: dict[str, Any] = dict(
-            r=jnp.zeros(nr, dt),
-            e=jnp.zeros(ne, dt),
-            g=jnp.zeros((), dt),
-            ok=jnp.asarray(True),
-            J=jnp.zeros((nr, n), dt),
-            A=jnp.zeros((ne, n), dt),
-            gg=jnp.zeros(n, dt),
-            gH=jnp.zeros((n, n), dt),
-        )
-        zeros = jnp.zeros(n, dt)
-        S_dummy: dict[str, Any] = dict(
-            dx=zeros,
-            lam=jnp.zeros(plan.ne, dt),
-            pred=jnp.zeros((), dt),
-            grad=zeros,
-            H=jnp.zeros((n, n), dt),
-        )
-        carry0: dict[str, Any] = dict(
-            x=x0,
-            L=L_dummy,
-            S=S_dummy,
-            zl=zeros,
-            zh=zeros,
-            mu=jnp.zeros((), dt),
-            nu=jnp.asarray(2.0, dt),
-            radius=jnp.asarray(1.0, dt),
-            rho=jnp.zeros((), dt),
-            mu_b=jnp.zeros((), dt),
-            fref=jnp.ones((), dt),
-            dscale=jnp.ones((), dt),
-            it=jnp.asarray(0),
-            nlin=jnp.asarray(0),
-            first=jnp.asarray(True),
-            done=jnp.asarray(False),
-            stall=jnp.asarray(False),
-        )
-
-        def body(c):
-            x, L, S, first = c["x"], c["L"], c["S"], c["first"]
-            xt = jnp.where(first, x, x + S["dx"])
-            xt = jnp.where(bl, jnp.maximum(xt, lo), xt)
-            xt = jnp.where(bh, jnp.minimum(xt, hi), xt)
-            Lt = lin(xt)
-            # Scales fixed at the start: the barrier weight is relative to the starting goal.
-            f_t = goal_of(Lt)
-            fref = jnp.where(first, jnp.maximum(jnp.abs(f_t), 1e-12), c["fref"])
-            hd = jnp.sum(Lt["J"] ** 2, axis=0) + jnp.diag(Lt["gH"])
-            dscale = jnp.where(first, jnp.maximum(jnp.max(jnp.abs(hd), initial=0.0), 1e-8), c["dscale"])
-            any_bound = jnp.any(bl | bh)
-            mu_b = jnp.where(first, jnp.where(any_bound, barrier0, 0.0) * fref, c["mu_b"])
-            mu_final = jnp.where(barrier0 > 0, 1e-2 * acc * fref, 0.0)
-            mu_b = jnp.where(any_bound, jnp.maximum(mu_b, mu_final), mu_final)
-            sl, sh = slacks(x)
-            slt, sht = slacks(xt)
-            # Merit: goal + barrier + the step's multipliers on e + penalty (an augmented
-            # Lagrangian; no Maratos effect near the solution); the penalty is the smallest
-            # (above a floor) that makes the model predict a decrease.
-            lam = S["lam"]
-            e, et = L["e"], Lt["e"]
-            el = e + L["A"] @ (xt - x)
-            P0 = S["pred"] - lam @ (el - e)
-            dc = e @ e - el @ el
-            rho = jnp.maximum(c["rho"], jnp.where(dc > tiny, -4.0 * P0 / jnp.maximum(dc, tiny), 0.0))
-            dbar = -mu_b * (
-                jnp.sum(jnp.where(bl, jnp.log(slt / sl), 0.0))
-                + jnp.sum(jnp.where(bh, jnp.log(sht / sh), 0.0))
-            )
-            dgoal = 0.5 * (Lt["r"] - L["r"]) @ (Lt["r"] + L["r"]) + (Lt["g"] - L["g"])
-            dphi = dgoal + dbar + lam @ (et - e) + 0.5 * rho * ((et - e) @ (et + e))
-            pred = P0 + 0.5 * rho * dc
-            finite = jnp.isfinite(dgoal) & jnp.isfinite(dbar) & jnp.all(jnp.isfinite(xt)) & jnp.isfinite(f_t)
-            accept = finite & (first | (dphi < 0))
-            ratio = -dphi / jnp.maximum(pred, tiny)
-            shrink = jnp.maximum(1 / 3, 1 - (2 * jnp.clip(ratio, 0, 1) - 1) ** 3)
-            mu = jnp.where(
-                first, 1e-6 * dscale, jnp.where(accept, c["mu"] * shrink, c["mu"] * c["nu"])
-            ).astype(dt)
-            nu = jnp.where(accept, 2.0, c["nu"] * 2).astype(dt)
-            step = jnp.max(jnp.abs(xt - x), initial=0.0)
-            radius = jnp.where(first, 1.0, jnp.where(accept, jnp.maximum(c["radius"], 2 * step), 0.25 * step))
-            radius = jnp.clip(radius, 0.0, 1e3).astype(dt)
-            small = step <= 100 * eps * (1 + jnp.max(jnp.abs(x), initial=0.0))
-            stall = ~first & ~accept & ((mu > 1e20 * dscale) | small | ~jnp.isfinite(goal_of(L)))
-            xn = jnp.where(accept, xt, x)
-            Ln = jax.tree.map(lambda a, b: jnp.where(accept, a, b), Lt, L)
-            # Bound multipliers: the primal-dual update, kept positive and within a factor
-            # 1e10 of mu/s (IPOPT's safeguard); started at mu/s.
-            sln, shn = slacks(xn)
-            d = xn - x
-            zl_n = mu_b / sl - jnp.where(bl, c["zl"] / sl, 0.0) * d
-            zh_n = mu_b / sh + jnp.where(bh, c["zh"] / sh, 0.0) * d
-            zl_n = jnp.where(
-                first | ~accept, jnp.where(first, mu_b / sln, c["zl"]), jnp.maximum(zl_n, 0.005 * c["zl"])
-            )
-            zh_n = jnp.where(
-                first | ~accept, jnp.where(first, mu_b / shn, c["zh"]), jnp.maximum(zh_n, 0.005 * c["zh"])
-            )
-            zl_n = jnp.clip(zl_n, mu_b / (1e10 * sln), 1e10 * mu_b / sln)
-            zh_n = jnp.clip(zh_n, mu_b / (1e10 * shn), 1e10 * mu_b / shn)
-            zl_n, zh_n = jnp.where(bl, zl_n, 0.0), jnp.where(bh, zh_n, 0.0)
-            Sn = plan_step(xn, Ln, zl_n, zh_n, mu_b, mu, radius)
-            # Reduce the barrier once its subproblem is solved: the Newton decrement (the
-            # predicted decrease) below mu, errors within tolerance (IPOPT's monotone rule,
-            # superlinear, relative to fref); then plan the step again.
-            sub_done = (Sn["pred"] <= mu_b) & (err_of(Ln) <= tol) & (mu_b > mu_final)
-            mu_rel = mu_b / fref
-            mu_b_new = jnp.where(
-                sub_done, jnp.maximum(mu_final, fref * jnp.minimum(0.2 * mu_rel, mu_rel**1.5)), mu_b
-            )
-            # A rejected step at round-off size (stall) while the barrier can still fall is not
-            # the end: the barrier falls and the damping and radius start afresh for its new
-            # subproblem (else a solved subproblem stopped as "stalled" at its barrier, short
-            # of the converged point: the README's synthetic IK, goal 7e-7, error 6e-17).
-            reset = sub_done & ~accept
-            mu = jnp.where(reset, jnp.minimum(mu, 1e-6 * dscale), mu).astype(dt)
-            radius = jnp.where(reset, jnp.maximum(radius, 1.0), radius).astype(dt)
-            stall = stall & ~sub_done
-            Sn2 = plan_step(xn, Ln, zl_n, zh_n, mu_b_new, mu, radius)
-            Sn = jax.tree.map(lambda a, b: jnp.where(sub_done, a, b), Sn2, Sn)
-            conv = converged(Ln, Sn, mu_b_new, mu_final)
-            return dict(
-                x=xn,
-                L=Ln,
-                S=Sn,
-                zl=zl_n,
-                zh=zh_n,
-                mu=mu,
-                nu=nu,
-                radius=radius,
-                rho=jnp.where(first, 1e-3 * dscale, c["rho"]),
-                mu_b=mu_b_new,
-                fref=fref,
-                dscale=dscale,
-                it=c["it"] + jnp.where(first, 0, 1),
-                nlin=c["nlin"] + 1,
-                first=jnp.asarray(False),
-                done=conv | stall | (first & ~accept),
-                stall=stall | (first & ~accept),
-            )
-
-        def cond(c):
-            return c["first"] | (~c["done"] & (c["it"] < max_it))
-
-        def finish(cf):
-            mu_final = jnp.where(barrier0 > 0, 1e-2 * acc * cf["fref"], 0.0)
-            conv_f = converged(cf["L"], cf["S"], cf["mu_b"], mu_final)
-            xs = jax.lax.stop_gradient(cf["x"])
-            Lf = jax.tree.map(jax.lax.stop_gradient, cf["L"])
-            Sf = jax.tree.map(jax.lax.stop_gradient, cf["S"])
-            # Bounds active at the solution: the multiplier would push the unconstrained Newton
-            # step past the bound (z > s h); such q's are put exactly on the bound (this lowers
-            # the goal: the gradient points into the bound there).
-            sl, sh = slacks(xs)
-            hdiag = jnp.maximum(jnp.diag(Sf["H"]), tiny)
-            on_lo = bl & (cf["zl"] > sl * hdiag) & (Sf["grad"] > 0)
-            on_hi = bh & (cf["zh"] > sh * hdiag) & (Sf["grad"] < 0)
-            on_lo = on_lo | (fixed & has_lo)
-            x_star = jnp.where(on_lo, lo, jnp.where(on_hi, hi, xs))
-            # Of the solution's equivalents (whole turns, Euler branches), the one in range,
-            # else nearest the start (_branches); the pose, goal and errors are the same.
-            r_lo, r_hi = k["ranges"]
-            x_star = br.nearest_branch(x_star, k["xq"], k["branches"], r_lo, r_hi, on_lo | on_hi, bp.triples)
-            x_star = x_star.astype(dt)
-            mf = jnp.where(on_lo | on_hi, 0.0, 1.0).astype(dt)
-            goal = goal_of(Lf)
-            err = err_of(Lf)
-            # Multipliers of the error conditions at the solution (implicit differentiation).
-            gradf = Sf["grad"]
-            if plan.ne and n:
-                Am = Lf["A"] * mf[None, :]
-                Sm = Am @ Am.T
-                Sm = Sm + delta * jnp.maximum(jnp.max(jnp.abs(jnp.diag(Sm))), 1.0) * jnp.eye(
-                    Sm.shape[0], dtype=dt
-                )
-                lam = -jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(Sm), True), Am @ (gradf * mf))
-            else:
-                lam = jnp.zeros(plan.ne, dt)
-            x_out = _implicit(x_star, lam, mf, base, params, plan=plan, delta=delta)[0] if n else x_star
-            # The goal at the solution, differentiable w.r.t. params and model parameters
-            # (through x_out and directly): the loss of bilevel fits such as model scaling.
-            goal_out = _goal_at(goal, x_out, base, params, plan=plan)
-            finite = jnp.isfinite(goal) & jnp.isfinite(err) & jnp.all(jnp.isfinite(xs))
-            # A tolerance below what the dtype resolves here is not met, whatever error is
-            # computed (Simbody reports an accuracy it cannot reach as a failure).
-            unresolved = jnp.asarray(False)
-            if plan.ne:
-                q_sg = base.q.at[plan.free].set(x_star.astype(base.q.dtype))
-                unresolved = tol < pj.resolvable_tolerance(realize(model, base.with_q(q_sg), Stage.POSITION))
-            status = jnp.where(
-                ~finite,
-                NONFINITE,
-                jnp.where(
-                    ~Lf["ok"],
-                    NO_DATA,
-                    jnp.where(
-                        (err > tol) | unresolved,
-                        INFEASIBLE,
-                        jnp.where(
-                            conv_f,
-                            jnp.where(jnp.any(on_lo | on_hi), CONVERGED_ON_BOUNDS, SUCCESS),
-                            jnp.where(cf["stall"], STALLED, MAX_ITERATIONS),
-                        ),
-                    ),
-                ),
-            )
-            # mypy types eqx.Enumeration items as str (a metaclass conflict in equinox's stub)
-            result: RESULTS = STATUS_RESULTS[SUCCESS]  # type: ignore[assignment]
-            for code in sorted(STATUS_RESULTS)[1:]:
-                result = RESULTS.where(status == code, STATUS_RESULTS[code], result)  # type: ignore[arg-type]
-            q_e = base.q.at[plan.free].set(x_out.astype(base.q.dtype))
-            q_user = (
-                q_e if state.use_euler_angles else matter.set_use_euler_angles(internal.with_q(q_e), False).q
-            )
-            info = AssemblyInfo(
-                goal=goal_out,
-                error_norm=err,
-                errors=Lf["e"],
-                iterations=cf["it"].astype(jnp.int32),
-                num_evaluations=cf["nlin"].astype(jnp.int32),
-                status=status.astype(jnp.int32),
-                result=result,
-                on_bounds=(jnp.where(on_hi, 1, 0) - jnp.where(on_lo, 1, 0)).astype(jnp.int8),
-            )
-            return q_user, info
-
-        return body, cond, carry0, finish
-
-    def solve_q(state: State, params: dict[str, Any], settings: dict[str, Any]):
-        body, cond, carry0, finish = parts(setup(state, params, settings))
-        return finish(jax.lax.while_loop(cond, body, carry0))
-
-    def solve_q_lanes(make: Callable[..., Any], *lanes: Any):
+    def solve_q_lanes(self, make: Callable[..., Any], *lanes: Any):
         """``solve_q`` of every lane (the leading axis of ``lanes``; ``make(*lane)`` gives
         its ``(state, params, settings)``) with one loop over all of them, written out: what
         ``vmap(solve_q)`` computes (the loop runs until every lane is done; a lane that is
         done keeps its values), traced once instead of traced and then re-traced by JAX's
         batching rule for ``while`` loops (~40% of tracing a full-body ``track``)."""
-        ks = jax.vmap(lambda *a: setup(*make(*a)))(*lanes)
-        carry0 = jax.vmap(lambda k: parts(k)[2])(ks)
+        plan = self.plan
+        ks = jax.vmap(lambda *a: self._setup(*make(*a)))(*lanes)
+        carry0 = jax.vmap(partial(_init, plan))(ks)
+        active = partial(jax.vmap(_active), ks)
+        cf = jax.lax.while_loop(lambda c: jnp.any(active(c)), partial(_step_lanes, plan, ks, active), carry0)
+        return jax.vmap(self._finish_carry)(ks, cf)
 
-        def active(c):
-            return jax.vmap(lambda k, ci: parts(k)[1](ci))(ks, c)
+    def __call__(self, state: State, params: dict[str, Any], settings: dict[str, Any]):
+        q, info = self.solve_q(state, params, settings)
+        return realize(self.plan.model, state.with_q(q), Stage.POSITION), info
 
-        def body(c):
-            on = active(c)
-            new = jax.vmap(lambda k, ci: parts(k)[0](ci))(ks, c)
-            pick = lambda a, b: jax.lax.select(
-                jnp.broadcast_to(on.reshape(on.shape + (1,) * (a.ndim - 1)), a.shape), a, b
-            )
-            return jax.tree.map(pick, new, c)
 
-        cf = jax.lax.while_loop(lambda c: jnp.any(active(c)), body, carry0)
-        return jax.vmap(lambda k, ci: parts(k)[3](ci))(ks, cf)
+def _step_lanes(plan: _Plan, ks: _Setup, active: Callable[[ip.Carry], jax.Array], c: ip.Carry) -> ip.Carry:
+    """One step of every lane still active (the others keep their carry)."""
+    on = active(c)
+    new = jax.vmap(partial(_step, plan))(ks, c)
 
-    def solve(state: State, params: dict[str, Any], settings: dict[str, Any]):
-        q, info = solve_q(state, params, settings)
-        return realize(model, state.with_q(q), Stage.POSITION), info
+    def pick(a, b):
+        return jax.lax.select(jnp.broadcast_to(on.reshape(on.shape + (1,) * (a.ndim - 1)), a.shape), a, b)
 
-    solve.plan = plan  # type: ignore[attr-defined]
-    solve.branch_plan = bp  # type: ignore[attr-defined]
-    solve.branches = branches  # type: ignore[attr-defined]
-    solve.solve_q = solve_q  # type: ignore[attr-defined]
-    solve.solve_q_lanes = solve_q_lanes  # type: ignore[attr-defined]
-    return solve
+    return jax.tree.map(pick, new, c)
+
+
+def _make_solver(plan: _Plan, matter: Any) -> _Solver:
+    """The pure solve ``(state, params, settings) -> (state, info)`` of one plan (``_Solver``)."""
+    return _Solver(plan, matter)
 
 
 @eqx.filter_custom_jvp
@@ -1713,7 +1511,6 @@ def _info_zeros(solve: Any, state: State) -> AssemblyInfo:
         errors=jnp.zeros(plan.ne, dt),
         iterations=jnp.zeros((), jnp.int32),
         num_evaluations=jnp.zeros((), jnp.int32),
-        status=jnp.zeros((), jnp.int32),
         result=RESULTS.successful,  # type: ignore[arg-type]
         on_bounds=jnp.zeros(n, jnp.int8),
     )
@@ -1770,7 +1567,7 @@ def _track_segments(
     buf0 = jax.tree.map(lambda a: jnp.zeros((S, Ls) + a.shape, a.dtype), (state.q, _info_zeros(solve, state)))
 
     def good(info):
-        return jnp.isin(info.status, jnp.asarray(FEASIBLE))
+        return info.feasible
 
     # Phases: 0 main pass (all lanes, frame j); 1 seam check (lanes k >= 1, frame 0 from
     # lane k-1's last solution); 2 repair pass (lanes that improved, frames 1..Ls-1).
@@ -1980,7 +1777,7 @@ def _kkt_polish(plan, x, lam, mask, diff, static, delta):
         gx, e, Hm, Am = _kkt_parts(plan, c["x_try"], c["lam_try"], mask, diff, static, delta)
         res = gx @ gx + e @ e
         ok = jnp.isfinite(res) & ((c["it"] == 0) | (res < c["res"]))
-        sx, sl = _kkt_solve(Hm, Am, -gx, -e, delta)
+        sx, sl = ip.kkt_solve(Hm, Am, -gx, -e, delta)
         pick = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
         x, lam = pick(c["x_try"], c["x"]), pick(c["lam_try"], c["lam"])
         small = jnp.max(jnp.abs(sx * mask)) <= tiny * (1 + jnp.max(jnp.abs(x)))
@@ -2042,7 +1839,7 @@ def _implicit_jvp(primals, tangents, *, plan, delta):
         return jnp.concatenate([gxx, e])
 
     _, dF = jax.jvp(F, (diff,), (t_diff,))
-    dx, dlam = _kkt_solve(Hm, Am, -dF[:n], -dF[n:], delta)
+    dx, dlam = ip.kkt_solve(Hm, Am, -dF[:n], -dF[n:], delta)
     return x_out, (dx * mask, dlam)
 
 

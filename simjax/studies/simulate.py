@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Literal, cast
 
 import equinox as eqx
@@ -175,7 +176,7 @@ def _ydot(model: Model, base: State, t, y):
 def _ydot_remat(model: Model, base: State, t, y):
     """``_ydot``, checkpointed: reverse mode keeps ``(t, y)`` and evaluates forward dynamics
     again, instead of storing its intermediates (in a loop, stacked per iteration)."""
-    return jax.checkpoint(lambda tt, yy: _ydot(model, base, tt, yy))(t, y)
+    return jax.checkpoint(partial(_ydot, model, base))(t, y)
 
 
 def _project(model: Model, base: State, t, y, cfg: _Config):
@@ -599,10 +600,15 @@ def _fixed_events(model, base, cfg, trig, W, adv, interp_of, t, h, y0, y1, disc,
     def handle(c, cross):
         ts, hs, dd = c["ts"], c["hs"], c["disc"]
         j = jnp.argmax(jnp.any(cross, axis=1))
-        if handlers:  # the integrator's own sub-step: the state handed over is past the root
-            g = lambda th: (lambda yy: (W(ts + th * hs, yy, dd), yy))(adv(ts, c["ys"], th * hs, dd))  # noqa: E731
-        else:  # nothing changes the state: the interpolant the crossings were seen on
-            g = lambda th: (W(ts + th * hs, interp0(th), dd), None)  # noqa: E731
+
+        def sub_step(th):  # the integrator's own sub-step: the state handed over is past the root
+            yy = adv(ts, c["ys"], th * hs, dd)
+            return W(ts + th * hs, yy, dd), yy
+
+        def interpolated(th):  # nothing changes the state: the interpolant the crossings were seen on
+            return W(ts + th * hs, interp0(th), dd), None
+
+        g = sub_step if handlers else interpolated
         th, ws = c["thetas"], c["ws"]
         b, wb, yb, crossed = _locate(g, th[j], th[j + 1], ws[j], ws[j + 1], (j + 1) % every == 0, masks)
         te = ts + b * hs
@@ -688,7 +694,11 @@ def _adaptive_events(model, base, cfg, trig, W, adv, interp, t, h, y0, y1, disc,
 
     def on_event(_):
         j = jnp.argmax(jnp.any(cross, axis=1))
-        g = lambda th: (lambda yy: (W(t + th * h, yy, disc), yy))(adv(t, y0, th * h, disc))  # noqa: E731
+
+        def g(th):  # the witnesses after the integrator's own sub-step, and its state
+            yy = adv(t, y0, th * h, disc)
+            return W(t + th * h, yy, disc), yy
+
         sampled = (j + 1) % (2 * len(trig) + 1) == 0
         b, _, yb, crossed = _locate(g, thetas[j], thetas[j + 1], ws[j], ws[j + 1], sampled, masks)
         te = t + b * h
@@ -795,9 +805,15 @@ def _fixed_interval(model, base, t0, h, n, nmax: int, L: _Loop, cfg: _Config, ev
             y1 = advance(t, L.y, h, bd)
             y1, e, met = project(bd, t + h, y1)
             disc0 = L.disc
-            adv = lambda tt, yy, hh, b=None: advance(tt, yy, hh, bd if b is None else b)
+
+            def adv(tt, yy, hh, b=None):
+                return advance(tt, yy, hh, bd if b is None else b)
+
         if trig:
-            adv_d = lambda tt, yy, hh, dd: adv(tt, yy, hh, _with_disc(base, dd))  # noqa: E731
+
+            def adv_d(tt, yy, hh, dd):
+                return adv(tt, yy, hh, _with_disc(base, dd))
+
             y1, disc, term, t_end, fired, ev = _fixed_events(
                 model, base, cfg, trig, W, adv_d, interp_of, t, h, L.y, y1, disc0, L.ev
             )
@@ -878,10 +894,13 @@ def _adaptive_interval(model, base, t0, t1, L: _Loop, dt0, cfg: _Config, events,
             # the step's dense output, moved onto the projected end (exact at both ends)
             dense_y = solver.interpolation_cls(t0=t, t1=t + h, **dense)
             corr = jax.tree.map(jnp.subtract, y1p, dense_y.evaluate(t + h))
-            interp = lambda th: jax.tree.map(  # noqa: E731
-                lambda a, c: a + th * c, dense_y.evaluate(t + th * h), corr
-            )
-            adv_d = lambda tt, yy, hh, dd: adv(tt, yy, hh, _with_disc(base, dd))  # noqa: E731
+
+            def interp(th):
+                return jax.tree.map(lambda a, c: a + th * c, dense_y.evaluate(t + th * h), corr)
+
+            def adv_d(tt, yy, hh, dd):
+                return adv(tt, yy, hh, _with_disc(base, dd))
+
             y_end, disc, term, t_end, fired, ev, w_reject, w_ratio = _adaptive_events(
                 model, base, cfg, trig, W, adv_d, interp, t, h, L.y, y1p, L.disc, L.ev
             )
@@ -1388,6 +1407,10 @@ def _save_times(save_at: Any, t0: float, t1: float) -> np.ndarray:
 
 
 @eqx.filter_jit
+def _unchanged(L: _Loop) -> _Loop:
+    return L
+
+
 def _simulate(
     model: Model,
     state: State,
@@ -1451,7 +1474,9 @@ def _simulate(
     )
     sched_events = [e for e in events if isinstance(e, ScheduledEvent)]
     sched_index = {id(e): i for i, e in enumerate(sched_events)}
-    which_s = np.vectorize(lambda k: -1 if k < 0 else sched_index[id(events[k])])(which).astype(int)
+    which_s = np.array(
+        [[-1 if k < 0 else sched_index[id(events[k])] for k in row] for row in which], dtype=int
+    )
 
     def scheduled(L: _Loop, b, ks):
         if not sched_events:
@@ -1472,7 +1497,7 @@ def _simulate(
         )
 
     def one_scheduled(L: _Loop, b, k):
-        branches = [lambda L: L] + [(lambda L, e=e: after_scheduled(L, b, e)) for e in sched_events]
+        branches = [_unchanged] + [partial(after_scheduled, b=b, e=e) for e in sched_events]
         out = jax.lax.switch(k + 1, branches, L)
         return _select(_stopped(L), L, out)
 
