@@ -546,3 +546,22 @@ def test_gimbal_lock_is_named_not_delivered_as_numbers(kind):
     assert run(near).result == sj.RESULTS.successful
     with pytest.raises(Exception, match=rf"gimbal lock.*'arm' \({kind}\)"):
         sj.simulate(system, at, 0.01, integrator="tsit5")
+
+
+def test_a_float32_state_through_the_assembler_in_a_float64_session():
+    """Issue 65: a float32 State given to the Assembler in a float64 session (x64 on) died in
+    the solver's pose derivatives ("Custom JVP rule must produce ... tangent float64,
+    expecting tangent float32"). It is solved in the State's precision: the same answer as
+    the float64 State, to float32's, and a float32 State back."""
+    from helpers import fourbar
+
+    system, matter, ball = fourbar()
+    s = system.realize_topology().with_q(jnp.asarray([0.3, 0.2, -0.4]))
+    s32 = jax.tree.map(lambda x: x.astype(jnp.float32) if getattr(x, "dtype", None) == jnp.float64 else x, s)
+    asm = sj.Assembler(system)
+    asm.set_error_tolerance(1e-5)
+    ref, info64 = asm.solve(s)
+    out, info = asm.solve(s32)
+    assert info64.result == sj.RESULTS.successful and info.result == sj.RESULTS.successful
+    assert out.q.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out.q), np.asarray(ref.q), atol=1e-4)

@@ -1130,7 +1130,8 @@ def _fast_poses_jvp(primals, tangents, *, model, state):
     w, vO = V[:, :3], V[:, 3:]
     dR = jnp.cross(w[:, :, None], R, axis=1)  # [w]x R, column by column
     dp = vO + jnp.cross(w, p)
-    return (R, p), (dR, dp)
+    # (a float32 State solved in a float64 session: the tangents in the poses' precision)
+    return (R, p), (dR.astype(R.dtype), dp.astype(p.dtype))
 
 
 def _evaluate(plan: _Plan, x: jax.Array, base: State, params: dict[str, Any], fast: bool = False):
