@@ -89,6 +89,7 @@ class Model:
     constraint_objects: tuple[Any, ...] = ()
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
     limit_objects: tuple[Any, ...] = ()  # unilateral coordinate limits (system.constraints)
+    contact: Any = None  # system.contact.ContactCandidates: the static contact candidate list
     _topos: dict[bool, Topology] = field(default_factory=dict)
     _cons: dict[bool, tuple[Any, ...]] = field(default_factory=dict)
     _groups: dict[bool, tuple[Any, ...]] = field(default_factory=dict)  # constraints.kernels
@@ -129,6 +130,7 @@ class Model:
             tuple((name, np.shape(z0)) for name, z0 in self.z_decl),
             cons,
             tuple(_key_of(lim) for lim in self.limit_objects),
+            None if self.contact is None else self.contact.key,
         )
         try:
             hash(key)

@@ -30,6 +30,7 @@ from ..model.model import ForceGroup, Identity, Model, constraint_param_slots, s
 from ..model.state import StageError, State
 from . import diagnose as dg
 from ._compiled import compiled_outside_traces, reads_cache
+from .contact import contact_candidates
 
 _uids = itertools.count(1)
 
@@ -186,6 +187,12 @@ class MultibodySystem:
             constraint_objects=tuple(matter._constraints),
             limit_objects=tuple(matter._limits),
             force_subsystems=tuple(s for s in self._subsystems if isinstance(s, ForceSubsystem)),
+            contact=contact_candidates(
+                matter,
+                tuple(-1 if m._parent is None else m._parent.index for m in mob),
+                [m._mobilizer.nu if m.index else 0 for m in mob],
+                mass,
+            ),
         )
 
     def summary(self, state: State | None = None) -> str:
