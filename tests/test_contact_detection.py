@@ -7,6 +7,8 @@ pair's ``dim``, ``friction``, ``solref``, ``solimp`` and ``includemargin``. All 
 kinds have kernels (plane, sphere and capsule pairs).
 """
 
+import warnings
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -238,3 +240,110 @@ def test_builder_surfaces_candidates_and_bad_input():
             sj.ContactSurface(sj.ContactGeometry.Sphere(0.1), **bad)
     with pytest.raises(ValueError, match="positive"):
         sj.ContactGeometry.Sphere(0.0)
+
+
+def test_opensim_contact_spheres_on_their_bodies():
+    """gait14dof22musc's ContactSpheres and its ContactHalfSpace floor (``orientation 0 0
+    -pi/2`` on ground: y = 0, +y out) load on their bodies: at the default pose and at
+    random coordinate values, each sphere-floor distance equals OpenSim's sphere centre
+    height minus its radius, and each sphere-sphere distance OpenSim's centre distance
+    minus the radii, to 1e-12. The candidates are the pairs the HuntCrossleyForces name."""
+    osim = pytest.importorskip("opensim")
+    from test_io_osim import model_path
+
+    path = model_path("gait14dof22musc")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        lm = sj.io.load_osim(path)
+    msg = " ".join(str(w.message) for w in rec)
+    assert "7 contact geometries read and 10 pairs named by the forces" in msg and "no force yet" in msg
+    om = osim.Model(path)
+    s = om.initSystem()
+    spheres = {}
+    for k in range(om.getContactGeometrySet().getSize()):
+        g = om.getContactGeometrySet().get(k)
+        if g.getConcreteClassName() == "ContactSphere":
+            spheres[g.getName()] = (g, osim.ContactSphere.safeDownCast(g).getRadius())
+    names = lm.matter.get_contact_candidates(lm.state).surface_names
+    system, matter = lm.system, lm.matter
+    find = jax.jit(lambda q: matter.find_contacts(system.realize(lm.state.with_q(q), sj.Stage.POSITION)).dist)
+    surf = matter.find_contacts(system.realize(lm.state, sj.Stage.POSITION)).surface
+    rng = np.random.default_rng(5)
+    coords = list(lm.coordinates.values())
+    for trial in range(4):
+        values = {}
+        for c in coords:
+            oc = om.getCoordinateSet().get(c.name)
+            lo, hi = max(oc.getRangeMin(), -2.0), min(oc.getRangeMax(), 2.0)
+            locked = oc.getLocked(s)  # OpenSim keeps a locked coordinate's value
+            values[c.name] = c.default_value if trial == 0 or locked else rng.uniform(lo, hi)
+            oc.setValue(s, float(values[c.name]), False)
+        om.realizePosition(s)
+        dist = np.asarray(find(lm.set_coordinate_values(lm.state, values).q))
+        centre = {
+            n: np.array(g.getFrame().findStationLocationInGround(s, g.get_location()).to_numpy())
+            for n, (g, _) in spheres.items()
+        }
+        for (i, j), d in zip(surf, dist):
+            a, b = names[i], names[j]
+            if a == "platform":
+                ref = centre[b][1] - spheres[b][1]
+            else:
+                ref = np.linalg.norm(centre[a] - centre[b]) - spheres[a][1] - spheres[b][1]
+            assert d == pytest.approx(ref, abs=1e-12), (trial, a, b)
+
+
+INERTIAL = '<inertial><mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial>'
+URDF = """<robot name="r">
+  <link name="base">{inertial}
+    <collision><origin xyz="0 0 -0.05"/><geometry><box size="1 1 0.1"/></geometry></collision>
+    <collision><geometry><mesh filename="base.stl"/></geometry></collision></link>
+  <link name="l1">{inertial}
+    <collision name="ball1"><origin xyz="0 0 0.5"/>
+      <geometry><sphere radius="0.1"/></geometry></collision></link>
+  <link name="l2">{inertial}
+    <collision><origin xyz="0.3 0 0" rpy="0 1.5707963267948966 0"/>
+      <geometry><capsule radius="0.05" length="0.4"/></geometry></collision></link>
+  <link name="l3">{inertial}
+    <collision name="ball3"><geometry><sphere radius="0.2"/></geometry></collision></link>
+  <joint name="j1" type="revolute"><parent link="base"/><child link="l1"/><axis xyz="0 0 1"/>
+    <limit lower="-3" upper="3" effort="1" velocity="1"/></joint>
+  <joint name="j2" type="revolute"><parent link="l1"/><child link="l2"/><origin xyz="0 0 0.5"/>
+    <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="1" velocity="1"/></joint>
+  <joint name="j3" type="revolute"><parent link="l2"/><child link="l3"/><origin xyz="0.6 0 0"/>
+    <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="1" velocity="1"/></joint>
+</robot>""".replace("{inertial}", INERTIAL)
+
+
+def test_urdf_collisions_load_as_contact_surfaces(tmp_path):
+    """A URDF's ``<collision>`` box, sphere and capsule become contact surfaces on their
+    links (``<origin>`` applied, sizes halved), a collision mesh is left out and counted,
+    and the load warning says contact is detected without force. Candidates follow MuJoCo's
+    rules: parent-child pairs are filtered (``l1``-``l2``, ``l2``-``l3``) except with the
+    world-welded ``base``; box-capsule has no kernel yet (counted as unsupported). At
+    ``j2 = 0.6`` ``ball3``'s centre is at ``(0.6 cos 0.6, 0, 0.5 - 0.6 sin 0.6)``, above
+    the box (its top at z = 0), 0.6 from ``ball1``'s."""
+    path = tmp_path / "r.urdf"
+    path.write_text(URDF)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        lm = sj.io.load_urdf(str(path))
+    msg = " ".join(str(w.message) for w in rec)
+    assert "4 collision shape (its contact is detected" in msg and "1 collision mesh" in msg
+    assert "1 colliding pair of a kind with no collision kernel yet (capsule-box: left out)" in msg
+    cand = lm.matter.get_contact_candidates(lm.state)
+    names = cand.surface_names
+    pairs = {
+        (g.kind1, g.kind2): [(names[i], names[j]) for i, j in zip(g.surf1, g.surf2)] for g in cand.groups
+    }
+    assert pairs == {
+        ("sphere", "sphere"): [("ball1", "ball3")],
+        ("sphere", "box"): [("ball1", "base_collision0"), ("ball3", "base_collision0")],
+    }
+    assert [(names[i], names[j]) for i, j in cand.unsupported] == [("l2_collision0", "base_collision0")]
+    state = lm.set_coordinate_values(lm.state, {"j2": 0.6})
+    ct = lm.matter.find_contacts(lm.system.realize(state, sj.Stage.POSITION))
+    got = {(names[i], names[j]): float(d) for (i, j), d in zip(ct.surface, ct.dist)}
+    assert got["ball3", "base_collision0"] == pytest.approx(0.5 - 0.6 * np.sin(0.6) - 0.2, abs=1e-12)
+    assert got["ball1", "ball3"] == pytest.approx(0.3, abs=1e-12)
+    assert got["ball1", "base_collision0"] == pytest.approx(0.4, abs=1e-12)

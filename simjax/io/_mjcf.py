@@ -103,7 +103,6 @@ from .. import _spatial as sp
 from .. import system as sj
 from .._stage import Stage
 from ..system.bodies import MobilizedBody
-from ..system.contact import registry as contact_registry
 from ._loaded import (
     Coordinate,
     LoadedModel,
@@ -112,6 +111,7 @@ from ._loaded import (
     VisualGeometry,
     add_coordinate_limits,
     collect_visuals,
+    realize_with_contact,
 )
 from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, quat_to_rot, read_mesh
 from ._paths import ModelFiles, model_folders
@@ -1570,22 +1570,6 @@ def _read_option(
                 "(enable one with actuator.enable(state))"
             )
     return g, eq_off, act_off
-
-
-def realize_with_contact(system: Any, matter: Any, ignored: dict[str, int]) -> Any:
-    """``system.realize_topology()``, the candidate pairs of kinds without a collision
-    kernel counted in ``ignored`` (by kind) instead of warned about on their own."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="contact: ", category=UserWarning)
-        state = system.realize_topology()
-    cand = matter.get_contact_candidates(state)
-    if cand is not None:
-        surfaces = contact_registry(matter).surfaces
-        for i, j in cand.unsupported:
-            kind = sorted((surfaces[k].surface.geometry.kind for k in (i, j)), key=_CONTACT_KINDS.index)
-            what = f"colliding geom pair of a kind with no collision kernel yet ({'-'.join(kind)}: left out)"
-            _count(ignored, what)
-    return state
 
 
 _CONTACT_KINDS = ("plane", "sphere", "capsule", "ellipsoid", "cylinder", "box")

@@ -56,6 +56,7 @@ from ._loaded import (
     VisualGeometry,
     add_coordinate_limits,
     collect_visuals,
+    realize_with_contact,
 )
 from ._paths import ModelFiles, is_inside, model_folders, path_list
 from ._xml import model_folder, parse_with_lines, read_model_source
@@ -565,7 +566,8 @@ def load_urdf(
                 _count(ignored, "mimic on a fixed joint" if j.type == "fixed" else _MIMIC_OFF)
     if limits:
         add_coordinate_limits(coordinates, notes)
-    state = system.realize_topology()
+    _add_collisions(doc, robot, bodies, ignored)
+    state = realize_with_contact(system, matter, ignored)
 
     model = LoadedModel(
         system=system,
@@ -672,6 +674,57 @@ def _visuals(
         for k, vis in enumerate(c for c in el.children if c.tag == "visual")
     )
     return collect_visuals(makers, notes, "<visual> element(s)")
+
+
+#: A ``<collision>`` read as contact geometry (said in the load warning).
+_COLLIDING = (
+    "collision shape (its contact is detected, matter.find_contacts, but produces no force yet: "
+    "bodies pass through each other)"
+)
+
+
+def _add_collisions(
+    doc: _Doc, robot: _Element, bodies: dict[str, MobilizedBody], ignored: dict[str, int]
+) -> None:
+    """Each link's ``<collision>`` box, sphere, cylinder or capsule (URDF sizes are full
+    lengths, the axis z; a capsule's ``length`` is its cylinder part's, as MuJoCo reads it)
+    as a contact surface with MuJoCo's default properties, named as the element (else
+    ``<link>_collision<k>``); meshes are left out (counted)."""
+    for el in robot.children:
+        if el.tag != "link" or el.get("name") not in bodies:
+            continue
+        body = bodies[el.get("name") or ""]
+        for k, col in enumerate(c for c in el.children if c.tag == "collision"):
+            geo = col.find("geometry")
+            shape_el = None if geo is None else next(iter(geo.children), None)
+            if shape_el is None:
+                raise doc.error(col, "a <collision> needs a <geometry> with a box, cylinder, sphere or mesh")
+            tag = shape_el.tag
+            if tag == "box":
+                geometry = sj.ContactGeometry.Box(doc.floats(shape_el, "size", 3, None) / 2)
+            elif tag == "sphere":
+                geometry = sj.ContactGeometry.Sphere(doc.number(shape_el, "radius", None))
+            elif tag in ("cylinder", "capsule"):
+                r, length = doc.number(shape_el, "radius", None), doc.number(shape_el, "length", None)
+                make = sj.ContactGeometry.Cylinder if tag == "cylinder" else sj.ContactGeometry.Capsule
+                try:
+                    geometry = make(r, length / 2)
+                except ValueError as e:
+                    raise doc.error(shape_el, str(e)) from None
+            elif tag == "mesh":
+                _count(ignored, "collision mesh (no mesh contact geometry yet: left out)")
+                ignored["collision"] -= 1
+                continue
+            else:
+                raise doc.error(
+                    shape_el, f"unknown collision geometry <{tag}> (box, cylinder, sphere, capsule or mesh)"
+                )
+            name = col.get("name") or f"{body.name}_collision{k}"
+            body.add_contact_surface(sj.Transform(*doc.origin(col)), sj.ContactSurface(geometry, name=name))
+            ignored["collision"] -= 1
+            _count(ignored, _COLLIDING)
+    if ignored.get("collision") == 0:
+        del ignored["collision"]
 
 
 def _visual(
