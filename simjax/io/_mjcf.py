@@ -1643,10 +1643,14 @@ def _add_contact(
             props = _contact_props(el, attrs, pair=False)
             if not (props["contype"] or props["conaffinity"]) and name not in paired:
                 continue
-            gtype, size, R, pos = _geom_placement(el, own, dflt, X_frame, comp, meshes)
+            gtype = attrs.get("type", "sphere")
             if gtype not in _CONTACT_KINDS:
                 _count(ignored, _COLLIDING_MESH)
                 continue
+            if attrs.get("mesh") and meshes.refused(attrs["mesh"]):
+                _count(ignored, "colliding geom fitted to a mesh not read (left out)")
+                continue
+            gtype, size, R, pos = _geom_placement(el, own, dflt, X_frame, comp, meshes)
             geometry = sj.ContactGeometry(gtype, size)
             try:
                 surface = sj.ContactSurface(geometry, name=name, **props)

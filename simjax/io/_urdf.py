@@ -697,28 +697,32 @@ def _add_collisions(
         for k, col in enumerate(c for c in el.children if c.tag == "collision"):
             geo = col.find("geometry")
             shape_el = None if geo is None else next(iter(geo.children), None)
-            if shape_el is None:
-                raise doc.error(col, "a <collision> needs a <geometry> with a box, cylinder, sphere or mesh")
-            tag = shape_el.tag
-            if tag == "box":
-                geometry = sj.ContactGeometry.Box(doc.floats(shape_el, "size", 3, None) / 2)
-            elif tag == "sphere":
-                geometry = sj.ContactGeometry.Sphere(doc.number(shape_el, "radius", None))
-            elif tag in ("cylinder", "capsule"):
-                r, length = doc.number(shape_el, "radius", None), doc.number(shape_el, "length", None)
-                make = sj.ContactGeometry.Cylinder if tag == "cylinder" else sj.ContactGeometry.Capsule
-                try:
+            tag = "" if shape_el is None else shape_el.tag
+            if shape_el is None or tag not in ("box", "sphere", "cylinder", "capsule", "mesh"):
+                _count(ignored, "collision without a box, sphere, cylinder, capsule or mesh (left out)")
+                ignored["collision"] -= 1
+                continue
+            try:
+                if tag == "box":
+                    geometry = sj.ContactGeometry.Box(doc.floats(shape_el, "size", 3, None) / 2)
+                elif tag == "sphere":
+                    geometry = sj.ContactGeometry.Sphere(doc.number(shape_el, "radius", None))
+                elif tag in ("cylinder", "capsule"):
+                    r, length = doc.number(shape_el, "radius", None), doc.number(shape_el, "length", None)
+                    make = sj.ContactGeometry.Cylinder if tag == "cylinder" else sj.ContactGeometry.Capsule
                     geometry = make(r, length / 2)
-                except ValueError as e:
-                    raise doc.error(shape_el, str(e)) from None
-            elif tag == "mesh":
+            except ModelFileError:  # a missing or malformed size: the file loads as before
+                _count(ignored, "collision shape with a missing or malformed size (left out)")
+                ignored["collision"] -= 1
+                continue
+            except ValueError:  # a zero size: Pinocchio loads the file, the shape cannot touch
+                _count(ignored, "collision shape of zero size (left out)")
+                ignored["collision"] -= 1
+                continue
+            if tag == "mesh":
                 _count(ignored, "collision mesh (no mesh contact geometry yet: left out)")
                 ignored["collision"] -= 1
                 continue
-            else:
-                raise doc.error(
-                    shape_el, f"unknown collision geometry <{tag}> (box, cylinder, sphere, capsule or mesh)"
-                )
             name = col.get("name") or f"{body.name}_collision{k}"
             body.add_contact_surface(sj.Transform(*doc.origin(col)), sj.ContactSurface(geometry, name=name))
             ignored["collision"] -= 1

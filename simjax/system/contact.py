@@ -169,8 +169,9 @@ def check_properties(p: ContactProperties, who: str) -> None:
         raise ValueError(f"{who}: solref must be 2 finite values, got {p.solref}")
     if len(p.solimp) != 5 or not all(np.isfinite(p.solimp)):
         raise ValueError(f"{who}: solimp must be 5 finite values, got {p.solimp}")
-    if not (0 < p.solimp[0] < 1 and 0 < p.solimp[1] < 1):
-        raise ValueError(f"{who}: solimp dmin and dmax must lie in (0, 1), got {p.solimp[:2]}")
+    if not (0 <= p.solimp[0] <= 1 and 0 <= p.solimp[1] <= 1):
+        # MuJoCo clips them into (0, 1) when it builds the constraint (dm_control uses 0)
+        raise ValueError(f"{who}: solimp dmin and dmax must lie in [0, 1], got {p.solimp[:2]}")
     for k in ("margin", "gap", "solmix"):
         v = getattr(p, k)
         if not np.isfinite(v) or v < 0:
