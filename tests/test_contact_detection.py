@@ -4,7 +4,8 @@ Oracle: MuJoCo C (``data.contact`` after ``mj_forward``) on dm_control's hopper,
 walker and humanoid, at random States and at States dropped onto the floor: the same geom
 pairs in the same order (geometry 1 first), ``dist``/``pos``/``frame`` to 1e-9, and the
 pair's ``dim``, ``friction``, ``solref``, ``solimp`` and ``includemargin``. All their pair
-kinds have kernels (plane, sphere and capsule pairs).
+kinds have kernels (plane, sphere and capsule pairs). On the hopper, the gradient of the
+in-range distances in q equals central differences.
 """
 
 import warnings
@@ -115,6 +116,17 @@ def test_contacts_match_mujoco(name, mujoco):
                 for x, y in zip(a, b):
                     np.testing.assert_allclose(x, y, atol=TOL, rtol=0, err_msg=f"{name} state {k} pair {g}")
     assert n_touch >= 12  # every dropped State has a geom in the floor
+    if name != "hopper":  # (a reverse-mode compile per model: one is enough)
+        return
+    # the distances of the contacts in range are differentiable in q (last dropped State):
+    # the gradient of their sum equals central differences
+    active = np.asarray(fn(jnp.asarray(q))[3])
+    g = np.asarray(jax.jit(jax.grad(lambda x: jnp.sum(jnp.where(active, fn(x)[0], 0.0))))(jnp.asarray(q)))
+    steps = 1e-6 * np.eye(q.size)
+    dist = jax.jit(jax.vmap(lambda x: fn(x)[0]))
+    fd = (np.asarray(dist(q + steps)) - np.asarray(dist(q - steps)))[:, active].sum(axis=1) / 2e-6
+    assert active.any() and np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, fd, atol=1e-7)
 
 
 def _from_mujoco(c, q, qp):
