@@ -41,6 +41,9 @@ from .studies.simulate import simulate as simulate
 from .system.bodies import Body as Body
 from .system.bodies import MobilizedBody as MobilizedBody
 from .system.constraints import Constraint as Constraint
+from .system.contact import ContactGeometry as ContactGeometry
+from .system.contact import ContactProperties as ContactProperties
+from .system.contact import ContactSurface as ContactSurface
 from .system.couplings import Coupling as Coupling
 from .system.diagnose import NonFiniteError as NonFiniteError
 from .system.diagnose import debug_nans as debug_nans

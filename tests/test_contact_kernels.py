@@ -33,10 +33,7 @@ def _scene(t1, s1, t2, s2, margin):
         if t1 == "plane"
         else body("a", t1, s1, margin)
     )
-    return (
-        '<mujoco><option gravity="0 0 0"/><worldbody>'
-        f"{first}{body('b', t2, s2, 0)}</worldbody></mujoco>"
-    )
+    return f'<mujoco><option gravity="0 0 0"/><worldbody>{first}{body("b", t2, s2, 0)}</worldbody></mujoco>'
 
 
 def _random_quat(rng):
@@ -67,8 +64,12 @@ def _mujoco_cases(t1, s1, t2, s2, n, margin, seed, spread=0.6, tilt=None):
         d.qpos[:] = q
         mujoco.mj_forward(m, d)
         poses.append(
-            (d.geom_xpos[0].copy(), d.geom_xmat[0].reshape(3, 3).copy(),
-             d.geom_xpos[1].copy(), d.geom_xmat[1].reshape(3, 3).copy())
+            (
+                d.geom_xpos[0].copy(),
+                d.geom_xmat[0].reshape(3, 3).copy(),
+                d.geom_xpos[1].copy(),
+                d.geom_xmat[1].reshape(3, 3).copy(),
+            )
         )
         cons = []
         for i in range(d.ncon):
@@ -86,15 +87,33 @@ PAIRS = [
     ("sphere", "0.2", "capsule", "0.15 0.4", col.sphere_capsule, {}),
     ("capsule", "0.2 0.3", "capsule", "0.15 0.4", col.capsule_capsule, {}),
     # parallel axes: MuJoCo's two contacts at the ends of the overlap
-    ("capsule", "0.2 0.3", "capsule", "0.15 0.4", col.capsule_capsule,
-     dict(tilt=0.0, spread=0.3, margin=0.1)),
+    (
+        "capsule",
+        "0.2 0.3",
+        "capsule",
+        "0.15 0.4",
+        col.capsule_capsule,
+        dict(tilt=0.0, spread=0.3, margin=0.1),
+    ),
     # nearly parallel, either side of MuJoCo's two-contact switch at |z1 x z2|^2 = 1e-8:
     # the same contacts, but the closest points of nearly parallel segments are
     # ill-conditioned and MuJoCo 4.0's points differ from these by ~0.2 x the angle
-    ("capsule", "0.2 0.3", "capsule", "0.15 0.4", col.capsule_capsule,
-     dict(tilt=5e-5, spread=0.3, margin=0.1, tol=(1e-8, 1e-4, 1e-3))),
-    ("capsule", "0.2 0.3", "capsule", "0.15 0.4", col.capsule_capsule,
-     dict(tilt=2e-4, spread=0.3, margin=0.1, tol=(1e-8, 1e-4, 1e-3))),
+    (
+        "capsule",
+        "0.2 0.3",
+        "capsule",
+        "0.15 0.4",
+        col.capsule_capsule,
+        dict(tilt=5e-5, spread=0.3, margin=0.1, tol=(1e-8, 1e-4, 1e-3)),
+    ),
+    (
+        "capsule",
+        "0.2 0.3",
+        "capsule",
+        "0.15 0.4",
+        col.capsule_capsule,
+        dict(tilt=2e-4, spread=0.3, margin=0.1, tol=(1e-8, 1e-4, 1e-3)),
+    ),
     ("plane", "0 0 1", "box", "0.2 0.3 0.4", col.plane_box, {}),
     ("plane", "0 0 1", "ellipsoid", "0.2 0.3 0.4", col.plane_ellipsoid, {}),
     ("sphere", "0.2", "box", "0.2 0.3 0.4", col.sphere_box, {}),
@@ -117,7 +136,14 @@ def test_collision_matches_mujoco(case):
     margin = opts.get("margin", MARGIN)
     tol = opts.get("tol", (1e-12, 1e-12, 1e-12))
     size, (p1, m1, p2, m2), ref = _mujoco_cases(
-        t1, s1, t2, s2, 60, margin, seed=opts.get("seed", len(opts)), spread=opts.get("spread", 0.6),
+        t1,
+        s1,
+        t2,
+        s2,
+        60,
+        margin,
+        seed=opts.get("seed", len(opts)),
+        spread=opts.get("spread", 0.6),
         tilt=opts.get("tilt"),
     )
     f = jax.jit(jax.vmap(lambda a, b, c, e: kernel(a, b, size[0], c, e, size[1], margin)))
@@ -149,8 +175,15 @@ def test_plane_flat_face_ties(kind, size, kernel, n):
     d = mujoco.MjData(m)
     d.qpos[:] = (0.1, -0.2, 0.395, np.cos(0.2), 0, 0, np.sin(0.2))
     mujoco.mj_forward(m, d)
-    out = jax.jit(kernel)(np.zeros(3), np.eye(3), m.geom_size[0], d.geom_xpos[1],
-                          d.geom_xmat[1].reshape(3, 3), m.geom_size[1], 0.1)
+    out = jax.jit(kernel)(
+        np.zeros(3),
+        np.eye(3),
+        m.geom_size[0],
+        d.geom_xpos[1],
+        d.geom_xmat[1].reshape(3, 3),
+        m.geom_size[1],
+        0.1,
+    )
     keep = np.flatnonzero(np.asarray(out.dist) <= 0.1)
     assert d.ncon == len(keep) == n
     np.testing.assert_allclose(out.dist[keep], [c.dist for c in d.contact], atol=1e-12)
@@ -191,8 +224,14 @@ def test_collision_distance_gradients(case):
     r2 = _rot(jnp.array([-0.4, 0.5, 0.7]))
 
     def f(x):
-        c = kernel(jnp.array(p1) + x[0:3], _rot(x[3:6]) @ r1, jnp.array(s1, float),
-                   jnp.array(p2) + x[6:9], _rot(x[9:12]) @ r2, jnp.array(s2, float))
+        c = kernel(
+            jnp.array(p1) + x[0:3],
+            _rot(x[3:6]) @ r1,
+            jnp.array(s1, float),
+            jnp.array(p2) + x[6:9],
+            _rot(x[9:12]) @ r2,
+            jnp.array(s2, float),
+        )
         return c.dist[jnp.array(slots)].sum()
 
     h = 1e-6
@@ -238,13 +277,23 @@ def test_collision_gradients_finite_at_touch_and_degenerate():
 
 # ------------------------------------------------------------------ force laws vs OpenSim
 
-_SPHERE_P = dict(stiffness=2e6, dissipation=1.2, static_friction=0.9, dynamic_friction=0.6,
-                 viscous_friction=0.3)
-_FLOOR_P = dict(stiffness=5e5, dissipation=0.4, static_friction=0.7, dynamic_friction=0.5,
-                viscous_friction=0.1)
-_SMOOTH_P = dict(stiffness=1e6, dissipation=2.0, static_friction=0.8, dynamic_friction=0.5,
-                 viscous_friction=0.2, transition_velocity=0.1, constant_contact_force=1e-5,
-                 hertz_smoothing=300.0, hunt_crossley_smoothing=50.0)
+_SPHERE_P = dict(
+    stiffness=2e6, dissipation=1.2, static_friction=0.9, dynamic_friction=0.6, viscous_friction=0.3
+)
+_FLOOR_P = dict(
+    stiffness=5e5, dissipation=0.4, static_friction=0.7, dynamic_friction=0.5, viscous_friction=0.1
+)
+_SMOOTH_P = dict(
+    stiffness=1e6,
+    dissipation=2.0,
+    static_friction=0.8,
+    dynamic_friction=0.5,
+    viscous_friction=0.2,
+    transition_velocity=0.1,
+    constant_contact_force=1e-5,
+    hertz_smoothing=300.0,
+    hunt_crossley_smoothing=50.0,
+)
 _VT = 0.1
 _R = 0.1
 _SPHERE_LOC = (0.05, -0.02, 0.03)
@@ -271,13 +320,15 @@ def osim_ball(tmp_path_factory):
     osim = pytest.importorskip("opensim")
     m = osim.Model()
     m.setName("ball")
-    b = osim.Body("ball", 2.0, osim.Vec3(0.01, 0.02, -0.03),
-                  osim.Inertia(0.1, 0.12, 0.09, 0.01, -0.02, 0.005))
+    b = osim.Body(
+        "ball", 2.0, osim.Vec3(0.01, 0.02, -0.03), osim.Inertia(0.1, 0.12, 0.09, 0.01, -0.02, 0.005)
+    )
     m.addBody(b)
     m.addJoint(osim.FreeJoint("free", m.getGround(), b))
     cs = osim.ContactSphere(_R, osim.Vec3(*_SPHERE_LOC), b, "sphere")
-    ch = osim.ContactHalfSpace(osim.Vec3(0.1, 0.02, -0.3), osim.Vec3(0.05, 0.1, -np.pi / 2),
-                               m.getGround(), "floor")
+    ch = osim.ContactHalfSpace(
+        osim.Vec3(0.1, 0.02, -0.3), osim.Vec3(0.05, 0.1, -np.pi / 2), m.getGround(), "floor"
+    )
     m.addContactGeometry(cs)
     m.addContactGeometry(ch)
     hc = osim.HuntCrossleyForce()
@@ -369,8 +420,15 @@ def _hc_on_ball(plane, center, ob, w, vo):
     dist, pos, n = c.dist[0], c.pos[0], c.frame[0, 0]
     v_sphere = vo + jnp.cross(w, pos - ob)
     f, p = contact.hunt_crossley(
-        dist, n, pos, _R, -v_sphere, -w,
-        contact.HuntCrossleyParams(**_FLOOR_P), contact.HuntCrossleyParams(**_SPHERE_P), _VT,
+        dist,
+        n,
+        pos,
+        _R,
+        -v_sphere,
+        -w,
+        contact.HuntCrossleyParams(**_FLOOR_P),
+        contact.HuntCrossleyParams(**_SPHERE_P),
+        _VT,
     )
     return jnp.concatenate([f, jnp.cross(p - ob, f)]), dist, (-v_sphere, n)
 
@@ -380,7 +438,11 @@ def _smooth_on_ball(plane, center, ob, w, vo, dissipation=_SMOOTH_P["dissipation
     dist, pos, n = c.dist[0], c.pos[0], c.frame[0, 0]
     v_sphere = vo + jnp.cross(w, pos - ob)
     f, p = contact.smooth_sphere_half_space(
-        dist, n, pos, _R, -v_sphere,
+        dist,
+        n,
+        pos,
+        _R,
+        -v_sphere,
         contact.SmoothContactParams(**dict(_SMOOTH_P, dissipation=dissipation)),
     )
     return jnp.concatenate([f, jnp.cross(p - ob, f)])
@@ -401,13 +463,20 @@ def test_force_laws_match_opensim(osim_ball):
             got = sm_k(plane, center, ob, w, vo, dissipation)
             # OpenSim's (1 + tanh x)/2 cancels where the step is tiny (out of contact): its
             # values there carry ~1e-16 of the unsmoothed Hertz force (~1e3 N) as noise
-            np.testing.assert_allclose(got, ref_sm, rtol=0,
-                                       atol=1e-9 * np.abs(ref_sm).max() + 1e-12)
+            np.testing.assert_allclose(got, ref_sm, rtol=0, atol=1e-9 * np.abs(ref_sm).max() + 1e-12)
         slip = np.linalg.norm(v_rel - (v_rel @ n) * n)
         touching = abs(float(dist)) < 1e-12
-        kinds.add("touch" if touching else "out" if dist > 0 else
-                  "stick" if slip < _VT and np.any(ref_hc) else
-                  "slide" if np.any(ref_hc) else "pulling")
+        kinds.add(
+            "touch"
+            if touching
+            else "out"
+            if dist > 0
+            else "stick"
+            if slip < _VT and np.any(ref_hc)
+            else "slide"
+            if np.any(ref_hc)
+            else "pulling"
+        )
     assert kinds == {"touch", "out", "stick", "slide", "pulling"}, kinds
 
 
@@ -424,8 +493,12 @@ def test_force_law_gradients(osim_ball):
 
         jac = jax.jit(jax.jacfwd(f, argnums=2))
         steps = h * jnp.eye(9)
-        fd = jax.jit(lambda plane, ob, x: jax.vmap(lambda dx: f(plane, ob, x + dx))(steps)
-                     - jax.vmap(lambda dx: f(plane, ob, x - dx))(steps))
+        fd = jax.jit(
+            lambda plane, ob, x: (
+                jax.vmap(lambda dx: f(plane, ob, x + dx))(steps)
+                - jax.vmap(lambda dx: f(plane, ob, x - dx))(steps)
+            )
+        )
         return jac, fd
 
     smooth = wrap(_smooth_on_ball)
@@ -440,9 +513,7 @@ def test_force_law_gradients(osim_ball):
         np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-6 * np.abs(jac).max() + 1e-9)
 
     n_in = 0
-    for k, (_, _, plane, center, ob, w, vo) in enumerate(
-        _osim_states(m, s, np.random.default_rng(1))
-    ):
+    for k, (_, _, plane, center, ob, w, vo) in enumerate(_osim_states(m, s, np.random.default_rng(1))):
         if k % 4 and k < 21:
             continue
         check(smooth, (plane, center, ob, w, vo))
@@ -469,12 +540,10 @@ def test_hunt_crossley_sphere_sphere_matches_opensim(osim_ball):
 
     @jax.jit
     def law(c1, o1, w1, v1, c2, o2, w2, v2):
-        con = col.sphere_sphere(c1, jnp.eye(3), jnp.array([_R, 0, 0]),
-                                c2, jnp.eye(3), jnp.array([_R2, 0, 0]))
+        con = col.sphere_sphere(c1, jnp.eye(3), jnp.array([_R, 0, 0]), c2, jnp.eye(3), jnp.array([_R2, 0, 0]))
         dist, pos, n = con.dist[0], con.pos[0], con.frame[0, 0]
         v_rel = (v1 + jnp.cross(w1, pos - o1)) - (v2 + jnp.cross(w2, pos - o2))
-        f, p = contact.hunt_crossley(dist, n, pos, _R * _R2 / (_R + _R2), v_rel, w1 - w2,
-                                     *params, _VT)
+        f, p = contact.hunt_crossley(dist, n, pos, _R * _R2 / (_R + _R2), v_rel, w1 - w2, *params, _VT)
         return jnp.concatenate([-f, jnp.cross(p - o1, -f), f, jnp.cross(p - o2, f)]), dist
 
     n_in = n_out = 0
@@ -494,8 +563,16 @@ def test_hunt_crossley_sphere_sphere_matches_opensim(osim_ball):
         m.realizeDynamics(s)
         r2, o2 = _transform(b2.getTransformInGround(s))
         v1, v2 = b1.getVelocityInGround(s), b2.getVelocityInGround(s)
-        got, dist = law(c1, o1, _vec(v1.get(0)), _vec(v1.get(1)),
-                        o2 + r2 @ np.array(_SPHERE2_LOC), o2, _vec(v2.get(0)), _vec(v2.get(1)))
+        got, dist = law(
+            c1,
+            o1,
+            _vec(v1.get(0)),
+            _vec(v1.get(1)),
+            o2 + r2 @ np.array(_SPHERE2_LOC),
+            o2,
+            _vec(v2.get(0)),
+            _vec(v2.get(1)),
+        )
         ref = np.array([hc2.getRecordValues(s).get(i) for i in range(12)])
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * max(np.abs(ref).max(), 1))
         n_in += bool(np.any(ref))

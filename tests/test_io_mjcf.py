@@ -796,7 +796,8 @@ def test_what_simjax_does_not_model_is_said_not_dropped(tmp_path):
         warnings.simplefilter("always")
         m = sj.io.load_mjcf(text)
     msg = " ".join(str(w.message) for w in rec)
-    assert "3 geom that collides (no contact in simjax" in msg
+    assert "3 geom that collides (its contact is detected, matter.find_contacts, but produces no force" in msg
+    assert "1 colliding pair of a kind with no collision kernel yet (capsule-box: left out)" in msg
     assert "1 equality solref/solimp (soft in MuJoCo, an exact constraint here)" in msg
     assert '<flag equality="disable">' in msg
     assert "visual shape" not in msg  # quiet, but in the summary

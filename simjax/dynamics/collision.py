@@ -217,9 +217,7 @@ def plane_cylinder(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Cont
     vec = axis * prjaxis - n
     len2 = vec @ vec
     tilted = len2 >= MINVAL * MINVAL
-    vec = jnp.where(
-        tilted, vec * (size2[0] / jnp.sqrt(jnp.where(tilted, len2, 1.0))), mat2[:, 0] * size2[0]
-    )
+    vec = jnp.where(tilted, vec * (size2[0] / jnp.sqrt(jnp.where(tilted, len2, 1.0))), mat2[:, 0] * size2[0])
     prjvec = vec @ n
     axis = axis * size2[1]
     prjaxis = prjaxis * size2[1]

@@ -131,9 +131,7 @@ def hunt_crossley(
     us = _harmonic(params1.static_friction, params2.static_friction)
     ud = _harmonic(params1.dynamic_friction, params2.dynamic_friction)
     uv = _harmonic(params1.viscous_friction, params2.viscous_friction)
-    friction = jnp.where(
-        sliding, _friction(f, vtangent, vslip, us, ud, uv, transition_velocity), 0.0
-    )
+    friction = jnp.where(sliding, _friction(f, vtangent, vslip, us, ud, uv, transition_velocity), 0.0)
     force = jnp.where(active, f * normal + friction, 0.0)
     return force, point
 
@@ -214,7 +212,12 @@ def smooth_sphere_half_space(
     vtangent = v_rel - vn * normal
     vslip = jnp.sqrt(vtangent @ vtangent + cf)
     friction = _friction(
-        f, vtangent, vslip, p.static_friction, p.dynamic_friction, p.viscous_friction,
+        f,
+        vtangent,
+        vslip,
+        p.static_friction,
+        p.dynamic_friction,
+        p.viscous_friction,
         p.transition_velocity,
     )
     return f * normal + friction, pos
@@ -247,6 +250,5 @@ def _check(name, field, value, positive=False) -> None:
     if np.any(bad):
         need = "positive" if positive else "non-negative"
         raise ValueError(
-            f"{name}: {field} must be finite and {need}, got {value!r}; "
-            f"set {field} to a {need} value"
+            f"{name}: {field} must be finite and {need}, got {value!r}; set {field} to a {need} value"
         )

@@ -20,6 +20,7 @@ from ..studies.assembler import Assembler
 from ..studies.conditions import Markers
 from ..system.bodies import MobilizedBody
 from ..system.constraints import CoordinateLimit
+from ..system.contact import KINDS, registry
 from ._motion import CoordinateTable
 
 
@@ -517,3 +518,20 @@ def add_coordinate_limits(coordinates: Mapping[str, Coordinate], notes: list[str
             continue
         n += 1
     return n
+
+
+def realize_with_contact(system: Any, matter: Any, ignored: dict[str, int]) -> Any:
+    """``system.realize_topology()`` for a loader: the candidate contact pairs of kinds
+    without a collision kernel are counted in ``ignored`` (by kind, for the load warning)
+    instead of warned about on their own."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="contact: ", category=UserWarning)
+        state = system.realize_topology()
+    cand = matter.get_contact_candidates(state)
+    if cand is not None:
+        surfaces = registry(matter).surfaces
+        for i, j in cand.unsupported:
+            kind = sorted((surfaces[k].surface.geometry.kind for k in (i, j)), key=KINDS.index)
+            what = f"colliding pair of a kind with no collision kernel yet ({'-'.join(kind)}: left out)"
+            ignored[what] = ignored.get(what, 0) + 1
+    return state

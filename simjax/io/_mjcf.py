@@ -111,6 +111,7 @@ from ._loaded import (
     VisualGeometry,
     add_coordinate_limits,
     collect_visuals,
+    realize_with_contact,
 )
 from ._mesh import INERTIA_KINDS, MeshInertia, mesh_inertia, quat_to_rot, read_mesh
 from ._paths import ModelFiles, model_folders
@@ -152,8 +153,13 @@ _QUIET = {
     "joint range (limit constraint)",
     "mocap body (welded to ground)",
 }
-#: Geoms that collide in MuJoCo: simjax has no contact, so the user is told.
-_COLLIDING = "geom that collides (no contact in simjax: bodies pass through the floor and each other)"
+#: Geoms that collide in MuJoCo: simjax detects their contact but applies no force yet.
+_COLLIDING = (
+    "geom that collides (its contact is detected, matter.find_contacts, but produces no force yet: "
+    "bodies pass through the floor and each other)"
+)
+#: Colliding geoms whose shape has no contact geometry in simjax yet.
+_COLLIDING_MESH = "colliding mesh/hfield/sdf geom (no contact geometry for it yet: left out of contact)"
 #: MuJoCo's equalities are soft (solref/solimp); simjax's are exact.
 _SOFT_EQ = "equality solref/solimp (soft in MuJoCo, an exact constraint here)"
 #: Top-level sections read or expanded by the loader.
@@ -686,7 +692,8 @@ class _Reader:
                 body.geoms.append((c, own, dflt, X_frame))
                 # MuJoCo's contype/conaffinity (default 1/1): a geom with either set collides
                 collides = any(int(own.get(k, dflt.get(k, "1")) or 0) for k in ("contype", "conaffinity"))
-                _count(self.ignored, _COLLIDING if collides else "geom (visual shape)")
+                if not collides:
+                    _count(self.ignored, "geom (visual shape)")
             elif tag == "site":
                 self._site(c, body, X_frame, cls)
             elif tag in _UNSUPPORTED:
@@ -1413,6 +1420,13 @@ def load_mjcf(
     comp = _Compiler()
     gravity = np.array([0.0, 0.0, -9.81])
     eq_off = actuation_off = False
+    contact_flags = {"contact": True, "filterparent": True}
+    for el in root.children:
+        if el.tag == "option":
+            for c in el.children:
+                for k in contact_flags:
+                    if c.tag == "flag" and c.get(k) == "disable":
+                        contact_flags[k] = False
     for el in root.children:
         if el.tag == "compiler":
             comp.read(el, notes)
@@ -1424,7 +1438,8 @@ def load_mjcf(
             _count(ignored, el.tag, len(el.children))
         elif el.tag == "contact":
             for c in el.children:
-                _count(ignored, "contact pair" if c.tag == "pair" else f"contact {c.tag}")
+                if c.tag not in ("pair", "exclude"):
+                    _count(ignored, f"contact {c.tag}")
         elif el.tag not in _READ:
             _count(ignored, el.tag if el.tag in _QUIET else f"<{el.tag}>")
     defaults = _Defaults([el for el in root.children if el.tag == "default"])
@@ -1495,7 +1510,8 @@ def load_mjcf(
     if limits:
         add_coordinate_limits(coordinates, notes)
         ignored.pop("joint range (limit constraint)", None)
-    state = system.realize_topology()
+    _add_contact(sj, root, bodies, by_id, mobods, matter, comp, meshes, defaults, ignored, contact_flags)
+    state = realize_with_contact(system, matter, ignored)
     model = LoadedModel(
         system=system,
         matter=matter,
@@ -1554,6 +1570,116 @@ def _read_option(
                 "(enable one with actuator.enable(state))"
             )
     return g, eq_off, act_off
+
+
+_CONTACT_KINDS = ("plane", "sphere", "capsule", "ellipsoid", "cylinder", "box")
+
+
+def _geom_placement(
+    el: _El, own: dict[str, str], dflt: dict[str, str], X_frame: _Frame, comp: _Compiler, meshes: _Meshes
+) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """``(type, size, R, pos)`` of a primitive geom in its body (a primitive fitted to a
+    mesh included), as MuJoCo compiles ``geom_size``, ``geom_quat`` and ``geom_pos``."""
+    attrs = {**dflt, **own}
+    gtype = attrs.get("type", "sphere")
+    R = _rotation(el, own, dflt, comp)
+    pos = _floats(el, attrs, "pos", 3, (0.0, 0.0, 0.0))
+    if attrs.get("mesh"):
+        mesh = meshes.get(attrs["mesh"], el)
+        size, center = _fit_to_mesh(gtype, mesh, comp.fitaabb)
+        size = size * _number(el, attrs, "fitscale", 1.0)
+        R, pos = _compose((R, pos), (mesh.R, mesh.pos + mesh.R @ center))
+    elif "fromto" in attrs:
+        size, R, pos = _fromto(el, own, dflt, gtype)
+    else:
+        size = _geom_size(el, own, dflt)
+    R, pos = _compose(X_frame, (R, pos))
+    return gtype, np.asarray(size, dtype=float), R, pos
+
+
+def _contact_props(el: _El, attrs: dict[str, str], pair: bool) -> dict[str, Any]:
+    """MuJoCo's contact attributes of a geom (or a ``<pair>``), defaults filled in."""
+    out: dict[str, Any] = {}
+    out["condim"] = int(_number(el, attrs, "condim", 3.0))
+    if pair:
+        five = (1.0, 1.0, 0.005, 0.0001, 0.0001)
+        out["friction"] = tuple(_floats(el, attrs, "friction", 5, five, at_most=True))
+    else:
+        out["friction"] = tuple(_floats(el, attrs, "friction", 3, (1.0, 0.005, 0.0001), at_most=True))
+        out["contype"] = int(_number(el, attrs, "contype", 1.0))
+        out["conaffinity"] = int(_number(el, attrs, "conaffinity", 1.0))
+        out["priority"] = int(_number(el, attrs, "priority", 0.0))
+        out["solmix"] = _number(el, attrs, "solmix", 1.0)
+    out["solref"] = tuple(_floats(el, attrs, "solref", 2, (0.02, 1.0), at_most=True))
+    out["solimp"] = tuple(_floats(el, attrs, "solimp", 5, (0.9, 0.95, 0.001, 0.5, 2.0), at_most=True))
+    out["margin"] = _number(el, attrs, "margin", 0.0)
+    out["gap"] = _number(el, attrs, "gap", 0.0)
+    return out
+
+
+def _add_contact(
+    sj: Any, root: _El, bodies: list[_Body], by_id: list[MobilizedBody], mobods: dict[str, MobilizedBody],
+    matter: Any, comp: _Compiler, meshes: _Meshes, defaults: _Defaults, ignored: dict[str, int],
+    flags: dict[str, bool],
+) -> None:  # fmt: skip
+    """Contact surfaces for the geoms that collide (or that a ``<pair>`` names), in
+    MuJoCo's geom order, named as the geom (``geom#<id>`` when unnamed), with their
+    contact attributes; ``<contact><pair>`` and ``<exclude>``; ``<flag filterparent>``.
+    With ``<flag contact="disable">`` nothing is added."""
+    if not flags["contact"]:
+        return
+    sections = [c for c in root.children if c.tag == "contact"]
+    pair_els = [c for sec in sections for c in sec.children if c.tag == "pair"]
+    paired = {c.get(k) for c in pair_els for k in ("geom1", "geom2")}
+    index: dict[str, int] = {}
+    known: set[str] = set()
+    gid = 0
+    for b in bodies:
+        for el, own, dflt, X_frame in b.geoms:
+            attrs = {**dflt, **own}
+            name = own.get("name") or f"geom#{gid}"
+            known.add(name)
+            gid += 1
+            props = _contact_props(el, attrs, pair=False)
+            if not (props["contype"] or props["conaffinity"]) and name not in paired:
+                continue
+            gtype = attrs.get("type", "sphere")
+            if gtype not in _CONTACT_KINDS:
+                _count(ignored, _COLLIDING_MESH)
+                continue
+            if attrs.get("mesh") and meshes.refused(attrs["mesh"]):
+                _count(ignored, "colliding geom fitted to a mesh not read (left out)")
+                continue
+            gtype, size, R, pos = _geom_placement(el, own, dflt, X_frame, comp, meshes)
+            geometry = sj.ContactGeometry(gtype, size)
+            try:
+                surface = sj.ContactSurface(geometry, name=name, **props)
+            except ValueError as e:
+                raise _error(el, f"geom {name!r}: {e}") from None
+            index[name] = by_id[b.id].add_contact_surface(sj.Transform(R, pos), surface)
+            _count(ignored, _COLLIDING)
+    if not flags["filterparent"]:
+        matter.set_contact_filter_parent(False)
+    for sec in sections:
+        for c in sec.children:
+            if c.tag == "exclude":
+                b1, b2 = c.get("body1"), c.get("body2")
+                if b1 not in mobods or b2 not in mobods:
+                    raise _error(c, f"<exclude> names an unknown body ({b1!r}, {b2!r})")
+                matter.exclude_contact(mobods[b1], mobods[b2])
+            elif c.tag == "pair":
+                g1, g2 = c.get("geom1") or "", c.get("geom2") or ""
+                for g in (g1, g2):
+                    if g not in known:
+                        raise _error(c, f"<pair> names an unknown geom {g!r}")
+                if g1 not in index or g2 not in index:
+                    _count(ignored, "contact pair with a mesh/hfield/sdf geom (left out)")
+                    continue
+                attrs = {**defaults.of(c, "pair", c.get("class") or "main"), **c.attrib}
+                try:
+                    matter.add_contact_pair(index[g1], index[g2], **_contact_props(c, attrs, pair=True))
+                except ValueError as e:
+                    raise _error(c, str(e)) from None
 
 
 def _align_free(b: _Body, comp: _Compiler) -> None:

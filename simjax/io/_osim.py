@@ -35,6 +35,7 @@ from .. import _spatial as sp
 from .._functions import Constant, Linear, Polynomial
 from ..system.bodies import Body, MobilizedBody
 from ..system.constraints import Constraint
+from ..system.contact import ContactGeometry, ContactSurface
 from ..system.forces import Force
 from ..system.matter import SimbodyMatterSubsystem
 from ..system.system import GeneralForceSubsystem, MultibodySystem
@@ -789,6 +790,7 @@ class _OsimReader:
         markers = self._read_markers(bodies)
         actuators = self._read_forces(forces, coordinates)
         self._count_ignored()
+        self._read_contact(matter, bodies)
         if self.limits:
             add_coordinate_limits(coordinates, self.notes, select=lambda c: c.clamped)
 
@@ -986,5 +988,81 @@ class _OsimReader:
     def _count_ignored(self) -> None:
         for set_tag in ("ForceSet", "ControllerSet", "ContactGeometrySet", "ProbeSet", "ComponentSet"):
             for f in self._set_objects(set_tag):
-                if not (set_tag == "ForceSet" and f.tag in self._FORCES):
+                if set_tag == "ContactGeometrySet" and f.tag in ("ContactSphere", "ContactHalfSpace"):
+                    continue  # read by _read_contact
+                if set_tag == "ContactGeometrySet" and f.tag == "ContactMesh":
+                    self.ignored["ContactMesh (no mesh contact geometry yet: left out)"] += 1
+                elif not (set_tag == "ForceSet" and f.tag in self._FORCES):
                     self.ignored[f.tag] += 1
+
+    def _read_contact(self, matter: SimbodyMatterSubsystem, bodies: dict[str, MobilizedBody]) -> None:
+        """``ContactSphere`` and ``ContactHalfSpace`` as contact surfaces on their frames
+        (``location``, body-fixed X-Y-Z ``orientation``), named as in the file. They have
+        no dynamic pairs (contype = conaffinity = 0): the candidates are the pairs a force
+        names, as in OpenSim: every two geometries of one ``HuntCrossleyForce``'s contact
+        parameters on different bodies, and each ``SmoothSphereHalfSpaceForce``'s
+        half-space and sphere. Contact is detected (``matter.find_contacts``); the forces
+        are not modelled yet (listed as left out)."""
+        doc = self.doc
+        index: dict[str, int] = {}
+        body_of: dict[str, str] = {}
+        for el in self._set_objects("ContactGeometrySet"):
+            if el.tag not in ("ContactSphere", "ContactHalfSpace"):
+                continue
+            name = el.get("name") or f"{el.tag}#{len(index)}"
+            frame = el.findtext("socket_frame") or el.findtext("body_name") or el.findtext("body")
+            if not frame:
+                raise doc.error(
+                    el, "a contact geometry needs <socket_frame> (or <body_name>): the frame it is on"
+                )
+            body_name, X_BF = self._frame_on_body(frame.strip(), el)
+            body = bodies.get(body_name if body_name in bodies else self.ground_name)
+            if body is None:
+                raise doc.error(el, f"contact geometry on {body_name!r}, which is not a body of the model")
+            X_FS = _X(
+                rotation_body_xyz(doc.floats(el, "orientation", 3, [0, 0, 0])),
+                doc.floats(el, "location", 3, [0, 0, 0]),
+            )
+            if el.tag == "ContactSphere":
+                radius = doc.float(el, "radius", 0.0)
+                if not radius > 0:
+                    raise doc.error(el, f"a ContactSphere needs a positive <radius>, got {radius}")
+                geometry = ContactGeometry.Sphere(radius)
+            else:
+                geometry = ContactGeometry.HalfSpace()
+            surface = ContactSurface(geometry, name=name, contype=0, conaffinity=0)
+            index[name] = body.add_contact_surface((X_BF @ X_FS).transform(), surface)
+            body_of[name] = body_name
+        if not index:
+            return
+        pairs: list[tuple[str, str]] = []
+        for f in self._set_objects("ForceSet"):
+            if f.tag == "HuntCrossleyForce":
+                for params in f.iter("HuntCrossleyForce::ContactParameters"):
+                    names = (params.findtext("geometry") or "").split()
+                    pairs += [
+                        (a, b)
+                        for i, a in enumerate(names)
+                        for b in names[i + 1 :]
+                        if body_of.get(a) != body_of.get(b)
+                    ]
+            elif f.tag == "SmoothSphereHalfSpaceForce":
+                ends = [
+                    (f.findtext(k) or "").strip().split("/")[-1]
+                    for k in ("socket_half_space", "socket_sphere")
+                ]
+                pairs.append((ends[0], ends[1]))
+        seen = set()
+        for a, b in pairs:
+            if a not in index or b not in index:
+                missing = a if a not in index else b
+                self.ignored[f"contact pair with geometry {missing!r} (unknown or not read: left out)"] += 1
+                continue
+            key = (min(index[a], index[b]), max(index[a], index[b]))
+            if key not in seen:
+                seen.add(key)
+                matter.add_contact_pair(index[a], index[b], margin=0.0)
+        self.notes.append(
+            f"{len(index)} contact geometries read and {len(seen)} pairs named by the forces: "
+            "their contact is detected (matter.find_contacts) but produces no force yet"
+        )

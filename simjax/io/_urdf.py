@@ -56,6 +56,7 @@ from ._loaded import (
     VisualGeometry,
     add_coordinate_limits,
     collect_visuals,
+    realize_with_contact,
 )
 from ._paths import ModelFiles, is_inside, model_folders, path_list
 from ._xml import model_folder, parse_with_lines, read_model_source
@@ -565,7 +566,8 @@ def load_urdf(
                 _count(ignored, "mimic on a fixed joint" if j.type == "fixed" else _MIMIC_OFF)
     if limits:
         add_coordinate_limits(coordinates, notes)
-    state = system.realize_topology()
+    _add_collisions(doc, robot, bodies, ignored)
+    state = realize_with_contact(system, matter, ignored)
 
     model = LoadedModel(
         system=system,
@@ -672,6 +674,61 @@ def _visuals(
         for k, vis in enumerate(c for c in el.children if c.tag == "visual")
     )
     return collect_visuals(makers, notes, "<visual> element(s)")
+
+
+#: A ``<collision>`` read as contact geometry (said in the load warning).
+_COLLIDING = (
+    "collision shape (its contact is detected, matter.find_contacts, but produces no force yet: "
+    "bodies pass through each other)"
+)
+
+
+def _add_collisions(
+    doc: _Doc, robot: _Element, bodies: dict[str, MobilizedBody], ignored: dict[str, int]
+) -> None:
+    """Each link's ``<collision>`` box, sphere, cylinder or capsule (URDF sizes are full
+    lengths, the axis z; a capsule's ``length`` is its cylinder part's, as MuJoCo reads it)
+    as a contact surface with MuJoCo's default properties, named as the element (else
+    ``<link>_collision<k>``); meshes are left out (counted)."""
+    for el in robot.children:
+        if el.tag != "link" or el.get("name") not in bodies:
+            continue
+        body = bodies[el.get("name") or ""]
+        for k, col in enumerate(c for c in el.children if c.tag == "collision"):
+            geo = col.find("geometry")
+            shape_el = None if geo is None else next(iter(geo.children), None)
+            tag = "" if shape_el is None else shape_el.tag
+            if shape_el is None or tag not in ("box", "sphere", "cylinder", "capsule", "mesh"):
+                _count(ignored, "collision without a box, sphere, cylinder, capsule or mesh (left out)")
+                ignored["collision"] -= 1
+                continue
+            try:
+                if tag == "box":
+                    geometry = sj.ContactGeometry.Box(doc.floats(shape_el, "size", 3, None) / 2)
+                elif tag == "sphere":
+                    geometry = sj.ContactGeometry.Sphere(doc.number(shape_el, "radius", None))
+                elif tag in ("cylinder", "capsule"):
+                    r, length = doc.number(shape_el, "radius", None), doc.number(shape_el, "length", None)
+                    make = sj.ContactGeometry.Cylinder if tag == "cylinder" else sj.ContactGeometry.Capsule
+                    geometry = make(r, length / 2)
+            except ModelFileError:  # a missing or malformed size: the file loads as before
+                _count(ignored, "collision shape with a missing or malformed size (left out)")
+                ignored["collision"] -= 1
+                continue
+            except ValueError:  # a zero size: Pinocchio loads the file, the shape cannot touch
+                _count(ignored, "collision shape of zero size (left out)")
+                ignored["collision"] -= 1
+                continue
+            if tag == "mesh":
+                _count(ignored, "collision mesh (no mesh contact geometry yet: left out)")
+                ignored["collision"] -= 1
+                continue
+            name = col.get("name") or f"{body.name}_collision{k}"
+            body.add_contact_surface(sj.Transform(*doc.origin(col)), sj.ContactSurface(geometry, name=name))
+            ignored["collision"] -= 1
+            _count(ignored, _COLLIDING)
+    if ignored.get("collision") == 0:
+        del ignored["collision"]
 
 
 def _visual(

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
+from .contact import ContactCandidates
 from .mobilizers import AbstractMobilizer
 from .state import Cache, State
 from .topology import Topology
@@ -167,6 +168,7 @@ class Model:
     constraint_records: tuple[ConstraintRecord, ...] = ()
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
     limits: tuple[LimitRecord, ...] = ()  # unilateral rows (coordinate limits, couplings')
+    contact: ContactCandidates | None = None  # the static contact candidate list
 
     # ------------------------------------------------------------------ equality
     @cached_property
@@ -193,6 +195,7 @@ class Model:
             tuple((name, np.shape(z0)) for name, z0 in self.z_decl),
             cons,
             tuple(lim.key for lim in self.limits),
+            None if self.contact is None else self.contact.key,
         )
         try:
             hash(key)

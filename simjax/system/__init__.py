@@ -4,6 +4,8 @@ from .. import _spatial as _sp
 from .bodies import Body as Body
 from .bodies import MobilizedBody as MobilizedBody
 from .constraints import Constraint as Constraint
+from .contact import ContactGeometry as ContactGeometry
+from .contact import ContactSurface as ContactSurface
 from .forces import Force as Force
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .system import GeneralForceSubsystem as GeneralForceSubsystem

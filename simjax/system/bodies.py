@@ -22,6 +22,7 @@ from ..model.model import Model
 from ..model.state import State
 from ..model.topology import Topology
 from ._compiled import compiled_outside_traces
+from .contact import add_surface
 
 
 class Body:
@@ -362,6 +363,14 @@ class MobilizedBody:
             self.get_q(state), jnp.asarray(V_FM, state.u.dtype), self.get_mobilizer_params(state)
         )
         return self.set_u(state, u)
+
+    # ------------------------------------------------------------------ contact
+    def add_contact_surface(self, X_BS: sp.Transform, surface: Any) -> int:
+        """Fix a contact surface (``sj.ContactSurface``, or a bare ``sj.ContactGeometry``
+        with MuJoCo's default properties) on this body at the frame ``X_BS`` (Simbody's
+        ``Body::addContactSurface``); returns its index among the matter subsystem's
+        surfaces. A topology change."""
+        return add_surface(self._matter, self.index, X_BS, surface)
 
     # ------------------------------------------------------------------ kinematics
     @compiled_outside_traces

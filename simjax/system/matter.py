@@ -13,11 +13,13 @@ from .. import _spatial as sp
 from .._stage import Stage
 from ..constraints import kernels as cn
 from ..dynamics import stages as rz
+from ..dynamics.detection import Contacts, find_contacts
 from ..dynamics.forces import fold_body_forces
 from ..model.model import Model, classical_acceleration
 from ..model.state import Cache, State
 from ..model.topology import Topology
 from ..tree import traversal as _tree
+from . import contact as ct
 from ._compiled import compiled_outside_traces, reads_cache
 from .bodies import Ground, MobilizedBody
 from .system import MultibodySystem, Subsystem
@@ -431,6 +433,70 @@ class SimbodyMatterSubsystem(Subsystem):
         pc, vc = state.position_cache, state.velocity_cache
         rotors = 0.5 * jnp.sum(state.instance["matter"]["armature"] * state.u**2)
         return 0.5 * jnp.sum(vc.V_O * sp.inertia_times(pc.inertia_O, vc.V_O)) + rotors
+
+    # ------------------------------------------------------------------ contact geometry
+    def get_num_contact_surfaces(self) -> int:
+        """Number of contact surfaces on this subsystem's bodies."""
+        return len(ct.registry(self).surfaces)
+
+    def exclude_contact(self, body1: MobilizedBody | int, body2: MobilizedBody | int) -> None:
+        """No dynamic contact between the surfaces of these two bodies (MuJoCo's
+        ``<contact><exclude>``); explicit pairs still count. A topology change."""
+        a, b = _idx(body1), _idx(body2)
+        ct.registry(self).excluded.add((min(a, b), max(a, b)))
+        self._system.invalidate_topology()
+
+    def add_contact_pair(self, surface1: int, surface2: int, **properties: Any) -> None:
+        """Make two surfaces (indices from ``add_contact_surface``) a candidate pair with
+        their own contact properties, whatever the filters say (MuJoCo's
+        ``<contact><pair>``). ``properties``: ``condim``, ``friction`` (3 or MuJoCo's 5
+        values), ``solref``, ``solimp``, ``margin``, ``gap`` (MuJoCo's pair defaults). A
+        topology change."""
+        reg = ct.registry(self)
+        n = len(reg.surfaces)
+        for s in (surface1, surface2):
+            if not 0 <= int(s) < n:
+                raise ValueError(f"add_contact_pair: no contact surface {s} (this subsystem has {n})")
+        if surface1 == surface2:
+            raise ValueError("add_contact_pair: a surface cannot pair with itself")
+        fr = tuple(float(x) for x in properties.pop("friction", (1.0, 1.0, 0.005, 0.0001, 0.0001)))
+        if len(fr) not in (3, 5):
+            raise ValueError(f"add_contact_pair: friction takes 3 or 5 values, got {len(fr)}")
+        props = ct.ContactProperties(**ct._tupled(properties))
+        ct.check_properties(props, f"add_contact_pair({surface1}, {surface2})")
+        if any(not np.isfinite(f) or f < 0 for f in fr):
+            raise ValueError(
+                f"add_contact_pair({surface1}, {surface2}): friction must be finite and >= 0, got {fr}"
+            )
+        object.__setattr__(props, "friction", fr)
+        reg.pairs.append((int(surface1), int(surface2), props))
+        self._system.invalidate_topology()
+
+    def set_contact_filter_parent(self, on: bool) -> None:
+        """MuJoCo's ``filterparent`` flag (on by default): no dynamic contact between a
+        body's surfaces and its parent's, unless the parent is Ground. A topology change."""
+        ct.registry(self).filter_parent = bool(on)
+        self._system.invalidate_topology()
+
+    def get_contact_candidates(self, state: State) -> ct.ContactCandidates | None:
+        """The static candidate list the State's topology was built with (None without
+        surfaces)."""
+        return self._model(state).contact
+
+    @reads_cache
+    def find_contacts(self, state: State) -> Contacts:
+        """Every candidate pair's contacts at the State's body poses (needs Position).
+
+        Returns a :class:`simjax.dynamics.detection.Contacts`: fixed-size slots in the
+        candidate list's order, ``active`` marking those MuJoCo reports in ``data.contact``
+        (``dist <= margin + gap``), with their surfaces, distance, point and frame, and the
+        pair's contact parameters. Pure and static in shape (``jit``, ``vmap``, ``grad``).
+        Pair kinds without a kernel (listed in the candidates' ``unsupported``) are left out.
+        Detection only: no contact force acts yet.
+        """
+        state.require(Stage.POSITION, "find_contacts")
+        pc = state.position_cache
+        return find_contacts(self._model(state).contact, pc.R_GB, pc.p_GB)
 
     # ------------------------------------------------------------------ batched conveniences
     @reads_cache

@@ -33,6 +33,7 @@ from ..model.state import StageError, State
 from ..model.topology import Topology
 from . import diagnose as dg
 from ._compiled import compiled_outside_traces, reads_cache
+from .contact import contact_candidates
 
 _uids = itertools.count(1)
 
@@ -201,6 +202,12 @@ class MultibodySystem:
             constraint_records=records,
             limits=limits,
             force_subsystems=tuple(s for s in self._subsystems if isinstance(s, ForceSubsystem)),
+            contact=contact_candidates(
+                matter,
+                tuple(-1 if m._parent is None else m._parent.index for m in mob),
+                [m._mobilizer.nu if m.index else 0 for m in mob],
+                mass,
+            ),
         )
 
     def summary(self, state: State | None = None) -> str:
