@@ -590,3 +590,41 @@ def test_view_highlights_engaged_limits():
             assert ball.visible == bool(E[k])
         view.show(jax.tree_util.tree_map(lambda x: x[-1], traj.states))
         assert ball.visible
+
+
+def test_view_draws_contacts_where_find_contacts_finds_them(tmp_path):
+    """A ball and a box on a floor (MJCF): the View draws one orange point per active contact
+    slot at find_contacts' point, with a normal line, and hides them when the bodies are
+    lifted off the floor; animate follows the frames."""
+    pytest.importorskip("viser")
+    xml = tmp_path / "drop.xml"
+    xml.write_text(
+        """<mujoco><worldbody><geom name="floor" type="plane" size="2 2 .1"/>
+        <body name="ball" pos="0 0 .5"><freejoint/><geom type="sphere" size=".1"/></body>
+        <body name="box" pos=".5 0 .5"><freejoint/><geom type="box" size=".1 .1 .1"/></body>
+        </worldbody></mujoco>"""
+    )
+    model = _quiet(sj.io.load_mjcf, str(xml))
+    st = model.default_state
+    down = st.with_q(st.q.at[6].set(0.095).at[13].set(0.099))  # q: quaternion, then position
+    with sj.viz.View(model) as view:
+        pts = view._nodes["/copy0/contacts/points"]
+        seg = view._nodes["/copy0/contacts/normals"]
+        view.show(st)
+        assert not pts.visible and not seg.visible
+        view.show(down)
+        c = model.system.get_matter_subsystem().find_contacts(model.system.realize(down, sj.Stage.POSITION))
+        on = np.asarray(c.active)
+        assert on.sum() == 5 and pts.visible and seg.visible
+        np.testing.assert_allclose(pts.points, np.asarray(c.pos)[on], atol=1e-6)
+        np.testing.assert_allclose(seg.points[:, 0], np.asarray(c.pos)[on], atol=1e-6)
+        normals = seg.points[:, 1] - seg.points[:, 0]
+        assert np.all(normals[:, 2] > 0)  # from the floor up
+        states = jax.vmap(lambda q: st.with_q(q))(jnp.stack([st.q, down.q]))
+        view.animate(states, play=False)
+        view.frame(0)
+        assert not pts.visible
+        view.frame(1)
+        assert pts.visible and len(pts.points) == 5
+    with sj.viz.View(model, contacts=False) as view:
+        assert not any("/contacts/" in n for n in view.node_names)

@@ -30,6 +30,7 @@ STANDIN_RGB = (150, 170, 200)
 MARKER_RGB = (230, 60, 200)
 OBSERVED_RGB = (40, 120, 255)
 LIMIT_RGB = (230, 30, 30)
+CONTACT_RGB = (255, 150, 0)
 
 
 @dataclass
@@ -312,6 +313,35 @@ def limit_engagement(system: MultibodySystem, states: State) -> np.ndarray:
     n = int(np.prod(batch))
     flat = jax.tree.map(lambda x: jnp.reshape(x, (n, *jnp.shape(x)[len(batch) :])), states)
     return np.asarray(jax.vmap(one)(flat)).reshape((*batch, len(limits)))
+
+
+def _contacts(system: MultibodySystem) -> Any:
+    matter = system.get_matter_subsystem()
+
+    def one(s: State) -> tuple[jax.Array, jax.Array, jax.Array]:
+        c = matter.find_contacts(system.realize(s, Stage.POSITION))
+        return c.pos, c.frame[..., 0, :], c.active
+
+    return one
+
+
+def contact_points(system: MultibodySystem, states: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every contact slot's point in Ground, its normal (from surface 1 to surface 2) and
+    whether it holds a contact (``matter.find_contacts``), for a State or a batch of them:
+    ``(..., n, 3), (..., n, 3), (..., n)``; ``n = 0`` for a model without contact surfaces."""
+    batch = tuple(states.q.shape[:-1])
+    if system.get_matter_subsystem().get_num_contact_surfaces() == 0:
+        return np.zeros((*batch, 0, 3)), np.zeros((*batch, 0, 3)), np.zeros((*batch, 0), dtype=bool)
+    fn = per_system(system, "contacts", _contacts)
+    if not batch:
+        out = fn(states)
+    else:
+        n = int(np.prod(batch))
+        flat = jax.tree.map(lambda x: jnp.reshape(x, (n, *jnp.shape(x)[len(batch) :])), states)
+        out = jax.vmap(fn)(flat)
+        out = tuple(x.reshape((*batch, *x.shape[1:])) for x in out)
+    pos, nrm, active = (np.asarray(x) for x in out)
+    return pos, nrm, active.astype(bool)
 
 
 def geometry_poses(model: LoadedModel, state: State) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ import numpy as np
 from .. import _spatial as sp
 from ..io._motion import MarkerTable
 from ._scene import (
+    CONTACT_RGB,
     LIMIT_RGB,
     MARKER_RGB,
     OBSERVED_RGB,
@@ -21,6 +22,7 @@ from ._scene import (
     Scene,
     body_poses,
     check_state,
+    contact_points,
     limit_engagement,
     make_scene,
     marker_locations,
@@ -59,29 +61,32 @@ def _error_rgb(err: np.ndarray, scale: float) -> np.ndarray:
 
 class View:
     """A 3D scene of a model served on localhost (viser): open :attr:`url` in a browser, or
-    call :meth:`display` in a notebook.
+        call :meth:`display` in a notebook.
 
-    ``View(model)`` draws every body with the model file's geometry (MJCF geoms, URDF visual
-    meshes, OpenSim attached geometry; stand-ins where a mesh file is missing, and for models
-    with no geometry: a ball at each body and a capsule along each bone), the markers as
-    spheres, optionally each body's frame as axes, and a red ball on each joint while its
-    coordinate limit (``sj.Constraint.CoordinateLimit``) is engaged. With ``copies=N`` it draws N members
-    of a batch side by side (or overlaid with ``spacing=0``).
+        ``View(model)`` draws every body with the model file's geometry (MJCF geoms, URDF visual
+        meshes, OpenSim attached geometry; stand-ins where a mesh file is missing, and for models
+        with no geometry: a ball at each body and a capsule along each bone), the markers as
+        spheres, optionally each body's frame as axes, and a red ball on each joint while its
+        coordinate limit (``sj.Constraint.CoordinateLimit``) is engaged, and each contact the
+    model's contact surfaces make (``matter.find_contacts``) as an orange point with a line
+    along its normal. With ``copies=N`` it draws N members
+        of a batch side by side (or overlaid with ``spacing=0``).
 
-    Args:
-        model: A ``LoadedModel`` (``sj.io.load_osim``/``load_urdf``/``load_mjcf``) or a
-            ``sj.MultibodySystem``.
-        host, port: Where the server listens (``port=0``: a free port).
-        frames: Draw each body's frame as axes.
-        markers: ``True``: the model's markers; ``False``: none; or an ``sj.Markers`` goal
-            (for a System built by hand), whose markers are drawn.
-        groups: MJCF geom groups drawn (MuJoCo's viewer shows 0-2).
-        standins: Force stand-ins on (True) or off (False) for every body.
-        up: The up direction (``"+y"``, ``"+z"``, ...); default: ``+z`` for MJCF and URDF,
-            ``+y`` for OpenSim and hand-built models (Simbody's convention).
-        copies: How many members of a batch to draw (``show`` and ``animate`` of a batch).
-        spacing: Distance between copies, sideways (default: 1.2 x the model's size; 0
-            overlays them, drawn translucent).
+        Args:
+            model: A ``LoadedModel`` (``sj.io.load_osim``/``load_urdf``/``load_mjcf``) or a
+                ``sj.MultibodySystem``.
+            host, port: Where the server listens (``port=0``: a free port).
+            frames: Draw each body's frame as axes.
+            markers: ``True``: the model's markers; ``False``: none; or an ``sj.Markers`` goal
+                (for a System built by hand), whose markers are drawn.
+            groups: MJCF geom groups drawn (MuJoCo's viewer shows 0-2).
+            standins: Force stand-ins on (True) or off (False) for every body.
+            up: The up direction (``"+y"``, ``"+z"``, ...); default: ``+z`` for MJCF and URDF,
+                ``+y`` for OpenSim and hand-built models (Simbody's convention).
+            copies: How many members of a batch to draw (``show`` and ``animate`` of a batch).
+            spacing: Distance between copies, sideways (default: 1.2 x the model's size; 0
+                overlays them, drawn translucent).
+            contacts: Draw the contacts (points and normals) of a model with contact surfaces.
     """
 
     def __init__(
@@ -97,6 +102,7 @@ class View:
         up: str | None = None,
         copies: int = 1,
         spacing: float | None = None,
+        contacts: bool = True,
     ):
         if not (isinstance(copies, int) and copies >= 1):
             raise ValueError(f"View: copies must be a positive int, got {copies!r}")
@@ -126,6 +132,7 @@ class View:
         api = self.server.scene
         matter = sc.system.get_matter_subsystem()
         self._limits = [matter.get_limit(i) for i in range(matter.get_num_limits())]
+        self._contacts = bool(contacts) and matter.get_num_contact_surfaces() > 0
         width = 3 * ext + gap * (copies - 1)
         grid_center = sc.center + self._offsets[-1] / 2
         # the floor: Ground's origin, or below it when the model hangs lower (a pendulum)
@@ -160,6 +167,15 @@ class View:
                     position=tuple(sc.outboard_points[b]),
                     visible=False,
                 )
+            if self._contacts:  # filled by show/animate; hidden while nothing touches
+                self._nodes[f"{root}/contacts/points"] = api.add_point_cloud(
+                    f"{root}/contacts/points", np.zeros((1, 3), np.float32), CONTACT_RGB,
+                    point_size=0.02 * ext, point_shape="circle", precision="float32", visible=False,
+                )  # fmt: skip
+                self._nodes[f"{root}/contacts/normals"] = api.add_line_segments(
+                    f"{root}/contacts/normals", np.zeros((1, 2, 3), np.float32), CONTACT_RGB,
+                    thickness=0.004 * ext, visible=False,
+                )  # fmt: skip
             for name, _, _ in sc.markers:
                 path = f"{root}/markers/{_safe(name)}"
                 self._nodes[path] = api.add_icosphere(
@@ -255,6 +271,23 @@ class View:
                 f"{self._body_path(c, self._limits[i].get_mobilized_body().index)}/limit{i}"
             ].visible = bool(e)
 
+    def _set_contacts(self, c: int, pos: np.ndarray, nrm: np.ndarray, active: np.ndarray) -> None:
+        """Copy ``c``'s contacts: the active slots' points ``(n, 3)`` and normals."""
+        if not self._contacts:
+            return
+        pts = self._nodes[f"/copy{c}/contacts/points"]
+        seg = self._nodes[f"/copy{c}/contacts/normals"]
+        on = np.asarray(active, dtype=bool)
+        if not on.any():
+            pts.visible = seg.visible = False
+            return
+        x = np.asarray(pos, dtype=np.float32)[on]
+        tip = x + np.float32(0.1 * self.scene.extent) * np.asarray(nrm, dtype=np.float32)[on]
+        pts.points, pts.colors = x, np.tile(np.array(CONTACT_RGB, np.uint8), (len(x), 1))
+        seg.points = np.stack([x, tip], axis=1)
+        seg.colors = np.tile(np.array(CONTACT_RGB, np.uint8), (len(x), 2, 1))
+        pts.visible = seg.visible = True
+
     def _members(self, n: int, what: str) -> int:
         if n > 1 and self.copies == 1:
             raise ValueError(
@@ -286,10 +319,15 @@ class View:
                     f"view's {want[1]} markers, in metres), got {np.shape(observed)}"
                 )
         engaged = limit_engagement(self._system, state).reshape(R.shape[0], -1)
+        cts = contact_points(self._system, state) if self._contacts else None
+        if cts is not None and state.q.ndim == 1:
+            cts = (cts[0][None], cts[1][None], cts[2][None])
         Q = _wxyz(R)
         for c in range(n):
             self._set_pose(c, R[c], p[c], Q[c])
             self._set_limits(c, engaged[c])
+            if cts is not None:
+                self._set_contacts(c, cts[0][c], cts[1][c], cts[2][c])
             if obs is not None:
                 self._show_observed(c, obs[c], marker_locations(self.scene, R[c], p[c]))
         return self
@@ -331,8 +369,10 @@ class View:
         states, t = states_of(self._system, motion, "View.animate")
         R, p = body_poses(self._system, states)
         engaged = limit_engagement(self._system, states)
+        cts = contact_points(self._system, states) if self._contacts else None
         if states.q.ndim == 2:
             R, p, engaged = R[None], p[None], engaged[None]
+            cts = None if cts is None else (cts[0][None], cts[1][None], cts[2][None])
         n = self._members(R.shape[0], "View.animate")
         obs = None
         if observed is not None:
@@ -363,6 +403,7 @@ class View:
         self._anim["slider"].max = max(1, len(t) - 1)
         self._anim.update(R=R[:n], p=p[:n], Q=_wxyz(R[:n]), t=t, engaged=engaged[:n])
         self._anim["obs"] = None if obs is None else obs[:n]
+        self._anim["contacts"] = None if cts is None else tuple(x[:n] for x in cts)
         dt = float(np.median(np.diff(t))) if len(t) > 1 and np.all(np.diff(t) > 0) else 1 / 30
         self._anim["period"] = 1.0 / fps if fps else min(max(dt, 1 / 60), 0.5)
         self.frame(0)
@@ -401,6 +442,9 @@ class View:
                 R, p = a["R"][c, k], a["p"][c, k]
                 self._set_pose(c, R, p, a["Q"][c, k])
                 self._set_limits(c, a["engaged"][c, k])
+                if a.get("contacts") is not None:
+                    cpos, cnrm, con = a["contacts"]
+                    self._set_contacts(c, cpos[c, k], cnrm[c, k], con[c, k])
                 if a.get("obs") is not None:
                     self._show_observed(c, a["obs"][c, k], marker_locations(self.scene, R, p))
             a["time"].value = float(a["t"][k])
