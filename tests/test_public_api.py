@@ -30,6 +30,7 @@ SJ = [
     "ForceSubsystem",
     "Function",
     "GeneralForceSubsystem",
+    "GeometryPath",
     "Inertia",
     "Markers",
     "MassProperties",

@@ -195,6 +195,9 @@ class LoadedModel:
         constraints: Constraints by name.
         actuators: Actuators (``Force.CoordinateActuator``) by name, in control order: the
             i-th control of ``set_controls`` drives the i-th.
+        paths: ``sj.GeometryPath`` handles by the name of the force that owns them (an
+            OpenSim muscle's, ligament's or path actuator's path; the force itself may be
+            left out): ``get_length``, ``get_lengthening_speed``, ``compute_moment_arm``.
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
         geometry: :class:`VisualGeometry` of the bodies, for ``sj.viz`` (visual only).
         path: The file it came from.
@@ -210,6 +213,7 @@ class LoadedModel:
     markers: dict[str, Marker] = field(default_factory=dict)
     constraints: dict[str, Any] = field(default_factory=dict)
     actuators: dict[str, Any] = field(default_factory=dict)
+    paths: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     geometry: list[VisualGeometry] = field(default_factory=list)

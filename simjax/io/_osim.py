@@ -38,6 +38,7 @@ from ..system.constraints import Constraint
 from ..system.contact import ContactGeometry, ContactSurface
 from ..system.forces import Force
 from ..system.matter import SimbodyMatterSubsystem
+from ..system.paths import GeometryPath
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
@@ -791,6 +792,7 @@ class _OsimReader:
         actuators = self._read_forces(forces, coordinates)
         self._count_ignored()
         self._read_contact(matter, bodies)
+        paths = self._read_paths(matter, bodies, coordinates)
         if self.limits:
             add_coordinate_limits(coordinates, self.notes, select=lambda c: c.clamped)
 
@@ -813,6 +815,7 @@ class _OsimReader:
             markers=markers,
             constraints=constraints,
             actuators=actuators,
+            paths=paths,
             ignored=dict(sorted(self.ignored.items())),
             notes=self.notes,
             geometry=self._visuals(bodies),
@@ -984,6 +987,80 @@ class _OsimReader:
             for e in made if off else ():
                 e.set_disabled_by_default(True)
         return actuators
+
+    # ------------------------------------------------------------------ paths
+    def _read_paths(
+        self,
+        matter: SimbodyMatterSubsystem,
+        bodies: dict[str, MobilizedBody],
+        coordinates: dict[str, Coordinate],
+    ) -> dict[str, GeometryPath]:
+        """The ``GeometryPath`` of every force that has one (muscles, path actuators,
+        ligaments, path springs), named after its force: ``PathPoint``,
+        ``ConditionalPathPoint`` and ``MovingPathPoint`` on their frames (3.x ``<body>`` or
+        4.x ``socket_parent_frame``). A path with wrap objects is left out (counted): its
+        length would be wrong without them."""
+        doc = self.doc
+        out: dict[str, GeometryPath] = {}
+        for f in self._set_objects("ForceSet"):
+            gp = f.find("GeometryPath")
+            if gp is None:
+                continue
+            name = f.get("name") or f.tag
+            wraps = gp.find("PathWrapSet/objects")
+            if wraps is not None and len(wraps):
+                self.ignored["GeometryPath with wrap objects (wrapping not modelled yet: left out)"] += 1
+                continue
+            points = gp.find("PathPointSet/objects")
+            if points is None or len(points) < 2:
+                raise doc.error(gp, f"the path of {name!r} needs at least two points in <PathPointSet>")
+            path = GeometryPath(matter, name)
+            base = f"/forceset/{name}/{gp.get('name') or 'path'}"
+            for pt in points:
+                where = f"path point {pt.get('name')!r} of {name!r}"
+                if pt.tag not in ("PathPoint", "ConditionalPathPoint", "MovingPathPoint"):
+                    raise doc.error(
+                        pt,
+                        f"{where}: {pt.tag} is not supported in a path "
+                        "(PathPoint, ConditionalPathPoint, MovingPathPoint)",
+                    )
+                if pt.find("body") is not None:
+                    body_name, X = doc.text(pt, "body") or "", _X()
+                else:
+                    sock = doc.text(pt, "socket_parent_frame")
+                    if not sock:
+                        raise doc.error(pt, f"{where} needs <socket_parent_frame> (or <body>)")
+                    body_name, X = self._frame_on_body(
+                        self._resolve(sock, f"{base}/{pt.get('name')}", pt), pt
+                    )
+                body = bodies.get(body_name if body_name in bodies else self.ground_name)
+                if body is None or (body_name not in bodies and body_name != self.ground_name):
+                    raise doc.error(pt, f"{where} is on {body_name!r}, which is not a body of the model")
+                loc = doc.floats(pt, "location", 3, [0, 0, 0])
+                station = X.R @ loc + X.p
+                if pt.tag == "PathPoint":
+                    path.append_path_point(body, station)
+                elif pt.tag == "ConditionalPathPoint":
+                    cname = doc.text(pt, "coordinate") or doc.text(pt, "socket_coordinate") or ""
+                    coord = self._coord_ref(pt, cname.strip().split("/")[-1], coordinates)
+                    path.append_conditional_path_point(body, station, coord, doc.floats(pt, "range", 2))
+                else:
+                    axes: dict[str, Any] = {}
+                    for ax in ("x", "y", "z"):
+                        ref = doc.text(pt, f"{ax}_coordinate") or doc.text(pt, f"socket_{ax}_coordinate")
+                        if not ref:
+                            continue
+                        coord = self._coord_ref(pt, ref.strip().split("/")[-1], coordinates)
+                        f_loc = self._function(pt, f"{ax}_location")
+                        if np.any(X.R != np.eye(3)) or np.any(X.p != 0):
+                            raise doc.error(
+                                pt,
+                                f"{where}: a MovingPathPoint on an offset frame is not supported",
+                            )
+                        axes[ax] = (f_loc, coord)
+                    path.append_moving_path_point(body, station, **axes)
+            out[name] = path
+        return out
 
     def _count_ignored(self) -> None:
         for set_tag in ("ForceSet", "ControllerSet", "ContactGeometrySet", "ProbeSet", "ComponentSet"):

@@ -74,15 +74,14 @@ class ContactCandidates:
 
     @property
     def key(self) -> tuple:
-        """What a compiled program depends on (kinds, counts, indices)."""
+        """What a compiled program depends on: kinds, counts, indices and every number
+        (frames, sizes, margins, contact parameters), which the kernels hold as constants."""
         return tuple(
-            (
-                g.kind1,
-                g.kind2,
-                tuple(g.surf1.tolist()),
-                tuple(g.surf2.tolist()),
-                tuple(g.body1.tolist()),
-                tuple(g.body2.tolist()),
+            (g.kind1, g.kind2)
+            + tuple(
+                (f, a.shape, a.dtype.str, a.tobytes())
+                for f in g.__dataclass_fields__
+                if isinstance(a := getattr(g, f), np.ndarray)
             )
             for g in self.groups
         )

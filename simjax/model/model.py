@@ -17,6 +17,7 @@ from .. import _spatial as sp
 from .._stage import Stage
 from .contact import ContactCandidates
 from .mobilizers import AbstractMobilizer
+from .paths import PathSet
 from .state import Cache, State
 from .topology import Topology
 
@@ -169,6 +170,7 @@ class Model:
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
     limits: tuple[LimitRecord, ...] = ()  # unilateral rows (coordinate limits, couplings')
     contact: ContactCandidates | None = None  # the static contact candidate list
+    paths: PathSet | None = None  # every GeometryPath's points, stacked
 
     # ------------------------------------------------------------------ equality
     @cached_property
@@ -196,6 +198,7 @@ class Model:
             cons,
             tuple(lim.key for lim in self.limits),
             None if self.contact is None else self.contact.key,
+            None if self.paths is None else self.paths.key,
         )
         try:
             hash(key)

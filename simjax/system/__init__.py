@@ -8,6 +8,7 @@ from .contact import ContactGeometry as ContactGeometry
 from .contact import ContactSurface as ContactSurface
 from .forces import Force as Force
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
+from .paths import GeometryPath as GeometryPath
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem
 

@@ -20,6 +20,7 @@ from ..model.state import Cache, State
 from ..model.topology import Topology
 from ..tree import traversal as _tree
 from . import contact as ct
+from . import paths as pa
 from ._compiled import compiled_outside_traces, reads_cache
 from .bodies import Ground, MobilizedBody
 from .system import MultibodySystem, Subsystem
@@ -39,6 +40,7 @@ class SimbodyMatterSubsystem(Subsystem):
         self._mobods: list[MobilizedBody] = []
         self._constraints: list[Any] = []
         self._limits: list[Any] = []  # Constraint.CoordinateLimit, in order of creation
+        self._paths: list[Any] = []  # GeometryPath, in order of creation
         self._penetration_tol: float | None = None
         self._rotary_limit_tol: float | None = None
         super().__init__(system, name)
@@ -86,6 +88,31 @@ class SimbodyMatterSubsystem(Subsystem):
     def get_limit(self, index: int) -> Any:
         """A coordinate limit by its index."""
         return self._limits[index]
+
+    # ------------------------------------------------------------------ paths
+    def get_num_paths(self) -> int:
+        """Number of paths (``sj.GeometryPath``)."""
+        return len(self._paths)
+
+    def get_path(self, index: int) -> Any:
+        """A path by its index (order of creation)."""
+        return self._paths[index]
+
+    @compiled_outside_traces
+    def calc_path_lengths(self, state: State) -> jax.Array:
+        """Every path's length (n_paths,) in order of creation (needs Position)."""
+        return pa.calc_path_lengths(self, state)
+
+    @compiled_outside_traces
+    def calc_path_lengthening_speeds(self, state: State) -> jax.Array:
+        """Every path's lengthening speed (n_paths,) (needs Velocity)."""
+        return pa.calc_path_lengthening_speeds(self, state)
+
+    @compiled_outside_traces
+    def calc_path_moment_arms(self, state: State) -> jax.Array:
+        """Every path's moment arms about every generalized speed (n_paths, nu):
+        ``-dL/dq N(q)``, i.e. ``-dL/dq`` for a coordinate with ``qdot = u`` (needs only q)."""
+        return pa.calc_path_moment_arms(self, state)
 
     # ------------------------------------------------------------------ structure
     def Ground(self) -> MobilizedBody:  # noqa: N802 (Simbody name)

@@ -34,6 +34,7 @@ from ..model.topology import Topology
 from . import diagnose as dg
 from ._compiled import compiled_outside_traces, reads_cache
 from .contact import contact_candidates
+from .paths import build_path_set
 
 _uids = itertools.count(1)
 
@@ -208,6 +209,7 @@ class MultibodySystem:
                 [m._mobilizer.nu if m.index else 0 for m in mob],
                 mass,
             ),
+            paths=build_path_set(matter),
         )
 
     def summary(self, state: State | None = None) -> str:

@@ -1,0 +1,252 @@
+"""Paths through points on bodies (OpenSim's ``GeometryPath``): the handle a user or a
+loader builds, and the frozen :class:`simjax.model.paths.PathSet` it becomes at
+``realize_topology()``.
+
+A path's length, lengthening speed and moment arms are evaluated for every path at once
+(:mod:`simjax.dynamics.paths`); the moment arms come from autodiff, ``r = -dL/dq`` (per
+generalized speed: ``-dL/dq N(q)``, which is ``dL/dq`` negated for a coordinate with
+``qdot = u``). Wrapping surfaces are not modelled yet.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._stage import Stage
+from ..dynamics.paths import path_lengths, point_locations
+from ..model.paths import MovingPoint, PathSet
+from ..model.state import State
+from ._compiled import reads_cache
+from .bodies import MobilizedBody
+
+
+def _body_index(body: Any, who: str) -> int:
+    if isinstance(body, MobilizedBody):
+        return body.index
+    if isinstance(body, int | np.integer) and not isinstance(body, bool):
+        return int(body)
+    raise TypeError(f"{who}: expected a MobilizedBody (or its index), got {type(body).__name__}")
+
+
+def _coordinate(coordinate: Any, who: str) -> tuple[int, int]:
+    """``(body index, slot in its mobilizer's q)`` of a coordinate given as an
+    ``sj.io`` Coordinate (anything with ``body`` and ``which``) or ``(body, which)``."""
+    if hasattr(coordinate, "body") and hasattr(coordinate, "which"):
+        return _body_index(coordinate.body, who), int(coordinate.which)
+    if isinstance(coordinate, tuple) and len(coordinate) == 2:
+        return _body_index(coordinate[0], who), int(coordinate[1])
+    raise TypeError(
+        f"{who}: a coordinate is a loaded model's Coordinate (model.coordinates[name]) or a "
+        f"(MobilizedBody, which) pair, got {coordinate!r}"
+    )
+
+
+def _station(station: Any, who: str) -> np.ndarray:
+    s = np.asarray(station, dtype=float)
+    if s.shape != (3,) or not np.all(np.isfinite(s)):
+        raise ValueError(f"{who}: a station is 3 finite numbers (metres, in the body frame), got {station!r}")
+    return s
+
+
+class GeometryPath:
+    """A path through points fixed on bodies (OpenSim's ``GeometryPath`` with its
+    ``PathPoint``, ``ConditionalPathPoint`` and ``MovingPathPoint``).
+
+    Build it with ``sj.GeometryPath(matter, name)`` and ``append_*`` calls in the path's
+    order (a topology change). Its length runs through the active points in order:
+    :meth:`get_length` (Position), :meth:`get_lengthening_speed` (Velocity),
+    :meth:`compute_moment_arm` (Position), and for every path of the System at once
+    :func:`calc_path_lengths`, :func:`calc_path_lengthening_speeds`,
+    :func:`calc_path_moment_arms`. All are pure JAX (``jit``, ``vmap``, ``grad``).
+    """
+
+    def __init__(self, matter: Any, name: str | None = None):
+        self._matter = matter
+        self.index = len(matter._paths)
+        self.name = name if name is not None else f"path{self.index}"
+        # (kind, body, station, extra): extra None, (coordinate, lo, hi) or the moving axes
+        self._points: list[tuple[str, int, np.ndarray, Any]] = []
+        matter._paths.append(self)
+        matter._system.invalidate_topology()
+
+    def __repr__(self) -> str:
+        return f"GeometryPath({self.name!r}, {len(self._points)} points)"
+
+    # ------------------------------------------------------------------ building
+    def append_path_point(self, body: MobilizedBody | int, station: Any) -> int:
+        """A point fixed at ``station`` (body frame, metres) on ``body``; returns its index."""
+        who = f"GeometryPath {self.name!r}: append_path_point"
+        self._points.append(("fixed", _body_index(body, who), _station(station, who), None))
+        self._matter._system.invalidate_topology()
+        return len(self._points) - 1
+
+    def append_conditional_path_point(
+        self, body: MobilizedBody | int, station: Any, coordinate: Any, range: Any
+    ) -> int:
+        """A point on ``body`` that is part of the path only while ``coordinate`` lies in
+        ``range = (lower, upper)`` (bounds included; OpenSim's ``ConditionalPathPoint``)."""
+        who = f"GeometryPath {self.name!r}: append_conditional_path_point"
+        lo, hi = (float(x) for x in range)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ValueError(f"{who}: range must be finite with lower <= upper, got {range!r}")
+        coord = _coordinate(coordinate, who)
+        self._points.append(("conditional", _body_index(body, who), _station(station, who), (coord, lo, hi)))
+        self._matter._system.invalidate_topology()
+        return len(self._points) - 1
+
+    def append_moving_path_point(
+        self,
+        body: MobilizedBody | int,
+        station: Any,
+        *,
+        x: tuple[Any, Any] | None = None,
+        y: tuple[Any, Any] | None = None,
+        z: tuple[Any, Any] | None = None,
+    ) -> int:
+        """A point on ``body`` whose station coordinates follow functions of coordinates
+        (OpenSim's ``MovingPathPoint``): ``x``, ``y``, ``z`` each ``(function,
+        coordinate)`` (an ``sj.Function`` of one argument) or None to keep ``station``'s.
+        As in OpenSim, a function reads its coordinate's value clamped to the coordinate's
+        ``range`` (a loaded model's Coordinate has one; a ``(body, which)`` pair has none)."""
+        who = f"GeometryPath {self.name!r}: append_moving_path_point"
+        axes: list[tuple[Any, int, int, float, float] | None] = []
+        for name, spec in (("x", x), ("y", y), ("z", z)):
+            if spec is None:
+                axes.append(None)
+                continue
+            fn, coordinate = spec
+            if not callable(fn):
+                raise TypeError(f"{who}: {name} must be (function, coordinate), got {spec!r}")
+            lo, hi = (float(v) for v in getattr(coordinate, "range", (-math.inf, math.inf)))
+            axes.append((fn, *_coordinate(coordinate, who), lo, hi))
+        self._points.append(("moving", _body_index(body, who), _station(station, who), tuple(axes)))
+        self._matter._system.invalidate_topology()
+        return len(self._points) - 1
+
+    def get_num_path_points(self) -> int:
+        """Number of points (active or not)."""
+        return len(self._points)
+
+    # ------------------------------------------------------------------ evaluation
+    @reads_cache
+    def get_length(self, state: State) -> Float[Array, ""]:
+        """The path's length (needs Position)."""
+        return self._matter.calc_path_lengths(state)[self.index]
+
+    @reads_cache
+    def get_lengthening_speed(self, state: State) -> Float[Array, ""]:
+        """d length / dt (needs Velocity)."""
+        return self._matter.calc_path_lengthening_speeds(state)[self.index]
+
+    def compute_moment_arm(self, state: State, coordinate: Any) -> Float[Array, ""]:
+        """The moment arm ``-dL/dq`` about ``coordinate`` (a loaded model's Coordinate or
+        ``(MobilizedBody, which)``), the other generalized coordinates held (OpenSim's
+        ``computeMomentArm`` also moves coordinates coupled to this one by constraints)."""
+        body, which = _coordinate(coordinate, f"GeometryPath {self.name!r}: compute_moment_arm")
+        topo = self._matter._system.model_for(state).topology(state.use_euler_angles)
+        return self._matter.calc_path_moment_arms(state)[self.index, int(topo.u_start[body]) + which]
+
+    def get_current_path(self, state: State) -> np.ndarray:
+        """Ground locations of the active points, in order (k, 3): what a viewer draws
+        (needs Position; a host array, not for tracing)."""
+        state.require(Stage.POSITION, "get_current_path")
+        model = self._matter._system.model_for(state)
+        paths = model.paths
+        topo = model.topology(state.use_euler_angles)
+        pc = state.position_cache
+        x, active = point_locations(paths, topo, state.q, pc.R_GB, pc.p_GB)
+        lo, hi = int(paths.start[self.index]), int(paths.start[self.index + 1])
+        return np.asarray(x)[lo:hi][np.asarray(active)[lo:hi]]
+
+
+# ---------------------------------------------------------------------- every path at once
+
+
+def _system(matter: Any) -> Any:
+    return matter._system
+
+
+def calc_path_lengths(matter: Any, state: State) -> jax.Array:
+    """Every path's length (n_paths,), in the order of creation (needs Position)."""
+    state.require(Stage.POSITION, "calc_path_lengths")
+    model = _system(matter).model_for(state)
+    if model.paths is None:
+        return jnp.zeros((0,), dtype=state.q.dtype)
+    pc = state.position_cache
+    return path_lengths(model.paths, model.topology(state.use_euler_angles), state.q, pc.R_GB, pc.p_GB)
+
+
+def _lengths_at(matter: Any, state: State, q: jax.Array) -> jax.Array:
+    return calc_path_lengths(matter, _system(matter).realize(state.with_q(q), Stage.POSITION))
+
+
+def calc_path_lengthening_speeds(matter: Any, state: State) -> jax.Array:
+    """Every path's lengthening speed dL/dt (n_paths,) (needs Velocity)."""
+    state.require(Stage.VELOCITY, "calc_path_lengthening_speeds")
+    qdot = state.velocity_cache.qdot
+    return jax.jvp(lambda q: _lengths_at(matter, state, q), (state.q,), (qdot,))[1]
+
+
+def calc_path_moment_arms(matter: Any, state: State) -> jax.Array:
+    """Every path's moment arms about every generalized speed, ``-dL/dq N(q)`` (n_paths,
+    nu): for a coordinate with ``qdot = u``, ``-dL/dq``. Needs only q (realizes what it
+    needs)."""
+    system = _system(matter)
+
+    def speeds(u: jax.Array) -> jax.Array:
+        s = system.realize(state.with_u(u), Stage.VELOCITY)
+        qdot = s.velocity_cache.qdot
+        return jax.jvp(lambda q: _lengths_at(matter, state, q), (state.q,), (qdot,))[1]
+
+    return -jax.jacfwd(speeds)(jnp.zeros_like(state.u))
+
+
+def build_path_set(matter: Any) -> PathSet | None:
+    """The frozen record of a matter subsystem's paths (None without paths)."""
+    handles: list[GeometryPath] = list(getattr(matter, "_paths", ()))
+    if not handles:
+        return None
+    start: list[int] = [0]
+    path: list[int] = []
+    body: list[int] = []
+    station: list[np.ndarray] = []
+    cond_point: list[int] = []
+    cond_coord: list[tuple[int, int]] = []
+    cond_range: list[tuple[float, float]] = []
+    moving: list[MovingPoint] = []
+    for k, h in enumerate(handles):
+        if len(h._points) < 2:
+            raise ValueError(
+                f"GeometryPath {h.name!r} has {len(h._points)} point(s); a path needs at least two "
+                "(append_path_point)"
+            )
+        for kind, b, s, extra in h._points:
+            i = len(body)
+            path.append(k)
+            body.append(b)
+            station.append(s)
+            if kind == "conditional":
+                coord, lo, hi = extra
+                cond_point.append(i)
+                cond_coord.append(coord)
+                cond_range.append((lo, hi))
+            elif kind == "moving":
+                moving.append(MovingPoint(i, extra))
+        start.append(len(body))
+    return PathSet(
+        names=tuple(h.name for h in handles),
+        start=np.asarray(start, dtype=int),
+        path=np.asarray(path, dtype=int),
+        body=np.asarray(body, dtype=int),
+        station=np.asarray(station, dtype=float).reshape(-1, 3),
+        cond_point=np.asarray(cond_point, dtype=int),
+        cond_coord=np.asarray(cond_coord, dtype=int).reshape(-1, 2),
+        cond_range=np.asarray(cond_range, dtype=float).reshape(-1, 2),
+        moving=tuple(moving),
+    )

@@ -1,0 +1,182 @@
+"""Paths (``sj.GeometryPath``, OpenSim's ``GeometryPath`` of path points): lengths,
+lengthening speeds and moment arms against OpenSim 4.6 on real models over their range of
+motion (gait14dof22musc: 22 muscle paths with conditional and moving points; arm26: its
+paths without wrapping), by hand on a small model, batched and differentiated; bad input.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_io_osim import model_path
+
+import simjax as sj
+
+jax.config.update("jax_enable_x64", True)
+
+osim = pytest.importorskip("opensim")
+
+
+def _load(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sj.io.load_osim(path)
+
+
+def _random_poses(om, s, rng, n, conditional_edges=()):
+    """Yield n OpenSim states at random in-range coordinates and speeds (some put exactly
+    on the conditional points' range bounds)."""
+    coords = [om.getCoordinateSet().get(i) for i in range(om.getCoordinateSet().getSize())]
+    for k in range(n):
+        for c in coords:
+            lo, hi = max(c.getRangeMin(), -2.0), min(c.getRangeMax(), 2.0)
+            c.setValue(s, float(rng.uniform(lo, hi)), False)
+            c.setSpeedValue(s, float(rng.normal()))
+        if k < len(conditional_edges):  # a coordinate exactly on a conditional point's bound
+            name, value = conditional_edges[k]
+            om.getCoordinateSet().get(name).setValue(s, value, False)
+        om.realizeVelocity(s)
+        yield coords
+
+
+def _ours(m, s, coords):
+    st = m.set_coordinate_values(m.default_state, {c.getName(): c.getValue(s) for c in coords})
+    st = m.set_coordinate_speeds(st, {c.getName(): c.getSpeedValue(s) for c in coords})
+    return m.system.realize(st, sj.Stage.VELOCITY)
+
+
+@pytest.mark.parametrize("key", ["gait14dof22musc", "arm26"])
+def test_lengths_speeds_and_moment_arms_equal_opensims(key):
+    """Every path simjax reads (all 22 of gait14dof22musc, the 3 of arm26's 6 without wrap
+    objects) at 8 random in-range poses and speeds, 4 of them with a knee or hip exactly on
+    a conditional point's bound: length and lengthening speed to 1e-12 m (m/s), moment arms
+    about every coordinate to 1e-12 m, against OpenSim's GeometryPath.
+
+    A moving point's functions read their coordinate clamped to its range, in OpenSim as
+    here (measured: rect_fem_r's point at knee 0.3 rad sits where it does at the range's
+    end, 0.17453293). Beyond the range OpenSim's lengthening speed and moment arm are not
+    the derivative of its own length (rect_fem_r at knee 0.3: moment arm 0.0292, central
+    differences of OpenSim's length 0.0693); simjax's are (autodiff of the length), so
+    there the derivatives of paths with moving points are not compared."""
+    path = model_path(key)
+    m = _load(path)
+    om = osim.Model(path)
+    s = om.initSystem()
+    muscles = om.getMuscles()
+    names = [muscles.get(i).getName() for i in range(muscles.getSize())]
+    ours = [n for n in names if n in m.paths]
+    if key == "gait14dof22musc":
+        assert ours == names  # every path read: no wrap objects in this model
+        edges = [("knee_angle_r", -0.558505), ("knee_angle_r", 0.174533), ("hip_flexion_r", 0.785398)]
+        edges.append(("knee_angle_l", -0.558505))
+    else:  # arm26: the triceps' and biceps' wrapped paths are left out, and say so
+        assert 0 < len(ours) < len(names)
+        assert m.ignored["GeometryPath with wrap objects (wrapping not modelled yet: left out)"] == len(
+            names
+        ) - len(ours)
+        edges = []
+    rng = np.random.default_rng(7)
+    worst = {"L": 0.0, "v": 0.0, "r": 0.0}
+    moving = {
+        muscles.get(i).getName()
+        for i in range(muscles.getSize())
+        for pts in [muscles.get(i).getGeometryPath().getPathPointSet()]
+        if any(pts.get(j).getConcreteClassName() == "MovingPathPoint" for j in range(pts.getSize()))
+    }
+    for coords in _random_poses(om, s, rng, 8, edges):
+        inside = all(c.getRangeMin() <= c.getValue(s) <= c.getRangeMax() for c in coords)
+        st = _ours(m, s, coords)
+        L = np.asarray(m.matter.calc_path_lengths(st))
+        v = np.asarray(m.matter.calc_path_lengthening_speeds(st))
+        r = np.asarray(m.matter.calc_path_moment_arms(st))
+        order = [m.matter.get_path(i).name for i in range(m.matter.get_num_paths())]
+        for name in ours:
+            gp = muscles.get(name).getGeometryPath()
+            k = order.index(name)
+            worst["L"] = max(worst["L"], abs(L[k] - gp.getLength(s)))
+            if not inside and name in moving:
+                continue
+            worst["v"] = max(worst["v"], abs(v[k] - gp.getLengtheningSpeed(s)))
+            for c in coords:
+                theirs = gp.computeMomentArm(s, c)
+                mine = r[k, m.coordinates[c.getName()].u_index(st)]
+                worst["r"] = max(worst["r"], abs(mine - theirs))
+        # the handle's own methods give the same numbers
+        h = m.paths[ours[0]]
+        assert float(h.get_length(st)) == pytest.approx(float(L[order.index(ours[0])]), abs=1e-15)
+    print(key, {k: f"{x:.1e}" for k, x in worst.items()})
+    assert worst["L"] < 1e-12 and worst["v"] < 1e-12 and worst["r"] < 1e-12
+
+
+def _pendulum_path():
+    """A pin (about z) with a rod along x; a path from Ground (0, 1, 0) to the rod's tip,
+    through a conditional point active for q in [0, 1] and a moving point."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0.5, 0, 0], sj.Inertia(0.01, 0.3, 0.3)))
+    rod = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), body, sj.Transform())
+    path = sj.GeometryPath(matter, "cable")
+    path.append_path_point(matter.Ground(), [0.0, 1.0, 0.0])
+    path.append_conditional_path_point(rod, [0.5, 0.2, 0.0], (rod, 0), (0.0, 1.0))
+    path.append_moving_path_point(rod, [1.0, 0.0, 0.0], y=(sj.Function.Linear([0.1, 0.0]), (rod, 0)))
+    return system, matter, rod, path
+
+
+def test_a_small_path_by_hand_batched_and_differentiated():
+    """Lengths by hand (through the conditional point inside its range, straight past it
+    outside), the moment arm equal to -dL/dq by central differences, the lengthening speed
+    equal to dL/dt, one compile for a vmapped batch, gradients finite."""
+    system, matter, rod, path = _pendulum_path()
+    state = system.realize_topology()
+
+    def by_hand(q):
+        c, s_ = np.cos(q), np.sin(q)
+        R = np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1]])
+        a, mid, tip = np.array([0, 1.0, 0]), R @ [0.5, 0.2, 0], R @ [1.0, 0.1 * q, 0]
+        if 0.0 <= q <= 1.0:
+            return np.linalg.norm(mid - a) + np.linalg.norm(tip - mid)
+        return np.linalg.norm(tip - a)
+
+    for q in (-0.5, 0.0, 0.3, 1.0, 1.4):
+        st = system.realize(rod.set_one_q(state, 0, q).with_u(jnp.array([0.7])), sj.Stage.VELOCITY)
+        assert float(path.get_length(st)) == pytest.approx(by_hand(q), abs=1e-14)
+        h = 1e-6
+        if abs(q) > 1e-3 and abs(q - 1.0) > 1e-3:  # away from the conditional point's switch
+            dL = (by_hand(q + h) - by_hand(q - h)) / (2 * h)
+            assert float(path.compute_moment_arm(st, (rod, 0))) == pytest.approx(-dL, abs=1e-8)
+            assert float(path.get_lengthening_speed(st)) == pytest.approx(0.7 * dL, abs=1e-8)
+        pts = path.get_current_path(st)
+        assert pts.shape == ((3, 3) if 0.0 <= q <= 1.0 else (2, 3))
+    qs = jnp.linspace(-0.5, 1.5, 64)
+    lengths = jax.jit(
+        jax.vmap(lambda q: matter.calc_path_lengths(system.realize(state.with_q(q[None]), sj.Stage.POSITION)))
+    )(qs)
+    np.testing.assert_allclose(np.asarray(lengths)[:, 0], [by_hand(float(q)) for q in qs], atol=1e-14)
+    g = jax.grad(lambda q: path.get_length(system.realize(state.with_q(q[None]), sj.Stage.POSITION)))(0.3)
+    assert np.isfinite(g) and float(g) == pytest.approx(
+        float(
+            -path.compute_moment_arm(
+                system.realize(state.with_q(jnp.array([0.3])), sj.Stage.POSITION), (rod, 0)
+            )
+        )
+    )
+
+
+def test_bad_paths_are_refused_naming_the_path():
+    system, matter, rod, path = _pendulum_path()
+    with pytest.raises(ValueError, match="station is 3 finite numbers"):
+        path.append_path_point(rod, [0.0, np.nan, 0.0])
+    with pytest.raises(ValueError, match="lower <= upper"):
+        path.append_conditional_path_point(rod, [0, 0, 0], (rod, 0), (1.0, 0.0))
+    with pytest.raises(TypeError, match="coordinate"):
+        path.append_conditional_path_point(rod, [0, 0, 0], "knee", (0.0, 1.0))
+    with pytest.raises(TypeError, match="MobilizedBody"):
+        path.append_path_point("rod", [0, 0, 0])
+    lonely = sj.GeometryPath(matter, "lonely")
+    lonely.append_path_point(rod, [0, 0, 0])
+    with pytest.raises(ValueError, match="'lonely' has 1 point"):
+        system.realize_topology()
