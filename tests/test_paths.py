@@ -180,3 +180,84 @@ def test_bad_paths_are_refused_naming_the_path():
     lonely.append_path_point(rod, [0, 0, 0])
     with pytest.raises(ValueError, match="'lonely' has 1 point"):
         system.realize_topology()
+
+
+def _spring_models(tmp_path):
+    """gait14dof22musc with every muscle replaced by a PathSpring on the muscle's path
+    (resting lengths 0.10-0.25 m, some taut, some slack; stiffness 1-3 kN/m; dissipation
+    0.3 s/m) and its contact forces removed, as an OpenSim 3.x file and as OpenSim 4.6
+    writes it back (4.x sockets)."""
+    import re
+
+    text = open(model_path("gait14dof22musc")).read()
+    text = re.sub(r"<HuntCrossleyForce\b.*?</HuntCrossleyForce>", "", text, flags=re.S)
+    count = [0]
+
+    def spring(m):
+        i = count[0]
+        count[0] += 1
+        gp = re.search(r"<GeometryPath\b.*?</GeometryPath>", m.group(0), flags=re.S).group(0)
+        return (
+            f'<PathSpring name="{m.group(1)}">{gp}<resting_length>{0.1 + 0.05 * (i % 4)}</resting_length>'
+            f"<stiffness>{1000.0 * (1 + i % 3)}</stiffness><dissipation>0.3</dissipation></PathSpring>"
+        )
+
+    text = re.sub(r'<Thelen2003Muscle name="([^"]+)">.*?</Thelen2003Muscle>', spring, text, flags=re.S)
+    v3 = tmp_path / "springs3.osim"
+    v3.write_text(text)
+    v4 = tmp_path / "springs4.osim"
+    osim.Model(str(v3)).printToXML(str(v4))
+    return [str(v3), str(v4)]
+
+
+def test_path_springs_move_the_model_as_opensim_does(tmp_path):
+    """22 PathSprings on gait14dof22musc's muscle paths (conditional and moving points
+    included), read from the 3.x file and from OpenSim 4.6's 4.x rewrite: at 5 random
+    states every spring's tension equals OpenSim's (getTension) to 1e-9 relative and the
+    generalized accelerations (gravity, the model's other forces and the springs) to 1e-10
+    of the largest (measured: 2e-11; one coordinate's near-zero acceleration differs by
+    1e-8 absolute with the springs off too, as in test_io_osim: the mass matrix's
+    conditioning)."""
+    for path in _spring_models(tmp_path):
+        m = _load(path)
+        assert len(m.paths) == 22 and not any("PathSpring" in k for k in m.ignored)
+        springs = [f for f in m.forces._elements if isinstance(f, sj.PathSpring)]
+        assert len(springs) == 22
+        om = osim.Model(path)
+        s = om.initSystem()
+        fs = om.getForceSet()
+        rng = np.random.default_rng(3)
+        worst_T, worst_a, taut = 0.0, 0.0, 0
+        for coords in _random_poses(om, s, rng, 5):
+            om.realizeAcceleration(s)
+            st = m.system.realize(_ours(m, s, coords), sj.Stage.ACCELERATION)
+            for sp_ in springs:
+                theirs = osim.PathSpring.safeDownCast(fs.get(sp_.get_geometry_path().name)).getTension(s)
+                mine = float(sp_.get_tension(st))
+                worst_T = max(worst_T, abs(mine - theirs) / max(1.0, abs(theirs)))
+                taut += theirs > 0
+            ours = np.array([float(st.udot[m.coordinates[c.getName()].u_index(st)]) for c in coords])
+            theirs = np.array([c.getAccelerationValue(s) for c in coords])
+            worst_a = max(worst_a, np.max(np.abs(ours - theirs)) / max(1.0, np.max(np.abs(theirs))))
+        print(path.rsplit("/", 1)[-1], f"tension {worst_T:.1e}, udot {worst_a:.1e}, taut {taut} of 110")
+        assert 20 < taut < 110  # both regimes exercised
+        assert worst_T < 1e-9 and worst_a < 1e-10
+
+
+def test_a_path_spring_does_the_work_its_tension_does():
+    """On the small path (a moving point included), the spring's power F.V + tau.u equals
+    -T dL/dt at random speeds: its forces are -T dL/dq, moving station included."""
+    system, matter, rod, path = _pendulum_path()
+    forces = sj.GeneralForceSubsystem(system)
+    spring = sj.PathSpring(forces, path, stiffness=50.0, resting_length=0.05, dissipation=0.2)
+    state = system.realize_topology()
+    for q, u in ((0.3, 0.7), (1.3, -2.0), (0.8, 1.5)):
+        st = system.realize(rod.set_one_q(state, 0, q).with_u(jnp.array([u])), sj.Stage.VELOCITY)
+        T = float(spring.get_tension(st))
+        assert T > 0
+        P = float(spring.calc_power(st))
+        assert P == pytest.approx(-T * float(path.get_lengthening_speed(st)), rel=1e-12)
+    with pytest.raises(ValueError, match="stiffness must be finite and >= 0"):
+        sj.PathSpring(forces, path, stiffness=-1.0, resting_length=0.5)
+    with pytest.raises(TypeError, match="sj.GeometryPath"):
+        sj.PathSpring(forces, "cable", stiffness=1.0, resting_length=0.5)

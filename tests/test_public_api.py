@@ -38,6 +38,7 @@ SJ = [
     "MultibodySystem",
     "NonFiniteError",
     "OrientationSensors",
+    "PathSpring",
     "QValue",
     "RESULTS",
     "Rotation",

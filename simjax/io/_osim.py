@@ -36,7 +36,7 @@ from .._functions import Constant, Linear, Polynomial
 from ..system.bodies import Body, MobilizedBody
 from ..system.constraints import Constraint
 from ..system.contact import ContactGeometry, ContactSurface
-from ..system.forces import Force
+from ..system.forces import Force, PathSpring
 from ..system.matter import SimbodyMatterSubsystem
 from ..system.paths import GeometryPath
 from ..system.system import GeneralForceSubsystem, MultibodySystem
@@ -792,7 +792,7 @@ class _OsimReader:
         actuators = self._read_forces(forces, coordinates)
         self._count_ignored()
         self._read_contact(matter, bodies)
-        paths = self._read_paths(matter, bodies, coordinates)
+        paths = self._read_paths(matter, forces, bodies, coordinates)
         if self.limits:
             add_coordinate_limits(coordinates, self.notes, select=lambda c: c.clamped)
 
@@ -992,11 +992,13 @@ class _OsimReader:
     def _read_paths(
         self,
         matter: SimbodyMatterSubsystem,
+        forces: GeneralForceSubsystem,
         bodies: dict[str, MobilizedBody],
         coordinates: dict[str, Coordinate],
     ) -> dict[str, GeometryPath]:
         """The ``GeometryPath`` of every force that has one (muscles, path actuators,
-        ligaments, path springs), named after its force: ``PathPoint``,
+        ligaments, path springs), named after its force, and each ``PathSpring`` on its
+        path: ``PathPoint``,
         ``ConditionalPathPoint`` and ``MovingPathPoint`` on their frames (3.x ``<body>`` or
         4.x ``socket_parent_frame``). A path with wrap objects is left out (counted): its
         length would be wrong without them."""
@@ -1010,6 +1012,8 @@ class _OsimReader:
             wraps = gp.find("PathWrapSet/objects")
             if wraps is not None and len(wraps):
                 self.ignored["GeometryPath with wrap objects (wrapping not modelled yet: left out)"] += 1
+                if f.tag == "PathSpring":
+                    self.ignored["PathSpring (its path wraps: left out)"] += 1
                 continue
             points = gp.find("PathPointSet/objects")
             if points is None or len(points) < 2:
@@ -1060,6 +1064,19 @@ class _OsimReader:
                         axes[ax] = (f_loc, coord)
                     path.append_moving_path_point(body, station, **axes)
             out[name] = path
+            if f.tag == "PathSpring":
+                try:
+                    spring = PathSpring(
+                        forces,
+                        path,
+                        stiffness=doc.float(f, "stiffness", math.nan),
+                        resting_length=doc.float(f, "resting_length", math.nan),
+                        dissipation=doc.float(f, "dissipation", math.nan),
+                    )
+                except ValueError as err:
+                    raise doc.error(f, f"{err} (<stiffness>, <resting_length>, <dissipation>)") from None
+                if doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True):
+                    spring.set_disabled_by_default(True)
         return out
 
     def _count_ignored(self) -> None:
@@ -1069,7 +1086,7 @@ class _OsimReader:
                     continue  # read by _read_contact
                 if set_tag == "ContactGeometrySet" and f.tag == "ContactMesh":
                     self.ignored["ContactMesh (no mesh contact geometry yet: left out)"] += 1
-                elif not (set_tag == "ForceSet" and f.tag in self._FORCES):
+                elif not (set_tag == "ForceSet" and f.tag in (*self._FORCES, "PathSpring")):
                     self.ignored[f.tag] += 1
 
     def _read_contact(self, matter: SimbodyMatterSubsystem, bodies: dict[str, MobilizedBody]) -> None:

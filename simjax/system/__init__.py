@@ -7,6 +7,7 @@ from .constraints import Constraint as Constraint
 from .contact import ContactGeometry as ContactGeometry
 from .contact import ContactSurface as ContactSurface
 from .forces import Force as Force
+from .forces import PathSpring as PathSpring
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .paths import GeometryPath as GeometryPath
 from .system import GeneralForceSubsystem as GeneralForceSubsystem

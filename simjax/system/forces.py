@@ -11,6 +11,7 @@ Ground, Simbody's convention.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -24,12 +25,14 @@ from ..dynamics.forces import bushing as _bushing
 from ..dynamics.forces import custom as _custom
 from ..dynamics.forces import gravity as _gravity
 from ..dynamics.forces import limits as _limits
+from ..dynamics.forces import paths as _path_forces
 from ..dynamics.forces import springs as _springs
 from ..dynamics.forces.kernel import ForceKernel, calc_group, group_params, potential_group
 from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model
 from ..model.state import State
 from ._compiled import reads_cache
+from .paths import GeometryPath
 from .system import GeneralForceSubsystem
 
 
@@ -893,6 +896,69 @@ class Custom(Force):
 
 
 # The kinds as attributes of the base (Simbody's Force::Pin style); declared above.
+# ---------------------------------------------------------------------- forces along paths
+
+
+class PathSpring(Force):
+    """A spring along a path (OpenSim's ``PathSpring``): tension ``stiffness (L -
+    resting_length) (1 + dissipation dL/dt)`` while the path is longer than its resting
+    length, none while slack; it pulls every segment's ends toward each other (with the
+    moving points' coordinates: ``-T dL/dq`` in all). ``dissipation`` is per unit
+    lengthening speed (s/m)."""
+
+    kernel = _path_forces.PathSpring()
+
+    def __init__(
+        self,
+        forces: Any,
+        path: GeometryPath,
+        stiffness: float,
+        resting_length: float,
+        dissipation: float = 0.0,
+    ):
+        if not isinstance(path, GeometryPath):
+            raise TypeError(f"PathSpring: path must be an sj.GeometryPath, got {type(path).__name__}")
+        for name, v in (
+            ("stiffness", stiffness),
+            ("resting_length", resting_length),
+            ("dissipation", dissipation),
+        ):
+            if not (math.isfinite(float(v)) and float(v) >= 0):
+                raise ValueError(f"PathSpring on {path.name!r}: {name} must be finite and >= 0, got {v}")
+        self._path = path
+        self._k, self._L0, self._c = float(stiffness), float(resting_length), float(dissipation)
+        super().__init__(forces)
+
+    def _values(self) -> dict[str, Any]:
+        return {"stiffness": self._k, "resting_length": self._L0, "dissipation": self._c}
+
+    def _static(self) -> Any:
+        return self._path.index
+
+    def get_geometry_path(self) -> GeometryPath:
+        """The path the spring acts along."""
+        return self._path
+
+    def set_stiffness(self, state: State, k: Any) -> State:
+        """New State with the stiffness changed (N/m)."""
+        return self._set(state, "stiffness", k)
+
+    def set_resting_length(self, state: State, L0: Any) -> State:
+        """New State with the resting length changed (m)."""
+        return self._set(state, "resting_length", L0)
+
+    def set_dissipation(self, state: State, c: Any) -> State:
+        """New State with the dissipation changed (s/m)."""
+        return self._set(state, "dissipation", c)
+
+    def get_tension(self, state: State) -> jax.Array:
+        """The tension (needs Velocity)."""
+        L = self._path.get_length(state)
+        v = self._path.get_lengthening_speed(state)
+        stretch = jnp.maximum(L - self._get(state, "resting_length"), 0.0)
+        return self._get(state, "stiffness") * stretch * (1.0 + self._get(state, "dissipation") * v)
+
+
 Force.UniformGravity = UniformGravity
 Force.Gravity = Gravity
 Force.TwoPointLinearSpring = TwoPointLinearSpring
