@@ -195,6 +195,8 @@ class LoadedModel:
         constraints: Constraints by name.
         actuators: Actuators (``Force.CoordinateActuator``) by name, in control order: the
             i-th control of ``set_controls`` drives the i-th.
+        contact_forces: Compliant contact force elements (``sj.HuntCrossleyForce``,
+            ``sj.SmoothSphereHalfSpaceForce``) by name (OpenSim models).
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
         geometry: :class:`VisualGeometry` of the bodies, for ``sj.viz`` (visual only).
         path: The file it came from.
@@ -210,6 +212,7 @@ class LoadedModel:
     markers: dict[str, Marker] = field(default_factory=dict)
     constraints: dict[str, Any] = field(default_factory=dict)
     actuators: dict[str, Any] = field(default_factory=dict)
+    contact_forces: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     geometry: list[VisualGeometry] = field(default_factory=list)
