@@ -334,6 +334,27 @@ def test_planar_ball_loaded_and_built_match_opensim(ball_osim):
     assert stats["touching"] >= 20 and released >= 2 and stopped >= 2
 
 
+@pytest.mark.oracle
+def test_potential_energy_matches_opensim(ball_osim):
+    """Simbody's potential energies ``2/5 fH d`` per Hunt–Crossley contact and per smooth
+    force (its smoothed fH), plus gravity's: OpenSim's ``calcPotentialEnergy`` at rest,
+    one or both spheres in the floor, to 1e-12 relative. (Moving, Simbody counts only the
+    Hunt–Crossley contacts before a releasing one; simjax's, a Position-stage quantity,
+    counts all.)"""
+    oracle = Oracle(ball_osim)
+    system, _, s0, hc, _ = _build_ball()
+    pe = jax.jit(lambda q: system.calc_potential_energy(system.realize(s0.with_q(q), sj.Stage.POSITION)))
+    hc_pe = jax.jit(lambda q: hc.calc_potential_energy(system.realize(s0.with_q(q), sj.Stage.POSITION)))
+    n_in = 0
+    for q, _ in _ball_states(np.random.default_rng(2), 8) + _release_states():
+        oracle.set(q, dict.fromkeys(_NAMES, 0.0))
+        ref = oracle.m.calcPotentialEnergy(oracle.s)
+        qv = jnp.array([q[n] for n in _NAMES])
+        assert float(pe(qv)) == pytest.approx(ref, rel=1e-12, abs=1e-12)
+        n_in += float(hc_pe(qv)) > 0
+    assert n_in >= 4
+
+
 def _release_states():
     """Both spheres 1 cm into the floor, the ball spinning so that one sphere rises faster
     than 2/(3c) (releases) while the other presses: which one Simbody's walk meets first

@@ -256,6 +256,17 @@ def smooth_sphere_half_space(
     return f * normal + friction, pos
 
 
+def smooth_hertz_energy(dist, radius, params: SmoothContactParams) -> jax.Array:
+    """Simbody's (and so OpenSim's) potential energy of a ``SmoothSphereHalfSpaceForce``:
+    ``2/5 fH d`` with the smoothed Hertz force ``fH`` of :func:`smooth_sphere_half_space`
+    and the indentation ``d = -dist`` (so slightly negative out of contact)."""
+    p = params
+    depth = -dist
+    k = 0.5 * jnp.asarray(p.stiffness) ** (2.0 / 3.0)
+    fh = (4.0 / 3.0) * k * jnp.sqrt(radius * k) * (depth * depth + p.constant_contact_force) ** 0.75
+    return 0.4 * fh * _step(p.hertz_smoothing * depth) * depth
+
+
 def check_hunt_crossley(name: str, params: HuntCrossleyParams, transition_velocity) -> None:
     """Raise ``ValueError`` naming ``name`` and the field when a HuntCrossley surface's
     parameters are out of range: stiffness must be positive, the dissipation and the

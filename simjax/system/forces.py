@@ -839,7 +839,8 @@ class HuntCrossleyForce(Force):
     vs]`` against the slip velocity, each friction coefficient the harmonic mean ``2 a b/(a +
     b)`` of the two surfaces'; applied at the contact point moved towards the softer surface
     (:func:`simjax.dynamics.contact.hunt_crossley`). No force out of contact or where ``f <=
-    0``. Potential energy ``2/5 fH d`` per contact.
+    0``. Potential energy ``2/5 fH d`` per contact in contact (a Position-stage quantity:
+    all of them, where Simbody, moving, counts only those its walk reaches).
 
     With ``stop_at_release=True`` (default: what Simbody 3.9 and OpenSim 4.6 compute) a
     contact that releases (in contact with ``f <= 0``) also ends the force's walk over its
@@ -1033,7 +1034,8 @@ class SmoothSphereHalfSpaceForce(Force):
     sqrt(R k) (d^2 + cf)^(3/4) (1 + tanh(bd d))/2``, normal force ``f = fH (1 + 3/2 c vn) (1
     + tanh(bv (vn + 2/(3c))))/2`` and Simbody's friction with the slip speed ``sqrt(|v_t|^2 +
     cf)`` (:func:`simjax.dynamics.contact.smooth_sphere_half_space`), on the sphere's body at
-    the contact point and opposite on the half-space's. OpenSim's defaults: ``stiffness``
+    the contact point and opposite on the half-space's; potential energy ``2/5 fH d``
+    (Simbody's, with the smoothed ``fH``). OpenSim's defaults: ``stiffness``
     1, ``dissipation`` 0, frictions 0, ``transition_velocity`` 0.01,
     ``constant_contact_force`` 1e-5, ``hertz_smoothing`` 300, ``hunt_crossley_smoothing`` 50.
 

@@ -35,6 +35,7 @@ from ..contact import (
     SmoothContactParams,
     hertz_energy,
     hunt_crossley_released,
+    smooth_hertz_energy,
     smooth_sphere_half_space,
 )
 from ..detection import pair_contacts
@@ -160,3 +161,12 @@ class SmoothSphereHalfSpace(ForceKernel):
         nb, p = ctx.num_bodies, ctx.p_GB
         F = scatter_point_forces(nb, b2, point - p[b2], f) + scatter_point_forces(nb, b1, point - p[b1], -f)
         return F, None
+
+    def potential(self, P, ctx, S):
+        """Simbody's ``2/5 fH d`` per element, with the smoothed Hertz force."""
+        pc = ctx.state.position_cache
+        pairs = tuple((h, sph) for sph, h in S)
+        c = pair_contacts(ctx._model.contact, pairs, pc.R_GB, pc.p_GB, "SmoothSphereHalfSpaceForce")
+        radius = jnp.asarray(c.size[:, 1, 0], pc.p_GB.dtype)
+        params = SmoothContactParams(**{k: P[k] for k in SmoothContactParams._fields})
+        return jax.vmap(smooth_hertz_energy)(c.dist, radius, params)
