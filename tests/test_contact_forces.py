@@ -378,6 +378,62 @@ def _bottom(q, sphere):
     return q["planar_coord_2"] + np.sin(rz) * x + np.cos(rz) * y - r
 
 
+@pytest.mark.oracle
+def test_half_space_on_a_moving_body_matches_opensim(tmp_path):
+    """A tilted half-space on a moving platform (PlanarJoint) and a ball (PlanarJoint)
+    with a HuntCrossleyForce and a SmoothSphereHalfSpaceForce: both bodies' forces
+    (records) and the accelerations equal OpenSim's to 1e-9 relative (measured 6e-14)."""
+    osim = pytest.importorskip("opensim")
+    m = osim.Model()
+    m.setName("moving")
+    plat = osim.Body("plat", 3.0, osim.Vec3(0.1, 0, 0), osim.Inertia(0.05, 0.06, 0.07))
+    ball = osim.Body("ball", 1.0, osim.Vec3(0), osim.Inertia(0.01, 0.01, 0.01))
+    m.addBody(plat)
+    m.addBody(ball)
+    m.addJoint(osim.PlanarJoint("pj", m.getGround(), plat))
+    m.addJoint(osim.PlanarJoint("bj", m.getGround(), ball))
+    hs = osim.ContactHalfSpace(osim.Vec3(0.02, 0.05, 0), osim.Vec3(0, 0, -np.pi / 2 + 0.1), plat, "hs")
+    sp = osim.ContactSphere(0.05, osim.Vec3(0.01, 0, 0), ball, "sp")
+    m.addContactGeometry(hs)
+    m.addContactGeometry(sp)
+    hc = osim.HuntCrossleyForce()
+    hc.setName("hc")
+    hc.addGeometry("hs")
+    hc.addGeometry("sp")
+    for k, v in dict(Stiffness=1e6, Dissipation=0.7, StaticFriction=0.8, DynamicFriction=0.5,
+                     ViscousFriction=0.1, TransitionVelocity=0.1).items():  # fmt: skip
+        getattr(hc, "set" + k)(v)
+    m.addForce(hc)
+    sm = osim.SmoothSphereHalfSpaceForce("smooth", sp, hs)
+    for k, v in _SMOOTH.items():
+        getattr(sm, "set_" + k)(v)
+    m.addForce(sm)
+    m.finalizeConnections()
+    path = tmp_path / "moving.osim"
+    m.printToXML(str(path))
+    lm, _ = _load(path)
+    o = Oracle(path)
+    names, run = _ours(lm)
+    hs = o.m.getContactGeometrySet().get("hs")
+    sp = o.m.getContactGeometrySet().get("sp")
+    rng = np.random.default_rng(0)
+    stats = {"udot": 0.0, "records": 0.0, "touching": 0}
+    for _ in range(20):
+        q = {n: rng.uniform(-0.3, 0.3) for n in o.coords}
+        u = {n: rng.normal() for n in o.coords}
+        o.set(q, u)
+        # the ball moved along the half-space's normal: 2 cm in ... 5 mm out
+        X = hs.getFrame().getTransformInGround(o.s).compose(hs.getTransform())
+        normal = -np.array([X.R().get(i, 0) for i in range(3)])
+        c = np.array(sp.getFrame().findStationLocationInGround(o.s, sp.get_location()).to_numpy())
+        d = (c - _vec(X.p())) @ normal - 0.05 - rng.uniform(-0.005, 0.02)
+        q["bj_coord_1"] -= d * normal[0]
+        q["bj_coord_2"] -= d * normal[1]
+        _compare(lm, o, run, names, (q, u), stats)
+    print(stats)
+    assert stats["udot"] < TOL and stats["records"] < TOL and stats["touching"] >= 12
+
+
 # ----------------------------------------------------------------------- vmap, grad, errors
 
 
