@@ -434,6 +434,33 @@ def test_half_space_on_a_moving_body_matches_opensim(tmp_path):
     assert stats["udot"] < TOL and stats["records"] < TOL and stats["touching"] >= 12
 
 
+def test_dropped_ball_rests_at_the_hertz_depth():
+    """sj.simulate (Tsit5) of a ball on a PlanarJoint dropped from 5 cm above the floor,
+    sliding: it comes to rest, rolling, at the static Hertz depth ``d`` where ``4/3 k
+    sqrt(R k) d^(3/2) = m g`` (two equal surfaces, ``k = E^(2/3)/2``), to 1e-8 m."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    m, R, E = 2.0, 0.05, 1e6
+    sj.Force.UniformGravity(forces, matter, [0.0, -G, 0.0])
+    ground = matter.Ground()
+    mp = sj.MassProperties(m, [0, 0, 0], sj.Inertia(0.002, 0.002, 0.002))
+    ball = sj.MobilizedBody.Planar(ground, sj.Transform(), sj.Body.Rigid(mp), sj.Transform())
+    Rz = np.array([[0.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    floor = ground.add_contact_surface(sj.Transform(Rz, [0, 0, 0]), sj.ContactGeometry.HalfSpace())
+    sphere = ball.add_contact_surface(sj.Transform(), sj.ContactGeometry.Sphere(R))
+    hc = sj.HuntCrossleyForce(forces, matter, 0.1)
+    for s in (floor, sphere):
+        hc.set_body_parameters(s, E, 2.0, 0.8, 0.6, 0.0)
+    s0 = system.realize_topology().with_q(jnp.array([0.0, 0.0, 0.1])).with_u(jnp.array([0.0, 0.3, 0.0]))
+    tr = sj.simulate(system, s0, 1.5, integrator="tsit5", save_at=10)
+    k = 0.5 * E ** (2 / 3)
+    d = (3 * m * G / (4 * k * np.sqrt(R * k))) ** (2 / 3)
+    q, u = np.asarray(tr.q[-1]), np.asarray(tr.u[-1])
+    assert q[2] == pytest.approx(R - d, abs=1e-8) and abs(u[2]) < 1e-6
+    assert abs(u[1] + u[0] * (R - d / 2)) < 0.01 * abs(u[1])  # rolling: the slip is under vt
+
+
 # ----------------------------------------------------------------------- vmap, grad, errors
 
 
