@@ -133,7 +133,7 @@ def _compare(lm, oracle, run, names, state_values, stats):
         if isinstance(f, sj.HuntCrossleyForce):
             bodies = [cand.surface_bodies[s] for s in f.get_surfaces()]
         else:
-            s_sphere, s_half = f._static()
+            s_sphere, s_half = f.get_surfaces()
             bodies = [cand.surface_bodies[s_sphere], cand.surface_bodies[s_half]][: len(rec) // 6]
         got = _records_from(F, bodies)
         scale = max(1.0, np.abs(rec).max())

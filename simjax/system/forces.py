@@ -1093,6 +1093,10 @@ class SmoothSphereHalfSpaceForce(Force):
         _add_pair(matter, int(half_space), int(sphere))
         super().__init__(forces)
 
+    def get_surfaces(self) -> tuple[int, int]:
+        """The force's ``(sphere, half_space)`` contact surfaces."""
+        return self._pair
+
     def _values(self):
         return self._p._asdict()
 
