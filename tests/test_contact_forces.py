@@ -490,6 +490,23 @@ def test_vmap_over_states_with_different_contacts_compiles_once():
     np.testing.assert_allclose(out2, out[::-1], rtol=1e-12, atol=1e-12)
 
 
+def test_float32_state_stays_float32():
+    """A float32 State of the ball (both forces) gives float32 accelerations, equal to
+    float64's to float32 precision (measured 4e-6 relative)."""
+    system, _, s0, _, _ = _build_ball()
+    acc = jax.jit(lambda s: system.realize(s, sj.Stage.ACCELERATION).udot)
+    worst = 0.0
+    for q, u in _ball_states(np.random.default_rng(4), 6) + _release_states():
+        s = s0.with_q(jnp.array([q[n] for n in _NAMES])).with_u(jnp.array([u[n] for n in _NAMES]))
+        s32 = jax.tree_util.tree_map(
+            lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, s
+        )
+        a64, a32 = acc(s), acc(s32)
+        assert a32.dtype == jnp.float32
+        worst = max(worst, float(jnp.abs(a32 - a64).max() / max(1.0, float(jnp.abs(a64).max()))))
+    assert worst < 1e-4
+
+
 def _fd(f, x, h):
     x = np.asarray(x, float)
     g = np.zeros_like(x)

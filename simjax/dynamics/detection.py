@@ -166,14 +166,19 @@ def pair_contacts(
         g, idx = candidates.groups[gi], np.asarray(rs, dtype=int)
         kernel = getattr(col, f"{g.kind1}_{g.kind2}")
         Rb1, Rb2 = R_GB[g.body1[idx]], R_GB[g.body2[idx]]
+        dt = R_GB.dtype  # a float32 State stays float32
+
+        def a(x, dt=dt):
+            return jnp.asarray(x, dt)
+
         c = jax.vmap(kernel)(
-            p_GB[g.body1[idx]] + jnp.einsum("nij,nj->ni", Rb1, g.p1[idx]),
-            jnp.einsum("nij,njk->nik", Rb1, g.R1[idx]),
-            jnp.asarray(g.size1[idx]),
-            p_GB[g.body2[idx]] + jnp.einsum("nij,nj->ni", Rb2, g.p2[idx]),
-            jnp.einsum("nij,njk->nik", Rb2, g.R2[idx]),
-            jnp.asarray(g.size2[idx]),
-            jnp.zeros(len(idx), R_GB.dtype),
+            p_GB[g.body1[idx]] + jnp.einsum("nij,nj->ni", Rb1, a(g.p1[idx])),
+            jnp.einsum("nij,njk->nik", Rb1, a(g.R1[idx])),
+            a(g.size1[idx]),
+            p_GB[g.body2[idx]] + jnp.einsum("nij,nj->ni", Rb2, a(g.p2[idx])),
+            jnp.einsum("nij,njk->nik", Rb2, a(g.R2[idx])),
+            a(g.size2[idx]),
+            jnp.zeros(len(idx), dt),
         )
         parts.append(
             (
@@ -183,7 +188,7 @@ def pair_contacts(
                 np.array([[g.kind1, g.kind2]] * len(idx)),
                 c.dist[:, 0],
                 c.pos[:, 0],
-                c.frame[:, 0, 0],
+                c.frame[:, 0, 0].astype(dt),
             )
         )
     start = dict(zip(rows, np.cumsum([0] + [len(v) for v in rows.values()])[:-1], strict=True))
