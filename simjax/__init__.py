@@ -49,7 +49,9 @@ from .system.diagnose import NonFiniteError as NonFiniteError
 from .system.diagnose import debug_nans as debug_nans
 from .system.diagnose import find_nonfinite as find_nonfinite
 from .system.forces import Force as Force
+from .system.forces import HuntCrossleyForce as HuntCrossleyForce
 from .system.forces import PathSpring as PathSpring
+from .system.forces import SmoothSphereHalfSpaceForce as SmoothSphereHalfSpaceForce
 from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .system.paths import GeometryPath as GeometryPath
 from .system.system import ForceSubsystem as ForceSubsystem

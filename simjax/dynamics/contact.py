@@ -110,6 +110,26 @@ def hunt_crossley(
     two spheres with coincident centres make no contact (MuJoCo's kernel still returns
     one, with a fallback normal).
     """
+    force, point, _ = hunt_crossley_released(
+        dist, normal, pos, radius, v_rel, w_rel, params1, params2, transition_velocity
+    )
+    return force, point
+
+
+def hunt_crossley_released(
+    dist,
+    normal,
+    pos,
+    radius,
+    v_rel,
+    w_rel,
+    params1: HuntCrossleyParams,
+    params2: HuntCrossleyParams,
+    transition_velocity=0.01,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`hunt_crossley` and whether the contact *releases*: in contact (``d > 0``)
+    but with normal force ``f <= 0`` (pulling apart faster than ``2/(3c)``), the
+    condition on which Simbody stops its loop over a force's contacts."""
     depth = -dist
     k1 = jnp.asarray(params1.stiffness) ** (2.0 / 3.0)
     k2 = jnp.asarray(params2.stiffness) ** (2.0 / 3.0)
@@ -133,7 +153,20 @@ def hunt_crossley(
     uv = _harmonic(params1.viscous_friction, params2.viscous_friction)
     friction = jnp.where(sliding, _friction(f, vtangent, vslip, us, ud, uv, transition_velocity), 0.0)
     force = jnp.where(active, f * normal + friction, 0.0)
-    return force, point
+    return force, point, in_contact & (f <= 0)
+
+
+def hertz_energy(dist, radius, params1: HuntCrossleyParams, params2: HuntCrossleyParams) -> jax.Array:
+    """Simbody's potential energy of one Hunt–Crossley contact, ``2/5 fH d`` (0 out of
+    contact), with the Hertz force ``fH`` and the combined stiffness of
+    :func:`hunt_crossley`."""
+    k1 = jnp.asarray(params1.stiffness) ** (2.0 / 3.0)
+    k2 = jnp.asarray(params2.stiffness) ** (2.0 / 3.0)
+    k = k1 * k2 / (k1 + k2)
+    in_contact = dist < 0
+    d = jnp.where(in_contact, -dist, 0.0)
+    fh = (4.0 / 3.0) * k * d * jnp.sqrt(radius * k * d + jnp.where(in_contact, 0.0, 1.0))
+    return 0.4 * fh * d
 
 
 class SmoothContactParams(NamedTuple):
@@ -223,15 +256,26 @@ def smooth_sphere_half_space(
     return f * normal + friction, pos
 
 
+def smooth_hertz_energy(dist, radius, params: SmoothContactParams) -> jax.Array:
+    """Simbody's (and so OpenSim's) potential energy of a ``SmoothSphereHalfSpaceForce``:
+    ``2/5 fH d`` with the smoothed Hertz force ``fH`` of :func:`smooth_sphere_half_space`
+    and the indentation ``d = -dist`` (so slightly negative out of contact)."""
+    p = params
+    depth = -dist
+    k = 0.5 * jnp.asarray(p.stiffness) ** (2.0 / 3.0)
+    fh = (4.0 / 3.0) * k * jnp.sqrt(radius * k) * (depth * depth + p.constant_contact_force) ** 0.75
+    return 0.4 * fh * _step(p.hertz_smoothing * depth) * depth
+
+
 def check_hunt_crossley(name: str, params: HuntCrossleyParams, transition_velocity) -> None:
     """Raise ``ValueError`` naming ``name`` and the field when a HuntCrossley surface's
     parameters are out of range: stiffness must be positive, the dissipation and the
     friction coefficients non-negative and finite, the transition velocity positive.
     For concrete (loader-time) values; the law itself does not check."""
-    _check(name, "stiffness", params.stiffness, positive=True)
+    check_field(name, "stiffness", params.stiffness, positive=True)
     for field in ("dissipation", "static_friction", "dynamic_friction", "viscous_friction"):
-        _check(name, field, getattr(params, field))
-    _check(name, "transition_velocity", transition_velocity, positive=True)
+        check_field(name, field, getattr(params, field))
+    check_field(name, "transition_velocity", transition_velocity, positive=True)
 
 
 def check_smooth(name: str, params: SmoothContactParams) -> None:
@@ -241,10 +285,12 @@ def check_smooth(name: str, params: SmoothContactParams) -> None:
     finite."""
     for field in SmoothContactParams._fields:
         positive = not (field.endswith("_friction") or field == "dissipation")
-        _check(name, field, getattr(params, field), positive=positive)
+        check_field(name, field, getattr(params, field), positive=positive)
 
 
-def _check(name, field, value, positive=False) -> None:
+def check_field(name, field, value, positive=False) -> None:
+    """Raise ``ValueError`` naming ``name`` and ``field`` unless ``value`` is finite and
+    non-negative (positive with ``positive``), saying what to set it to."""
     v = np.asarray(value, dtype=float)
     bad = ~np.isfinite(v) | (v <= 0 if positive else v < 0)
     if np.any(bad):

@@ -107,3 +107,98 @@ def _evaluate(candidates: Any, R_GB: jax.Array, p_GB: jax.Array) -> tuple[jax.Ar
             (dist, c.pos.reshape(-1, 3), c.frame.reshape(-1, 3, 3), dist <= np.repeat(bound, g.slots))
         )
     return tuple(jnp.concatenate([p[i] for p in parts]) for i in range(4))
+
+
+class PairContacts(NamedTuple):
+    """Chosen candidate pairs of a Model, one contact slot each (``m`` pairs, in the order
+    asked for), with geometry 1 and 2 as the candidate list holds them (a plane first).
+
+    Attributes:
+        surface: (m, 2) surface indices (static NumPy), geometry 1 then geometry 2.
+        body: (m, 2) their bodies (static).
+        size: (m, 2, 3) their sizes (static, MuJoCo's ``geom_size``).
+        kind: (m, 2) their geometry kinds (static strings).
+        dist: (m,) signed distance (m).
+        pos: (m, 3) contact point in Ground (midpoint between the surfaces).
+        normal: (m, 3) unit normal from geometry 1 to geometry 2.
+    """
+
+    surface: np.ndarray
+    body: np.ndarray
+    size: np.ndarray
+    kind: np.ndarray
+    dist: jax.Array
+    pos: jax.Array
+    normal: jax.Array
+
+
+def pair_contacts(
+    candidates: Any, pairs: Any, R_GB: jax.Array, p_GB: jax.Array, who: str = ""
+) -> PairContacts:
+    """Evaluate the candidate pairs ``pairs`` (a static sequence of surface-index pairs,
+    either order) at the body poses: one vmapped kernel per pair kind, for pair kinds with
+    one contact slot (a plane or a sphere with a sphere). Static shapes: a pair out of
+    contact keeps its slot with its positive distance. ``ValueError`` naming ``who`` when
+    a pair is not a candidate of the Model or has no one-slot kernel."""
+    where: dict[frozenset, tuple[int, int]] = {}
+    for gi, g in enumerate(candidates.groups if candidates is not None else ()):
+        for r, (a, b) in enumerate(zip(g.surf1.tolist(), g.surf2.tolist(), strict=True)):
+            where.setdefault(frozenset((a, b)), (gi, r))
+    rows: dict[int, list[int]] = {}
+    order = []
+    for a, b in pairs:
+        hit = where.get(frozenset((int(a), int(b))))
+        if hit is None:
+            raise ValueError(
+                f"{who}: surfaces {a} and {b} are not a contact candidate pair of this System; "
+                "realize_topology() again after adding the force (it registers its pairs)"
+            )
+        g = candidates.groups[hit[0]]
+        if g.slots != 1:
+            raise ValueError(
+                f"{who}: surfaces {a} and {b} are a {g.kind1}-{g.kind2} pair; this force models "
+                "point contact of a sphere with a sphere or a half-space only"
+            )
+        rows.setdefault(hit[0], []).append(hit[1])
+        order.append((hit[0], len(rows[hit[0]]) - 1))
+    parts = []
+    for gi, rs in rows.items():
+        g, idx = candidates.groups[gi], np.asarray(rs, dtype=int)
+        kernel = getattr(col, f"{g.kind1}_{g.kind2}")
+        Rb1, Rb2 = R_GB[g.body1[idx]], R_GB[g.body2[idx]]
+        dt = R_GB.dtype  # a float32 State stays float32
+
+        def a(x, dt=dt):
+            return jnp.asarray(x, dt)
+
+        c = jax.vmap(kernel)(
+            p_GB[g.body1[idx]] + jnp.einsum("nij,nj->ni", Rb1, a(g.p1[idx])),
+            jnp.einsum("nij,njk->nik", Rb1, a(g.R1[idx])),
+            a(g.size1[idx]),
+            p_GB[g.body2[idx]] + jnp.einsum("nij,nj->ni", Rb2, a(g.p2[idx])),
+            jnp.einsum("nij,njk->nik", Rb2, a(g.R2[idx])),
+            a(g.size2[idx]),
+            jnp.zeros(len(idx), dt),
+        )
+        parts.append(
+            (
+                np.stack([g.surf1[idx], g.surf2[idx]], axis=1),
+                np.stack([g.body1[idx], g.body2[idx]], axis=1),
+                np.stack([g.size1[idx], g.size2[idx]], axis=1),
+                np.array([[g.kind1, g.kind2]] * len(idx)),
+                c.dist[:, 0],
+                c.pos[:, 0],
+                c.frame[:, 0, 0].astype(dt),
+            )
+        )
+    start = dict(zip(rows, np.cumsum([0] + [len(v) for v in rows.values()])[:-1], strict=True))
+    perm = np.asarray([start[gi] + k for gi, k in order], dtype=int)
+    if not parts:
+        z = jnp.zeros(0, R_GB.dtype)
+        return PairContacts(
+            np.zeros((0, 2), int), np.zeros((0, 2), int), np.zeros((0, 2, 3)), np.zeros((0, 2), str),
+            z, jnp.zeros((0, 3), z.dtype), jnp.zeros((0, 3), z.dtype),
+        )  # fmt: skip
+    static = [np.concatenate([p[i] for p in parts])[perm] for i in range(4)]
+    traced = [jnp.concatenate([p[i] for p in parts])[perm] for i in range(4, 7)]
+    return PairContacts(*static, *traced)

@@ -35,8 +35,8 @@ from .. import _spatial as sp
 from .._functions import Constant, Linear, Polynomial
 from ..system.bodies import Body, MobilizedBody
 from ..system.constraints import Constraint
-from ..system.contact import ContactGeometry, ContactSurface
-from ..system.forces import Force, PathSpring
+from ..system.contact import ContactGeometry, ContactSurface, registry
+from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
 from ..system.paths import GeometryPath
 from ..system.system import GeneralForceSubsystem, MultibodySystem
@@ -222,6 +222,7 @@ class _OsimReader:
         self.old = self.version < 40000 and model.find("JointSet") is None
         self.ignored: Counter[str] = Counter()
         self.notes: list[str] = []
+        self.contact_forces: dict[str, Any] = {}
         self.frames: dict[str, tuple[ET.Element, str | None, _X]] = {}  # path -> (el, parent path, X)
         self.body_els: dict[str, ET.Element] = {}
         self.ground_name = "ground"
@@ -791,7 +792,7 @@ class _OsimReader:
         markers = self._read_markers(bodies)
         actuators = self._read_forces(forces, coordinates)
         self._count_ignored()
-        self._read_contact(matter, bodies)
+        self._read_contact(matter, forces, bodies)
         paths = self._read_paths(matter, forces, bodies, coordinates)
         if self.limits:
             add_coordinate_limits(coordinates, self.notes, select=lambda c: c.clamped)
@@ -816,6 +817,7 @@ class _OsimReader:
             constraints=constraints,
             actuators=actuators,
             paths=paths,
+            contact_forces=self.contact_forces,
             ignored=dict(sorted(self.ignored.items())),
             notes=self.notes,
             geometry=self._visuals(bodies),
@@ -1086,20 +1088,24 @@ class _OsimReader:
                     continue  # read by _read_contact
                 if set_tag == "ContactGeometrySet" and f.tag == "ContactMesh":
                     self.ignored["ContactMesh (no mesh contact geometry yet: left out)"] += 1
-                elif not (set_tag == "ForceSet" and f.tag in (*self._FORCES, "PathSpring")):
+                elif not (
+                    set_tag == "ForceSet" and f.tag in (*self._FORCES, *self._CONTACT_FORCES, "PathSpring")
+                ):
                     self.ignored[f.tag] += 1
 
-    def _read_contact(self, matter: SimbodyMatterSubsystem, bodies: dict[str, MobilizedBody]) -> None:
+    def _read_contact(
+        self, matter: SimbodyMatterSubsystem, forces: Any, bodies: dict[str, MobilizedBody]
+    ) -> None:
         """``ContactSphere`` and ``ContactHalfSpace`` as contact surfaces on their frames
         (``location``, body-fixed X-Y-Z ``orientation``), named as in the file. They have
         no dynamic pairs (contype = conaffinity = 0): the candidates are the pairs a force
-        names, as in OpenSim: every two geometries of one ``HuntCrossleyForce``'s contact
-        parameters on different bodies, and each ``SmoothSphereHalfSpaceForce``'s
-        half-space and sphere. Contact is detected (``matter.find_contacts``); the forces
-        are not modelled yet (listed as left out)."""
+        names, as in OpenSim: every two geometries of one ``HuntCrossleyForce`` (all its
+        ContactParameters) on different bodies, and each ``SmoothSphereHalfSpaceForce``'s
+        half-space and sphere. Each force becomes a ``sj.HuntCrossleyForce`` or
+        ``sj.SmoothSphereHalfSpaceForce`` with every parameter of the file (in
+        ``LoadedModel.contact_forces``)."""
         doc = self.doc
         index: dict[str, int] = {}
-        body_of: dict[str, str] = {}
         for el in self._set_objects("ContactGeometrySet"):
             if el.tag not in ("ContactSphere", "ContactHalfSpace"):
                 continue
@@ -1126,37 +1132,87 @@ class _OsimReader:
                 geometry = ContactGeometry.HalfSpace()
             surface = ContactSurface(geometry, name=name, contype=0, conaffinity=0)
             index[name] = body.add_contact_surface((X_BF @ X_FS).transform(), surface)
-            body_of[name] = body_name
         if not index:
             return
-        pairs: list[tuple[str, str]] = []
+        made = 0
         for f in self._set_objects("ForceSet"):
-            if f.tag == "HuntCrossleyForce":
-                for params in f.iter("HuntCrossleyForce::ContactParameters"):
-                    names = (params.findtext("geometry") or "").split()
-                    pairs += [
-                        (a, b)
-                        for i, a in enumerate(names)
-                        for b in names[i + 1 :]
-                        if body_of.get(a) != body_of.get(b)
-                    ]
-            elif f.tag == "SmoothSphereHalfSpaceForce":
-                ends = [
-                    (f.findtext(k) or "").strip().split("/")[-1]
-                    for k in ("socket_half_space", "socket_sphere")
-                ]
-                pairs.append((ends[0], ends[1]))
-        seen = set()
-        for a, b in pairs:
-            if a not in index or b not in index:
-                missing = a if a not in index else b
-                self.ignored[f"contact pair with geometry {missing!r} (unknown or not read: left out)"] += 1
+            if f.tag not in self._CONTACT_FORCES:
                 continue
-            key = (min(index[a], index[b]), max(index[a], index[b]))
-            if key not in seen:
-                seen.add(key)
-                matter.add_contact_pair(index[a], index[b], margin=0.0)
+            name = f.get("name") or f.tag
+            try:
+                force = self._contact_force(f, name, forces, matter, index)
+            except ValueError as e:
+                raise doc.error(f, str(e)) from e
+            if force is None:
+                continue
+            if doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True):
+                force.set_disabled_by_default(True)
+            self.contact_forces[name] = force
+            made += 1
         self.notes.append(
-            f"{len(index)} contact geometries read and {len(seen)} pairs named by the forces: "
-            "their contact is detected (matter.find_contacts) but produces no force yet"
+            f"{len(index)} contact geometries read and {len(registry(matter).pairs)} pairs named by "
+            f"the forces, {made} contact forces (HuntCrossleyForce, SmoothSphereHalfSpaceForce) made"
         )
+
+    #: The contact forces read by ``_read_contact``.
+    _CONTACT_FORCES = ("HuntCrossleyForce", "SmoothSphereHalfSpaceForce")
+    #: Every ForceSet element some reader makes (the others are counted as left out).
+    _READ_FORCES = (*_FORCES, *_CONTACT_FORCES, "PathSpring")
+
+    def _contact_force(
+        self, f: ET.Element, name: str, forces: Any, matter: Any, index: dict[str, int]
+    ) -> Any:
+        """One ``HuntCrossleyForce`` (its transition velocity and each ContactParameters'
+        geometry, stiffness, dissipation and frictions) or ``SmoothSphereHalfSpaceForce``
+        (its sphere and half-space sockets and its nine properties); None, counted as left
+        out, when it names a geometry that was not read."""
+        doc = self.doc
+        if f.tag == "HuntCrossleyForce":
+            blocks = []
+            for params in f.iter("HuntCrossleyForce::ContactParameters"):
+                names = (params.findtext("geometry") or "").split()
+                values = [
+                    doc.float(params, k, 0.0)
+                    for k in (
+                        "stiffness",
+                        "dissipation",
+                        "static_friction",
+                        "dynamic_friction",
+                        "viscous_friction",
+                    )
+                ]
+                blocks.append((names, values))
+            missing = [g for names, _ in blocks for g in names if g not in index]
+            if missing:
+                self.ignored[
+                    f"HuntCrossleyForce with geometry {missing[0]!r} (unknown or not read: left out)"
+                ] += 1
+                return None
+            hc = HuntCrossleyForce(forces, matter, doc.float(f, "transition_velocity", 0.01), name=name)
+            for names, values in blocks:
+                for g in names:
+                    hc.set_body_parameters(index[g], *values)
+            return hc
+        ends = [(f.findtext(k) or "").strip().split("/")[-1] for k in ("socket_sphere", "socket_half_space")]
+        missing = [g for g in ends if g not in index]
+        if missing:
+            self.ignored[
+                f"SmoothSphereHalfSpaceForce with geometry {missing[0]!r} (unknown or not read: left out)"
+            ] += 1
+            return None
+        defaults = {
+            "stiffness": 1.0,
+            "dissipation": 0.0,
+            "static_friction": 0.0,
+            "dynamic_friction": 0.0,
+            "viscous_friction": 0.0,
+            "transition_velocity": 0.01,
+            "constant_contact_force": 1e-5,
+            "hertz_smoothing": 300.0,
+            "hunt_crossley_smoothing": 50.0,
+        }
+        props = {k: doc.float(f, k, v) for k, v in defaults.items()}
+        return SmoothSphereHalfSpaceForce(forces, matter, index[ends[0]], index[ends[1]], name=name, **props)
+
+
+_HC_PARAMETERS = ("stiffness", "dissipation", "static_friction", "dynamic_friction", "viscous_friction")

@@ -9,7 +9,9 @@ properties; ``body.add_contact_surface(X_BS, surface)`` fixes it on a body at th
 topology, by MuJoCo's rules (``contact_candidates``); ``matter.find_contacts(state)``
 evaluates them at a State.
 
-Contact is detected only: no force is applied for it yet.
+Detection applies no force: compliant contact forces are the force elements
+``sj.HuntCrossleyForce`` and ``sj.SmoothSphereHalfSpaceForce`` (on sphere and half-space
+pairs); MuJoCo-style contact produces no force yet.
 """
 
 from __future__ import annotations

@@ -20,8 +20,13 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
+from ..dynamics.contact import HuntCrossleyParams, SmoothContactParams
+from ..dynamics.contact import check_field as _check_field
+from ..dynamics.contact import check_hunt_crossley as _check_hc
+from ..dynamics.contact import check_smooth as _check_smooth
 from ..dynamics.forces import actuators as _actuators
 from ..dynamics.forces import bushing as _bushing
+from ..dynamics.forces import contact as _contact
 from ..dynamics.forces import custom as _custom
 from ..dynamics.forces import gravity as _gravity
 from ..dynamics.forces import limits as _limits
@@ -31,6 +36,7 @@ from ..dynamics.forces.kernel import ForceKernel, calc_group, group_params, pote
 from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model
 from ..model.state import State
+from . import contact as _ct
 from ._compiled import reads_cache
 from .paths import GeometryPath
 from .system import GeneralForceSubsystem
@@ -790,6 +796,400 @@ class LinearBushing(Force):
 
     def _static(self):
         return self._b
+
+
+# ------------------------------------------------------------------------------ contact
+
+
+def _concrete(value: Any) -> bool:
+    return not isinstance(value, jax.core.Tracer)
+
+
+def _surface_of(matter: Any, surface: Any, who: str) -> Any:
+    reg = _ct.registry(matter)
+    i = int(surface)
+    if not 0 <= i < len(reg.surfaces):
+        raise ValueError(
+            f"{who}: no contact surface {surface} (the matter subsystem has {len(reg.surfaces)}); "
+            "use the index body.add_contact_surface(...) returned"
+        )
+    return reg.surfaces[i]
+
+
+def _add_pair(matter: Any, a: int, b: int) -> None:
+    """Make surfaces ``a`` and ``b`` an explicit candidate pair (once)."""
+    if any({i, j} == {a, b} for i, j, _ in _ct.registry(matter).pairs):
+        return
+    matter.add_contact_pair(a, b, margin=0.0)
+
+
+class HuntCrossleyForce(Force):
+    """Simbody's ``HuntCrossleyForce`` (and OpenSim's): compliant point contact between
+    spheres and half-spaces, with Hunt–Crossley dissipation and Simbody's friction law.
+
+    ``sj.HuntCrossleyForce(forces, matter, transition_velocity=0.01)``, then
+    ``set_body_parameters(surface, stiffness, dissipation, static_friction,
+    dynamic_friction, viscous_friction)`` for each contact surface (an index from
+    ``body.add_contact_surface``; a sphere or a half-space) it acts on. The force acts on
+    every two of its surfaces on different bodies (Simbody's contact set of the force;
+    half-space pairs excepted); they become candidate pairs of the matter subsystem.
+
+    Per contact, with depth ``d``, surfaces 1 and 2 (``ki = Ei^(2/3)`` from the
+    stiffnesses ``Ei``): ``s1 = k2/(k1 + k2)``, ``k = k1 s1``, ``c = c1 s1 + c2 (1 - s1)``,
+    Hertz force ``fH = 4/3 k d sqrt(R k d)`` (``R``: a sphere's radius against a half-space,
+    ``r1 r2/(r1 + r2)`` for two spheres), normal force ``f = fH (1 + 3/2 c vn)`` (``vn``
+    the approach speed), friction ``f [min(vs/vt, 1) (ud + 2 (us - ud)/(1 + (vs/vt)^2)) + uv
+    vs]`` against the slip velocity, each friction coefficient the harmonic mean ``2 a b/(a +
+    b)`` of the two surfaces'; applied at the contact point moved towards the softer surface
+    (:func:`simjax.dynamics.contact.hunt_crossley`). No force out of contact or where ``f <=
+    0``. Potential energy ``2/5 fH d`` per contact in contact (a Position-stage quantity:
+    all of them, where Simbody, moving, counts only those its walk reaches).
+
+    With ``stop_at_release=True`` (default: what Simbody 3.9 and OpenSim 4.6 compute) a
+    contact that releases (in contact with ``f <= 0``) also ends the force's walk over its
+    contacts: the contacts after it, in Simbody's order
+    (:func:`simjax.dynamics.forces.contact.simbody_order`), get no force in that State;
+    ``False`` gives each contact its own force.
+
+    Every number is an Instance-stage parameter of the State (``set_stiffness(state, E,
+    surface)``, ...): ``jax.grad`` reaches it and a batch of States may hold different
+    values. Every pair is evaluated in every State (static shapes: ``vmap`` over States
+    with different contacts compiles once). Out-of-range values (negative stiffness or
+    friction, non-positive transition velocity, non-finite) raise ``ValueError`` naming
+    the force, the surface and the field; traced values are not checked.
+    """
+
+    kernel = _contact.HuntCrossley()
+
+    def __init__(
+        self,
+        forces: GeneralForceSubsystem,
+        matter: Any,
+        transition_velocity: float = 0.01,
+        *,
+        name: str | None = None,
+        stop_at_release: bool = True,
+    ):
+        self._matter = matter
+        self._surfaces: list[int] = []
+        self._params: dict[int, HuntCrossleyParams] = {}
+        self._stop = bool(stop_at_release)
+        n = sum(isinstance(e, HuntCrossleyForce) for e in forces._elements)
+        self.name = name or f"hunt_crossley{n}"
+        _check_hc(f"HuntCrossleyForce {self.name!r}", HuntCrossleyParams(1.0), transition_velocity)
+        self._vt = float(transition_velocity)
+        super().__init__(forces)
+
+    def _group_key(self):
+        return self  # surfaces and pairs are per element: one element per group
+
+    @classmethod
+    def _key_name(cls, key):
+        return f"{cls.__name__}{key._ordinal}"
+
+    def set_body_parameters(
+        self,
+        surface: int,
+        stiffness: float,
+        dissipation: float = 0.0,
+        static_friction: float = 0.0,
+        dynamic_friction: float = 0.0,
+        viscous_friction: float = 0.0,
+    ) -> None:
+        """Add a contact surface to the force (or change its default parameters): Simbody's
+        ``setBodyParameters``, OpenSim's ``ContactParameters``. ``stiffness`` ``E`` (N/m^2,
+        positive), ``dissipation`` ``c`` (s/m), the static, dynamic (-) and viscous (s/m)
+        friction coefficients (non-negative). A topology change (defaults of the State)."""
+        who = f"HuntCrossleyForce {self.name!r}"
+        att = _surface_of(self._matter, surface, who)
+        kind = att.surface.geometry.kind
+        if kind not in ("sphere", "plane"):
+            raise ValueError(
+                f"{who}: surface {surface} ({att.surface.name or kind}) is a {kind}; Hunt-Crossley "
+                "contact is modelled for spheres and half-spaces only (Simbody's point contacts)"
+            )
+        p = HuntCrossleyParams(
+            float(stiffness),
+            float(dissipation),
+            float(static_friction),
+            float(dynamic_friction),
+            float(viscous_friction),
+        )
+        _check_hc(f"{who}, surface {att.surface.name or surface!r}", p, self._vt)
+        s = int(surface)
+        if s not in self._params:
+            reg = _ct.registry(self._matter)
+            for o in self._surfaces:
+                other = reg.surfaces[o]
+                if other.body != att.body and not (kind == "plane" == other.surface.geometry.kind):
+                    _add_pair(self._matter, o, s)
+            self._surfaces.append(s)
+        self._params[s] = p
+        self._subsystem._system.invalidate_topology()
+
+    def get_surfaces(self) -> tuple[int, ...]:
+        """The force's contact surfaces, in the order they were added."""
+        return tuple(self._surfaces)
+
+    def _values(self):
+        v = {k: np.array([getattr(self._params[s], k) for s in self._surfaces]) for k in _HC_FIELDS}
+        return {**v, "transition_velocity": self._vt}
+
+    def _static(self):
+        reg = _ct.registry(self._matter)
+        att = [reg.surfaces[s] for s in self._surfaces]
+        kinds = [a.surface.geometry.kind for a in att]
+        pairs = tuple(
+            (i, j)
+            for i in range(len(att))
+            for j in range(i + 1, len(att))
+            if att[i].body != att[j].body and not (kinds[i] == "plane" == kinds[j])
+        )
+        centres = tuple(tuple(float(x) for x in a.p_BS) for a in att)
+        radii = tuple(
+            float(a.surface.geometry.size[0]) if k == "sphere" else np.inf for a, k in zip(att, kinds)
+        )
+        return (tuple(self._surfaces), tuple(a.body for a in att), centres, radii, pairs, self._stop)
+
+    def _index(self, surface: Any) -> int:
+        s = int(surface)
+        if s not in self._params:
+            raise ValueError(
+                f"HuntCrossleyForce {self.name!r}: surface {surface} is not one of its surfaces "
+                f"{self._surfaces}; add it with set_body_parameters"
+            )
+        return self._surfaces.index(s)
+
+    def _set_surface(self, state: State, field: str, value: Any, surface: Any) -> State:
+        if _concrete(value):
+            who = f"HuntCrossleyForce {self.name!r}" + ("" if surface is None else f", surface {surface}")
+            _check_field(who, field, value, positive=field == "stiffness")
+        self._model_grp(state)
+        key = self._param_name(field)
+        arr = state.instance[self._subsystem.name][key]
+        cols = slice(None) if surface is None else self._index(surface)
+        arr = arr.at[self._slot_index(), cols].set(jnp.asarray(value, arr.dtype))
+        return state.with_instance(self._subsystem.name, key, arr)
+
+    def _get_surface(self, state: State, field: str, surface: Any) -> jax.Array:
+        return self._get(state, field)[self._index(surface)]
+
+    def set_stiffness(self, state: State, stiffness: Any, surface: Any = None) -> State:
+        """New State with a surface's stiffness ``E`` (every surface's when ``surface`` is
+        None, as OpenSim's ``setStiffness``)."""
+        return self._set_surface(state, "stiffness", stiffness, surface)
+
+    def get_stiffness(self, state: State, surface: Any) -> jax.Array:
+        """A surface's stiffness in the State."""
+        return self._get_surface(state, "stiffness", surface)
+
+    def set_dissipation(self, state: State, dissipation: Any, surface: Any = None) -> State:
+        """New State with a surface's dissipation ``c`` (every surface's when None)."""
+        return self._set_surface(state, "dissipation", dissipation, surface)
+
+    def get_dissipation(self, state: State, surface: Any) -> jax.Array:
+        """A surface's dissipation in the State."""
+        return self._get_surface(state, "dissipation", surface)
+
+    def set_static_friction(self, state: State, mu: Any, surface: Any = None) -> State:
+        """New State with a surface's static friction coefficient (every surface's when None)."""
+        return self._set_surface(state, "static_friction", mu, surface)
+
+    def get_static_friction(self, state: State, surface: Any) -> jax.Array:
+        """A surface's static friction coefficient in the State."""
+        return self._get_surface(state, "static_friction", surface)
+
+    def set_dynamic_friction(self, state: State, mu: Any, surface: Any = None) -> State:
+        """New State with a surface's dynamic friction coefficient (every surface's when None)."""
+        return self._set_surface(state, "dynamic_friction", mu, surface)
+
+    def get_dynamic_friction(self, state: State, surface: Any) -> jax.Array:
+        """A surface's dynamic friction coefficient in the State."""
+        return self._get_surface(state, "dynamic_friction", surface)
+
+    def set_viscous_friction(self, state: State, mu: Any, surface: Any = None) -> State:
+        """New State with a surface's viscous friction coefficient (every surface's when None)."""
+        return self._set_surface(state, "viscous_friction", mu, surface)
+
+    def get_viscous_friction(self, state: State, surface: Any) -> jax.Array:
+        """A surface's viscous friction coefficient in the State."""
+        return self._get_surface(state, "viscous_friction", surface)
+
+    def set_transition_velocity(self, state: State, vt: Any) -> State:
+        """New State with the transition velocity (m/s, positive) changed."""
+        if _concrete(vt):
+            _check_field(f"HuntCrossleyForce {self.name!r}", "transition_velocity", vt, positive=True)
+        return self._set(state, "transition_velocity", vt)
+
+    def get_transition_velocity(self, state: State) -> jax.Array:
+        """The transition velocity in the State."""
+        return self._get(state, "transition_velocity")
+
+
+class SmoothSphereHalfSpaceForce(Force):
+    """OpenSim's ``SmoothSphereHalfSpaceForce``: a smooth (infinitely differentiable)
+    Hunt–Crossley contact between one sphere and one half-space, made for gradient-based
+    optimisation (Serrancoli et al. 2019).
+
+    ``sj.SmoothSphereHalfSpaceForce(forces, matter, sphere, half_space, stiffness=...,
+    ...)`` with ``sphere`` and ``half_space`` contact-surface indices (from
+    ``body.add_contact_surface``). With indentation ``d``, ``k = E^(2/3)/2``: ``fH = 4/3 k
+    sqrt(R k) (d^2 + cf)^(3/4) (1 + tanh(bd d))/2``, normal force ``f = fH (1 + 3/2 c vn) (1
+    + tanh(bv (vn + 2/(3c))))/2`` and Simbody's friction with the slip speed ``sqrt(|v_t|^2 +
+    cf)`` (:func:`simjax.dynamics.contact.smooth_sphere_half_space`), on the sphere's body at
+    the contact point and opposite on the half-space's; potential energy ``2/5 fH d``
+    (Simbody's, with the smoothed ``fH``). OpenSim's defaults: ``stiffness``
+    1, ``dissipation`` 0, frictions 0, ``transition_velocity`` 0.01,
+    ``constant_contact_force`` 1e-5, ``hertz_smoothing`` 300, ``hunt_crossley_smoothing`` 50.
+
+    Every parameter is an Instance-stage parameter of the State (``set_stiffness(state,
+    E)``, ...), so ``jax.grad`` reaches it; all elements of a subsystem are evaluated
+    together, every State. Out-of-range values (stiffness, transition velocity, the
+    contact-force constant and the smoothings must be positive, dissipation and frictions
+    non-negative, all finite) raise ``ValueError`` naming the force and the field.
+    """
+
+    kernel = _contact.SmoothSphereHalfSpace()
+
+    def __init__(
+        self,
+        forces: GeneralForceSubsystem,
+        matter: Any,
+        sphere: int,
+        half_space: int,
+        *,
+        stiffness: float = 1.0,
+        dissipation: float = 0.0,
+        static_friction: float = 0.0,
+        dynamic_friction: float = 0.0,
+        viscous_friction: float = 0.0,
+        transition_velocity: float = 0.01,
+        constant_contact_force: float = 1e-5,
+        hertz_smoothing: float = 300.0,
+        hunt_crossley_smoothing: float = 50.0,
+        name: str | None = None,
+    ):
+        n = sum(isinstance(e, SmoothSphereHalfSpaceForce) for e in forces._elements)
+        self.name = name or f"smooth_sphere_half_space{n}"
+        who = f"SmoothSphereHalfSpaceForce {self.name!r}"
+        for s, kind, what in ((sphere, "sphere", "sphere"), (half_space, "plane", "half_space")):
+            att = _surface_of(matter, s, who)
+            if att.surface.geometry.kind != kind:
+                raise ValueError(
+                    f"{who}: {what} must be a {'sphere' if kind == 'sphere' else 'half-space'} surface, "
+                    f"surface {s} ({att.surface.name or att.surface.geometry.kind}) is a "
+                    f"{att.surface.geometry.kind}"
+                )
+        self._p = SmoothContactParams(
+            float(stiffness),
+            float(dissipation),
+            float(static_friction),
+            float(dynamic_friction),
+            float(viscous_friction),
+            float(transition_velocity),
+            float(constant_contact_force),
+            float(hertz_smoothing),
+            float(hunt_crossley_smoothing),
+        )
+        _check_smooth(who, self._p)
+        self._pair = (int(sphere), int(half_space))
+        _add_pair(matter, int(half_space), int(sphere))
+        super().__init__(forces)
+
+    def get_surfaces(self) -> tuple[int, int]:
+        """The force's ``(sphere, half_space)`` contact surfaces."""
+        return self._pair
+
+    def _values(self):
+        return self._p._asdict()
+
+    def _static(self):
+        return self._pair
+
+    def _set_checked(self, state: State, field: str, value: Any) -> State:
+        if _concrete(value):
+            _check_field(
+                f"SmoothSphereHalfSpaceForce {self.name!r}",
+                field,
+                value,
+                positive=not (field.endswith("_friction") or field == "dissipation"),
+            )
+        return self._set(state, field, value)
+
+    def set_stiffness(self, state: State, stiffness: Any) -> State:
+        """New State with the stiffness ``E`` (N/m^2) changed."""
+        return self._set_checked(state, "stiffness", stiffness)
+
+    def get_stiffness(self, state: State) -> jax.Array:
+        """The stiffness in the State."""
+        return self._get(state, "stiffness")
+
+    def set_dissipation(self, state: State, dissipation: Any) -> State:
+        """New State with the dissipation ``c`` (s/m) changed."""
+        return self._set_checked(state, "dissipation", dissipation)
+
+    def get_dissipation(self, state: State) -> jax.Array:
+        """The dissipation in the State."""
+        return self._get(state, "dissipation")
+
+    def set_static_friction(self, state: State, mu: Any) -> State:
+        """New State with the static friction coefficient changed."""
+        return self._set_checked(state, "static_friction", mu)
+
+    def get_static_friction(self, state: State) -> jax.Array:
+        """The static friction coefficient in the State."""
+        return self._get(state, "static_friction")
+
+    def set_dynamic_friction(self, state: State, mu: Any) -> State:
+        """New State with the dynamic friction coefficient changed."""
+        return self._set_checked(state, "dynamic_friction", mu)
+
+    def get_dynamic_friction(self, state: State) -> jax.Array:
+        """The dynamic friction coefficient in the State."""
+        return self._get(state, "dynamic_friction")
+
+    def set_viscous_friction(self, state: State, mu: Any) -> State:
+        """New State with the viscous friction coefficient (s/m) changed."""
+        return self._set_checked(state, "viscous_friction", mu)
+
+    def get_viscous_friction(self, state: State) -> jax.Array:
+        """The viscous friction coefficient in the State."""
+        return self._get(state, "viscous_friction")
+
+    def set_transition_velocity(self, state: State, vt: Any) -> State:
+        """New State with the transition velocity (m/s) changed."""
+        return self._set_checked(state, "transition_velocity", vt)
+
+    def get_transition_velocity(self, state: State) -> jax.Array:
+        """The transition velocity in the State."""
+        return self._get(state, "transition_velocity")
+
+    def set_constant_contact_force(self, state: State, cf: Any) -> State:
+        """New State with the constant contact force ``cf`` (smoothing constant) changed."""
+        return self._set_checked(state, "constant_contact_force", cf)
+
+    def get_constant_contact_force(self, state: State) -> jax.Array:
+        """The constant contact force in the State."""
+        return self._get(state, "constant_contact_force")
+
+    def set_hertz_smoothing(self, state: State, bd: Any) -> State:
+        """New State with the Hertz smoothing ``bd`` (1/m) changed."""
+        return self._set_checked(state, "hertz_smoothing", bd)
+
+    def get_hertz_smoothing(self, state: State) -> jax.Array:
+        """The Hertz smoothing in the State."""
+        return self._get(state, "hertz_smoothing")
+
+    def set_hunt_crossley_smoothing(self, state: State, bv: Any) -> State:
+        """New State with the Hunt–Crossley smoothing ``bv`` (s/m) changed."""
+        return self._set_checked(state, "hunt_crossley_smoothing", bv)
+
+    def get_hunt_crossley_smoothing(self, state: State) -> jax.Array:
+        """The Hunt–Crossley smoothing in the State."""
+        return self._get(state, "hunt_crossley_smoothing")
+
+
+_HC_FIELDS = _contact.HC_SURFACE_PARAMS
 
 
 # ------------------------------------------------------------------------------ discrete

@@ -519,7 +519,8 @@ class SimbodyMatterSubsystem(Subsystem):
         (``dist <= margin + gap``), with their surfaces, distance, point and frame, and the
         pair's contact parameters. Pure and static in shape (``jit``, ``vmap``, ``grad``).
         Pair kinds without a kernel (listed in the candidates' ``unsupported``) are left out.
-        Detection only: no contact force acts yet.
+        Detection only: it applies no force (``sj.HuntCrossleyForce`` and
+        ``sj.SmoothSphereHalfSpaceForce`` do, on sphere and half-space pairs).
         """
         state.require(Stage.POSITION, "find_contacts")
         pc = state.position_cache

@@ -4,7 +4,8 @@ Force elements are evaluated one group at a time (``model.ForceGroup``: one kind
 in one subsystem, vectorised) by their kind's kernel, the equations of each family in a
 module of this package: ``gravity``, ``springs`` (two-point, one-body and mobility springs,
 dampers and constant forces), ``limits`` (``CoordinateLimitForce``), ``bushing``,
-``actuators`` (``CoordinateActuator``), ``custom`` (``DiscreteForces``, ``Custom``);
+``actuators`` (``CoordinateActuator``), ``contact`` (``HuntCrossleyForce``,
+``SmoothSphereHalfSpaceForce``), ``custom`` (``DiscreteForces``, ``Custom``);
 ``kernel`` holds the base and the evaluation of one group. User force subsystems are
 called once each with a read-only :class:`~simjax.model.context.Context`.
 """
