@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # MuJoCo's mjMINVAL: below this a norm or a determinant counts as zero.
 MINVAL = 1e-15
@@ -60,9 +61,11 @@ class Contact(NamedTuple):
     frame: jax.Array
 
 
-_EX = jnp.array([1.0, 0.0, 0.0])
-_EY = jnp.array([0.0, 1.0, 0.0])
-_EZ = jnp.array([0.0, 0.0, 1.0])
+# NumPy, not jnp: a JAX array made at import would start JAX's backend before the user's
+# sj.configure(); float32 so that they take the dtype of what they meet (float32 or float64)
+_EX = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+_EY = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+_EZ = np.array([0.0, 0.0, 1.0], dtype=np.float32)
 
 
 def _normalize(v: jax.Array) -> tuple[jax.Array, jax.Array]:
