@@ -34,6 +34,7 @@ SJ = [
     "Markers",
     "MassProperties",
     "MobilizedBody",
+    "MujocoConstraintOptions",
     "MultibodySystem",
     "NonFiniteError",
     "OrientationSensors",

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
-from .contact import ContactCandidates
+from .contact import ContactCandidates, MujocoConstraintOptions
 from .mobilizers import AbstractMobilizer
 from .state import Cache, State
 from .topology import Topology
@@ -169,6 +169,7 @@ class Model:
     force_subsystems: tuple[Any, ...] = ()  # subsystems with a calc_force (ForceSubsystem)
     limits: tuple[LimitRecord, ...] = ()  # unilateral rows (coordinate limits, couplings')
     contact: ContactCandidates | None = None  # the static contact candidate list
+    mujoco: MujocoConstraintOptions | None = None  # MuJoCo's soft contact and limit rows
 
     # ------------------------------------------------------------------ equality
     @cached_property
@@ -196,6 +197,7 @@ class Model:
             cons,
             tuple(lim.key for lim in self.limits),
             None if self.contact is None else self.contact.key,
+            None if self.mujoco is None else self.mujoco.key,
         )
         try:
             hash(key)

@@ -33,7 +33,7 @@ from ..model.state import StageError, State
 from ..model.topology import Topology
 from . import diagnose as dg
 from ._compiled import compiled_outside_traces, reads_cache
-from .contact import contact_candidates
+from .contact import contact_candidates, registry
 
 _uids = itertools.count(1)
 
@@ -208,6 +208,7 @@ class MultibodySystem:
                 [m._mobilizer.nu if m.index else 0 for m in mob],
                 mass,
             ),
+            mujoco=registry(matter).mujoco,
         )
 
     def summary(self, state: State | None = None) -> str:
