@@ -502,42 +502,39 @@ def _newton(layout: Layout, iterations: int, tol: float, M, a0, J, aref, D, mu, 
         d1_0 = c1 - _terms(layout, jar0, D, mu, fr)[1] @ jv
         eps = 1e-14 * (jnp.abs(d1_0) + MINVAL)
 
-        def body(_, st):  # noqa: ANN001, ANN202
-            lo, hi, a, done = st
+        def body(st):  # noqa: ANN001, ANN202
+            i, lo, hi, a, _ = st
             d1, d2 = d12(a)
-            stop = done | (jnp.abs(d1) <= eps)
+            an = a - d1 / jnp.maximum(d2, MINVAL)
+            # converged: the slope is round-off, or Newton's step no longer moves
+            stop = (jnp.abs(d1) <= eps) | (jnp.abs(an - a) <= 1e-15 * (1.0 + jnp.abs(a)))
             lo2 = jnp.where(d1 < 0, a, lo)
             hi2 = jnp.where(d1 >= 0, a, hi)
-            an = a - d1 / jnp.maximum(d2, MINVAL)
             ok = (an > lo2) & (an < hi2)
             fb = jnp.where(jnp.isfinite(hi2), 0.5 * (lo2 + hi2), 2.0 * a)
-            a2 = jnp.where(ok, an, fb)
-            return (
-                jnp.where(stop, lo, lo2),
-                jnp.where(stop, hi, hi2),
-                jnp.where(stop, a, a2),
-                stop,
-            )
+            return i + 1, lo2, hi2, jnp.where(stop, a, jnp.where(ok, an, fb)), stop
 
-        init = (jnp.zeros((), x.dtype), jnp.full((), jnp.inf, x.dtype), jnp.ones((), x.dtype), d1_0 >= 0)
-        _, _, a, _ = jax.lax.fori_loop(0, LINE_SEARCH_ITERATIONS, body, init)
+        def more(st):  # noqa: ANN001, ANN202
+            i, _, _, _, done = st
+            return (i < LINE_SEARCH_ITERATIONS) & ~done
+
+        one = jnp.ones((), x.dtype)
+        init = (jnp.zeros((), jnp.int32), 0.0 * one, jnp.inf * one, one, d1_0 >= 0)
+        _, _, _, a, _ = jax.lax.while_loop(more, body, init)
         return jnp.where(d1_0 >= 0, 0.0, a)
 
     def cond(st):  # noqa: ANN001, ANN202
-        _, it, done = st
-        return (it < iterations) & ~done
+        return (st[3] < iterations) & ~st[4]
 
     def step(st):  # noqa: ANN001, ANN202
-        x, it, _ = st
-        g, H = grad_hess(x)
-        L = jnp.linalg.cholesky(H)
-        p = -jsl.cho_solve((L, True), g)
+        x, g, H, it, _ = st
+        p = -jsl.cho_solve((jnp.linalg.cholesky(H), True), g)
         x2 = x + line_search(x, p) * p
-        g2, _ = grad_hess(x2)
-        return x2, it + 1, small(g2, x2)
+        g2, H2 = grad_hess(x2)
+        return x2, g2, H2, it + 1, small(g2, x2)
 
-    g0, _ = grad_hess(a0)
-    x, it, done = jax.lax.while_loop(cond, step, (a0, jnp.zeros((), jnp.int32), small(g0, a0)))
+    g0, H0 = grad_hess(a0)
+    x, _, _, it, done = jax.lax.while_loop(cond, step, (a0, g0, H0, jnp.zeros((), jnp.int32), small(g0, a0)))
     return x, it, done
 
 

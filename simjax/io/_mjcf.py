@@ -1433,6 +1433,7 @@ def load_mjcf(
             names outside its folder (above), an ``<include>`` cycle, a DTD or entity
             declaration, elements nested deeper than 500 levels, or files over 256 MB. The
             message names the file, the line and the element.
+        NotImplementedError: ``contact=True`` for a file with equality constraints.
     """
     path, data = read_model_source(path, "MJCF")
     model_dir = model_folder(path)
@@ -1539,6 +1540,12 @@ def load_mjcf(
     _add_contact(sj, root, bodies, by_id, mobods, matter, comp, meshes, defaults, ignored, contact_flags)
     state = realize_with_contact(system, matter, ignored)
     if contact:
+        if constraints:
+            raise NotImplementedError(
+                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has equality "
+                f"constraints ({', '.join(constraints)}); MuJoCo's soft contact solved together with "
+                "simjax's exact constraints is not supported yet (load without contact=True)"
+            )
         state = _solve_mujoco_way(sj, root, system, matter, state, reader.joints, coordinates, limits,
                                   contact_flags, ignored, notes)  # fmt: skip
     model = LoadedModel(
