@@ -248,17 +248,26 @@ def contact_layout(
     )
 
 
-def contact_rows(cl: ContactLayout, ct: Contacts, J6: jax.Array, u: jax.Array) -> Rows:
-    """The contact rows at a State: ``J6`` (n, 6, nu) each slot's relative velocity Jacobian
-    in its contact frame (rows ``[normal, tangent1, tangent2]`` of body 2's contact point
-    velocity minus body 1's, then the same of their angular velocities), ``u`` the speeds.
+def contact_rows(cl: ContactLayout, ct: Contacts, cdof: jax.Array, moves: np.ndarray, u: jax.Array) -> Rows:
+    """The contact rows at a State. A row's Jacobian is that of the relative velocity of
+    the contact point on body 2 and on body 1 along its direction ``t`` (a combination of
+    the contact frame's rows, ``ContactLayout.coef``), plus the relative angular velocity
+    along its ``r`` (torsion, rolling): with ``cdof`` (nu, 6) the dofs' motion ``[w; v]``
+    about Ground's origin, ``J = t . v + (p x t + r) . w`` over the dofs that move body 2
+    minus those that move body 1 (``moves`` (n, nu), static: -1, 0, 1). ``u`` the speeds.
     A row is active when its slot is (``ct.active``) and ``dist < includemargin``."""
     m = cl.slot.size
-    dt = J6.dtype
+    dt = cdof.dtype
     if m == 0:
         z = jnp.zeros(0, dt)
         return Rows(jnp.zeros((0, u.size), dt), z, z, z, jnp.zeros(0, bool), (), ())
-    J = jnp.einsum("rk,rkn->rn", jnp.asarray(cl.coef, dt), J6[cl.slot])
+    frame = jnp.where(jnp.isfinite(ct.frame), ct.frame, 0.0)[cl.slot]  # (m, 3, 3)
+    point = jnp.where(jnp.isfinite(ct.pos), ct.pos, 0.0)[cl.slot]
+    coef = jnp.asarray(cl.coef, dt)
+    t = jnp.einsum("rk,rkj->rj", coef[:, :3], frame)
+    r = jnp.einsum("rk,rkj->rj", coef[:, 3:], frame)
+    J = t @ cdof[:, 3:].T + (jnp.cross(point, t) + r) @ cdof[:, :3].T
+    J = J * jnp.asarray(moves[cl.slot], dt)
     dist = ct.dist[cl.slot]
     margin = jnp.asarray(ct.includemargin, dt)[cl.slot]
     on = ct.active[cl.slot] & (dist < margin)
@@ -601,18 +610,10 @@ def model_rows(
             ct, cand.surface_bodies, opt.body_invweight, opt.cone, opt.impratio, opt.timestep, opt.refsafe
         )
         sb = np.asarray(cand.surface_bodies, int)
-        point = jnp.where(jnp.isfinite(ct.pos), ct.pos, 0.0)
-        frame = jnp.where(jnp.isfinite(ct.frame), ct.frame, 0.0)
-        dJ = rz.frame_jacobians(model, state, sb[ct.surface[:, 1]], point) - rz.frame_jacobians(
-            model, state, sb[ct.surface[:, 0]], point
-        )  # (n, 6, nu): [angular; linear] of body 2's point relative to body 1's
-        J6 = jnp.concatenate(
-            [jnp.einsum("nij,njk->nik", frame, dJ[:, 3:]), jnp.einsum("nij,njk->nik", frame, dJ[:, :3])],
-            axis=1,
-        )
-        parts.append(
-            (contact_rows(cl, ct, J6, state.u), Layout(cl.slot.size, cl.layout_uni, cl.layout_cones))
-        )
+        anc = np.asarray(model.topology(False).dof_ancestor, float)  # (nb, nu): dof moves body
+        moves = anc[sb[ct.surface[:, 1]]] - anc[sb[ct.surface[:, 0]]]
+        rows = contact_rows(cl, ct, pos.cdof, moves, state.u)
+        parts.append((rows, Layout(cl.slot.size, cl.layout_uni, cl.layout_cones)))
     rows, layout = stack_rows(parts)
     return rows, layout, cl, ct
 
