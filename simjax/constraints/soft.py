@@ -412,31 +412,54 @@ def _cone_terms(
     return cost, force, H
 
 
+def _take(x: jax.Array, idx: Any) -> jax.Array:
+    """``x[idx]`` for static indices: a slice (no gather) when they are a contiguous run."""
+    ix = np.asarray(idx, int)
+    if ix.size and np.array_equal(ix.ravel(), np.arange(ix.flat[0], ix.flat[0] + ix.size)):
+        return x[int(ix.flat[0]) : int(ix.flat[0]) + ix.size].reshape(ix.shape + x.shape[1:])
+    return x[ix]
+
+
+def _contiguous(layout: Layout) -> bool:
+    """The one-sided rows first, then each cone group's rows in order (what ``solve``
+    works in): the terms are then assembled by concatenation, not scatters."""
+    order = list(layout.uni) + [i for _, idx in layout.cones for r in idx for i in r]
+    return order == list(range(layout.m))
+
+
 def _terms(
     layout: Layout, jar: jax.Array, D: jax.Array, mu: tuple, fr: tuple
 ) -> tuple[jax.Array, jax.Array, jax.Array, tuple[jax.Array, ...]]:
     """Constraint cost, force (m,) = -d cost / d jar, the Hessian's diagonal over the
     one-sided rows (m,) and its blocks per cone group."""
     uni = np.asarray(layout.uni, int)
-    ju, Du = jar[uni], D[uni]
+    ju, Du = _take(jar, uni), _take(D, uni)
     on = ju < 0
     cost = 0.5 * jnp.sum(jnp.where(on, Du * ju * ju, 0.0))
-    force = jnp.zeros_like(jar).at[uni].set(jnp.where(on, -Du * ju, 0.0))
-    hd = jnp.zeros_like(jar).at[uni].set(jnp.where(on, Du, 0.0))
+    fu = jnp.where(on, -Du * ju, 0.0)
+    hu = jnp.where(on, Du, 0.0)
+    parts = []
     blocks = []
     for (_, idx), m_, f_ in zip(layout.cones, mu, fr):
-        ix = np.asarray(idx, int)
-        c, f, H = _cone_terms(jar[ix], D[ix], m_, f_)
+        c, f, H = _cone_terms(_take(jar, idx), _take(D, idx), m_, f_)
         cost = cost + jnp.sum(c)
-        force = force.at[ix].set(f)
+        parts.append(f)
         blocks.append(H)
+    if _contiguous(layout):
+        force = jnp.concatenate([fu, *(f.reshape(-1) for f in parts)])
+        hd = jnp.concatenate([hu, jnp.zeros(layout.m - uni.size, jar.dtype)])
+    else:
+        force = jnp.zeros_like(jar).at[uni].set(fu)
+        hd = jnp.zeros_like(jar).at[uni].set(hu)
+        for (_, idx), f in zip(layout.cones, parts):
+            force = force.at[np.asarray(idx, int)].set(f)
     return cost, force, hd, tuple(blocks)
 
 
 def _hessian(layout: Layout, M: jax.Array, J: jax.Array, hd: jax.Array, blocks: tuple) -> jax.Array:
     H = M + (J.T * hd[None, :]) @ J
     for (_, idx), Hb in zip(layout.cones, blocks):
-        Jb = J[np.asarray(idx, int)]  # (n, d, nu)
+        Jb = _take(J, idx)  # (n, d, nu)
         H = H + jnp.einsum("nia,nij,njb->ab", Jb, Hb, Jb)
     return H
 
@@ -445,7 +468,7 @@ def _quad(layout: Layout, v: jax.Array, hd: jax.Array, blocks: tuple) -> jax.Arr
     """``v' W v`` with W the constraint Hessian in jar-space."""
     out = jnp.sum(hd * v * v)
     for (_, idx), Hb in zip(layout.cones, blocks):
-        vb = v[np.asarray(idx, int)]
+        vb = _take(v, idx)
         out = out + jnp.einsum("ni,nij,nj->", vb, Hb, vb)
     return out
 
@@ -566,6 +589,17 @@ def _solve_x_jvp(layout, iterations, tol, primals, tangents):  # noqa: ANN001, A
     return (x, info), (dx, jnp.zeros_like(info))
 
 
+def _sorted(layout: Layout) -> tuple[np.ndarray, Layout]:
+    """The row order that makes ``layout`` contiguous, and the layout in that order."""
+    perm = np.asarray(list(layout.uni) + [i for _, idx in layout.cones for r in idx for i in r], int)
+    k = len(layout.uni)
+    cones = []
+    for d, idx in layout.cones:
+        cones.append((d, tuple(tuple(range(k + j * d, k + (j + 1) * d)) for j in range(len(idx)))))
+        k += d * len(idx)
+    return perm, Layout(layout.m, tuple(range(len(layout.uni))), tuple(cones))
+
+
 def solve(
     layout: Layout, M: jax.Array, a0: jax.Array, rows: Rows, iterations: int = 100, tolerance: float = 1e-10
 ) -> Solution:
@@ -575,11 +609,15 @@ def solve(
 
     Pure, static shapes: ``jit``, ``vmap`` and ``grad`` apply. Derivatives are those of
     the exact optimum (implicit differentiation with the Hessian there; the set of active
-    rows held), whatever the iterations did."""
-    x, info = _solve_x(
-        layout, int(iterations), float(tolerance), M, a0, rows.J, rows.aref, rows.D, rows.mu, rows.friction
-    )
-    _, force, _, _ = _terms(layout, rows.J @ x - rows.aref, rows.D, rows.mu, rows.friction)
+    rows held), whatever the iterations did. The rows are solved in an order where each
+    cone's rows are contiguous (one gather in, one out, when they are not already)."""
+    perm, lay = _sorted(layout)
+    same = np.array_equal(perm, np.arange(layout.m))
+    J, aref, D = (rows.J, rows.aref, rows.D) if same else (rows.J[perm], rows.aref[perm], rows.D[perm])
+    x, info = _solve_x(lay, int(iterations), float(tolerance), M, a0, J, aref, D, rows.mu, rows.friction)
+    _, force, _, _ = _terms(lay, J @ x - aref, D, rows.mu, rows.friction)
+    if not same:
+        force = force[np.argsort(perm)]
     return Solution(x, force, info[0].astype(jnp.int32), info[1] > 0.5)
 
 
