@@ -56,7 +56,15 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   simjax does not know are not modelled: the warning names each one (attributes that do not
   change the dynamics, such as ``group``, ``user`` or ``lengthrange``, are accepted).
 
-Everything else (tendons, sensors, contact pairs, joint stiffness of ball and
+- Contact (``load_mjcf(..., contact=True)``): MuJoCo's soft constraint rows for the
+  colliding geoms (``condim``, ``friction``, ``solref``/``solimp``, ``margin``/``gap``,
+  ``priority``/``solmix`` mixing, ``<pair>``, ``<exclude>``, ``filterparent``) and for the
+  limited hinge and slide joints (``solreflimit``, ``solimplimit``, ``margin``), ``<option
+  timestep cone impratio iterations>`` and ``<flag contact limit refsafe>``, solved as
+  MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
+  equals MuJoCo's ``qacc`` with contacts and limits active.
+
+Everything else (tendons, sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
 keyframes, cameras, lights, assets, ...) is counted in ``LoadedModel.ignored``; one warning
 lists what carries physics that simjax leaves out. ``<composite>``, ``<flexcomp>``,
@@ -156,7 +164,7 @@ _QUIET = {
     "mocap body (welded to ground)",
     "geom that collides (MuJoCo's soft contact, solved with the limits)",
 }
-#: Geoms that collide in MuJoCo: simjax detects their contact but applies no force yet.
+#: Geoms that collide in MuJoCo: without ``contact=True`` simjax detects their contact only.
 _COLLIDING = (
     "geom that collides (its contact is detected, matter.find_contacts, but produces no force: "
     "bodies pass through the floor and each other; load_mjcf(..., contact=True) gives MuJoCo's "
