@@ -432,3 +432,52 @@ def test_half_second_rollouts_equal_mujoco_euler(name, mujoco):
     err = np.abs(mine - np.array(ref)).max()
     ERR[f"{name} 0.5 s rollout qpos"] = err
     assert ncon >= 1 and err < 1e-9
+
+
+def test_loader_options_status_and_refusals(tmp_path):
+    """``contact=True``: the load warning no longer says the geoms produce no force (they
+    are counted as MuJoCo's soft contact), the limits are soft rows (no hard
+    CoordinateLimit); without it the geoms are detection-only as before. A file with
+    equalities is refused (not solved together yet); bad options are refused naming the
+    field; an iteration cap of 1 on a State needing more reports ``converged = 0``;
+    ``set_mujoco_constraints(None)`` goes back to the contact-free dynamics."""
+    xml = BOX.format(cone="pyramidal")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        lm = load_mjcf(xml, contact=True)
+    msg = " ".join(str(w.message) for w in rec)
+    assert (
+        "no force" not in msg
+        and lm.ignored.get("geom that collides (MuJoCo's soft contact, solved with the limits)") == 2
+    )
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        plain = load_mjcf(xml)
+    assert "produces no force" in " ".join(str(w.message) for w in rec)
+    assert plain.system.model_for(plain.default_state).mujoco is None
+    # the box 5 mm into the floor: the contact pushes it up; with 1 iteration it is not done
+    q = np.array(lm.default_state.q)
+    q[0:4] = [1.0, 0.0, 0.0, 0.0]
+    q[6] = 0.045
+    s = lm.system.realize(lm.default_state.with_q(jnp.asarray(q)), sj.Stage.ACCELERATION)
+    assert float(s.udot[5]) > 0 and np.asarray(s.acceleration_cache.solver_status)[1] == 1
+    model = lm.system.model_for(lm.default_state)
+    lm.matter.set_mujoco_constraints(dataclasses.replace(model.mujoco, iterations=1, tolerance=1e-300))
+    st = lm.system.realize_topology()
+    s1 = lm.system.realize(st.with_q(jnp.asarray(q)), sj.Stage.ACCELERATION)
+    assert np.asarray(s1.acceleration_cache.solver_status).tolist() == [1, 0]
+    lm.matter.set_mujoco_constraints(None)
+    st = lm.system.realize_topology()
+    s2 = lm.system.realize(st.with_q(jnp.asarray(q)), sj.Stage.ACCELERATION)
+    assert float(s2.udot[5]) == pytest.approx(-9.81) and s2.acceleration_cache.efc_force is None
+    with pytest.raises(ValueError, match="cone"):
+        dataclasses.replace(model.mujoco, cone="square")
+    with pytest.raises(ValueError, match="impratio"):
+        dataclasses.replace(model.mujoco, impratio=0.0)
+    with pytest.raises(TypeError, match="MujocoConstraintOptions"):
+        lm.matter.set_mujoco_constraints({"cone": "elliptic"})
+    eq = xml.replace("</worldbody>", '</worldbody><equality><weld body1="box"/></equality>')
+    with pytest.raises(NotImplementedError, match="equality"):
+        _load(eq)
+    with pytest.raises(Exception, match="cone"):
+        _load(BOX.format(cone="round"))
