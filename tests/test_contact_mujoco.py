@@ -499,3 +499,30 @@ def test_gradient_through_a_rollout_with_sliding_contact():
     f = jax.jit(final_x)
     fd = (float(f(1.0 + 1e-5)) - float(f(1.0 - 1e-5))) / 2e-5
     assert 0.0 < g < 0.1 and g == pytest.approx(fd, rel=1e-6)
+
+
+@pytest.mark.oracle
+def test_float32_states_solve_in_their_precision(mujoco):
+    """A float32 State of the hopper on the floor with limits engaged is solved in float32
+    (the tolerance floored at 64 machine epsilons, so the solve converges): udot equals the
+    float64 one to 1e-4 relative (measured 4e-6)."""
+    setup = Setup("hopper", _path("hopper"), mujoco)
+    c, m, d = setup.c, setup.m, setup.d
+    system, st = setup.lm.system, setup.state
+    st32 = jax.tree.map(
+        lambda x: x.astype(jnp.float32) if getattr(x, "dtype", None) == jnp.float64 else x, st
+    )
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        q, u = c.random_state(rng)
+        q = _push_limits(setup, q, rng)
+        q = _from_mujoco(c, q, _drop(mujoco, m, d, c.to_mujoco(q)[0]))
+        a = np.asarray(
+            system.realize(st.with_q(jnp.asarray(q)).with_u(jnp.asarray(u)), sj.Stage.ACCELERATION).udot
+        )
+        s32 = system.realize(
+            st32.with_q(jnp.asarray(q, jnp.float32)).with_u(jnp.asarray(u, jnp.float32)),
+            sj.Stage.ACCELERATION,
+        )
+        assert s32.udot.dtype == jnp.float32 and np.asarray(s32.acceleration_cache.solver_status)[1] == 1
+        np.testing.assert_allclose(np.asarray(s32.udot), a, atol=1e-4 * np.abs(a).max())

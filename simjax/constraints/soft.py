@@ -328,15 +328,17 @@ def limit_rows(ll: LimitLayout, q: jax.Array, u: jax.Array) -> Rows:
         z = jnp.zeros(0, dt)
         return Rows(jnp.zeros((0, nu), dt), z, z, z, jnp.zeros(0, bool), (), ())
     v = q[ll.q]
-    dist = jnp.stack([v - ll.lower, ll.upper - v], axis=1).reshape(-1)
+    lower, upper = jnp.asarray(ll.lower, dt), jnp.asarray(ll.upper, dt)
+    dist = jnp.stack([v - lower, upper - v], axis=1).reshape(-1)
     sign = np.tile([1.0, -1.0], n)
     uu = np.repeat(ll.u, 2)
-    J = jnp.zeros((2 * n, nu), dt).at[np.arange(2 * n), uu].set(sign)
-    margin = np.repeat(ll.margin, 2)
+    J = jnp.zeros((2 * n, nu), dt).at[np.arange(2 * n), uu].set(jnp.asarray(sign, dt))
+    margin = jnp.asarray(np.repeat(ll.margin, 2), dt)
     on = dist < margin
     imp = impedance(jnp.asarray(np.repeat(ll.solimp, 2, axis=0), dt), dist, margin)
-    R = jnp.maximum(MINVAL, (1.0 - imp) * np.repeat(ll.invweight, 2) / imp)
-    aref = -np.repeat(ll.B, 2) * (sign * u[uu]) - np.repeat(ll.K, 2) * imp * (dist - margin)
+    R = jnp.maximum(MINVAL, (1.0 - imp) * jnp.asarray(np.repeat(ll.invweight, 2), dt) / imp)
+    B, K = (jnp.asarray(np.repeat(x, 2), dt) for x in (ll.B, ll.K))
+    aref = -B * (jnp.asarray(sign, dt) * u[uu]) - K * imp * (dist - margin)
     D = jnp.where(on, 1.0 / R, 0.0)
     return Rows(J, aref, R, D, on, (), ())
 
@@ -512,6 +514,7 @@ LINE_SEARCH_ITERATIONS = 30
 def _newton(layout: Layout, iterations: int, tol: float, M, a0, J, aref, D, mu, fr):  # noqa: ANN001, ANN202
     nu = a0.size
     scale = 1.0 / jnp.maximum(MINVAL, jnp.trace(M) / max(1, nu))  # 1 / MuJoCo's meaninertia
+    tol = max(tol, 64.0 * float(jnp.finfo(a0.dtype).eps))  # reachable in the State's precision
     Ma0 = M @ a0
 
     def grad_hess(x):  # noqa: ANN001, ANN202
@@ -644,6 +647,8 @@ def model_rows(
     cand = model.contact
     if opt.contact and cand is not None and cand.groups:
         ct = find_contacts(cand, pos.R_GB, pos.p_GB)
+        dt = pos.cdof.dtype  # (detection's static frames are float64: the State's precision)
+        ct = ct._replace(dist=ct.dist.astype(dt), pos=ct.pos.astype(dt), frame=ct.frame.astype(dt))
         cl = contact_layout(
             ct, cand.surface_bodies, opt.body_invweight, opt.cone, opt.impratio, opt.timestep, opt.refsafe
         )
