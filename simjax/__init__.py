@@ -22,6 +22,7 @@ from ._spatial import Rotation as Rotation
 from ._spatial import Transform as Transform
 from ._stage import Stage as Stage
 from .constraints.kernels import ConstraintContext as ConstraintContext
+from .model.contact import MujocoConstraintOptions as MujocoConstraintOptions
 from .model.context import Context as Context
 from .model.mobilizers import AbstractMobilizer as AbstractMobilizer
 from .model.state import StageError as StageError

@@ -36,6 +36,7 @@ SJ = [
     "Markers",
     "MassProperties",
     "MobilizedBody",
+    "MujocoConstraintOptions",
     "MultibodySystem",
     "NonFiniteError",
     "OrientationSensors",

@@ -22,6 +22,7 @@ import numpy as np
 from .. import _batching
 from .._stage import Stage
 from ..constraints import kernels as cn
+from ..constraints import soft
 from ..dynamics import stages as rz
 from ..dynamics.forces import calc_zdot
 from ..model.context import Context
@@ -141,6 +142,7 @@ def realize_acceleration(
     accelerations and qdotdot."""
     # (named scopes inside the stage, so a profile splits it)
     mp, mv, ma = model.constraint_counts(state.use_euler_angles)
+    extra: dict[str, jax.Array] = {}
     if mp + mv + ma == 0:
         with jax.named_scope("solve"):
             # Batched, the articulated-body recursion takes the bias terms whole (and -bias,
@@ -148,6 +150,22 @@ def realize_acceleration(
             terms = (dyn.mobility_forces, rz.bias_forces(model, state, pos, vel, dyn), dyn.velocity_products)
             udot = rz.forward_solve(model, state, pos, -dyn.bias, terms)
         lam = err = vres = jnp.zeros(0, udot.dtype)
+        if model.mujoco is not None:
+            # MuJoCo's soft contact and limit rows: its primal problem from the
+            # unconstrained accelerations (its qacc_smooth).
+            with jax.named_scope("mujoco_constraints"):
+                M = rz.mass_matrix(model, state, pos)
+                sol = soft.model_solve(model, state, pos, M, udot)
+            udot = sol.qacc
+            extra = {
+                "efc_force": sol.force,
+                "solver_status": jnp.stack([sol.iterations, sol.converged.astype(jnp.int32)]),
+            }
+    elif model.mujoco is not None:
+        raise NotImplementedError(
+            "MuJoCo's soft constraint solve (contact=True) with simjax's exact constraints "
+            "(MJCF equalities) is not supported yet: disable the constraints or load without contact"
+        )
     else:
         with jax.named_scope("mass_matrix"):
             M = rz.mass_matrix(model, state, pos)
@@ -166,6 +184,7 @@ def realize_acceleration(
         udoterr=err,
         multipliers=lam,
         uerr_residual=vres,
+        **extra,
     )
 
 

@@ -56,7 +56,15 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   simjax does not know are not modelled: the warning names each one (attributes that do not
   change the dynamics, such as ``group``, ``user`` or ``lengthrange``, are accepted).
 
-Everything else (tendons, sensors, contact pairs, joint stiffness of ball and
+- Contact (``load_mjcf(..., contact=True)``): MuJoCo's soft constraint rows for the
+  colliding geoms (``condim``, ``friction``, ``solref``/``solimp``, ``margin``/``gap``,
+  ``priority``/``solmix`` mixing, ``<pair>``, ``<exclude>``, ``filterparent``) and for the
+  limited hinge and slide joints (``solreflimit``, ``solimplimit``, ``margin``), ``<option
+  timestep cone impratio iterations>`` and ``<flag contact limit refsafe>``, solved as
+  MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
+  equals MuJoCo's ``qacc`` with contacts and limits active.
+
+Everything else (tendons, sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
 keyframes, cameras, lights, assets, ...) is counted in ``LoadedModel.ignored``; one warning
 lists what carries physics that simjax leaves out. ``<composite>``, ``<flexcomp>``,
@@ -102,6 +110,8 @@ import numpy as np
 from .. import _spatial as sp
 from .. import system as sj
 from .._stage import Stage
+from ..constraints import soft
+from ..model.contact import MujocoConstraintOptions
 from ..system.bodies import MobilizedBody
 from ._loaded import (
     Coordinate,
@@ -152,12 +162,16 @@ _QUIET = {
     "contact exclude",
     "joint range (limit constraint)",
     "mocap body (welded to ground)",
+    "geom that collides (MuJoCo's soft contact, solved with the limits)",
 }
-#: Geoms that collide in MuJoCo: simjax detects their contact but applies no force yet.
+#: Geoms that collide in MuJoCo: without ``contact=True`` simjax detects their contact only.
 _COLLIDING = (
-    "geom that collides (its contact is detected, matter.find_contacts, but produces no force yet: "
-    "bodies pass through the floor and each other)"
+    "geom that collides (its contact is detected, matter.find_contacts, but produces no force: "
+    "bodies pass through the floor and each other; load_mjcf(..., contact=True) gives MuJoCo's "
+    "soft contact)"
 )
+#: With ``contact=True``: counted quietly (they produce MuJoCo's contact).
+_COLLIDING_SOLVED = "geom that collides (MuJoCo's soft contact, solved with the limits)"
 #: Colliding geoms whose shape has no contact geometry in simjax yet.
 _COLLIDING_MESH = "colliding mesh/hfield/sdf geom (no contact geometry for it yet: left out of contact)"
 #: MuJoCo's equalities are soft (solref/solimp); simjax's are exact.
@@ -546,6 +560,7 @@ class _Joint:
     __slots__ = (
         "el", "name", "type", "axis", "pos", "ref", "range", "limited", "id", "align",
         "damping", "stiffness", "springref", "armature", "springdamper", "given_range",
+        "solreflimit", "solimplimit", "margin",
     )  # fmt: skip
 
     def __init__(self, el: _El, name: str, type_: str, jid: int):
@@ -561,6 +576,10 @@ class _Joint:
         #: the ``range`` as MuJoCo's compiler keeps it (converted to radians only when the
         #: joint is limited); None without one. ``inheritrange`` reads it.
         self.given_range: tuple[float, float] | None = None
+        #: MuJoCo's soft limit parameters (used by ``load_mjcf(..., contact=True)``)
+        self.solreflimit = np.array([0.02, 1.0])
+        self.solimplimit = np.array([0.9, 0.95, 0.001, 0.5, 2.0])
+        self.margin = 0.0
 
 
 class _Body:
@@ -759,6 +778,9 @@ class _Reader:
             raise _error(el, f"joint {name!r}: armature must be >= 0")
         if _number(el, attrs, "frictionloss", 0.0) != 0.0:
             _count(self.ignored, "joint frictionloss")
+        j.solreflimit = _floats(el, attrs, "solreflimit", 2, (0.02, 1.0), at_most=True)
+        j.solimplimit = _floats(el, attrs, "solimplimit", 5, (0.9, 0.95, 0.001, 0.5, 2.0), at_most=True)
+        j.margin = _number(el, attrs, "margin", 0.0)
         if "springdamper" in attrs and np.any(sd := _floats(el, attrs, "springdamper", 2)):
             if np.any(sd <= 0):
                 raise _error(el, f"joint {name!r}: when defined, springdamper values must be positive")
@@ -1355,6 +1377,7 @@ def load_mjcf(
     limits: bool = True,
     passive: bool = True,
     allow_outside: bool = False,
+    contact: bool = False,
 ) -> LoadedModel:
     """Load a MuJoCo MJCF model as a simjax System.
 
@@ -1378,6 +1401,17 @@ def load_mjcf(
             ``Force.MobilityLinearSpring``, as MuJoCo applies them. ``False``: leave them
             out (listed as ignored). ``armature`` is always modelled (it is inertia);
             ``frictionloss`` is not.
+        contact: Solve the accelerations MuJoCo's way: its soft contact rows for the geoms
+            that collide (pyramidal or elliptic cones from ``<option cone>``, ``impratio``,
+            ``condim`` 1, 3, 4, 6, ``solref``/``solimp``/``margin``/``gap``) and, with
+            ``limits``, its soft limit rows for limited hinge and slide joints
+            (``solreflimit``, ``solimplimit``, ``margin``) instead of hard limits, by
+            MuJoCo's primal Newton solve at the Acceleration stage
+            (``sj.MujocoConstraintOptions``, ``simjax.constraints.soft``); ``udot`` then
+            equals MuJoCo's ``qacc``. Off by default: geoms are then detected only
+            (``matter.find_contacts``), as the models compare with MuJoCo with contact
+            disabled. Not yet with equality constraints (exact here), ball-joint limits,
+            ``frictionloss``, ``solreffriction``, adhesion or ``noslip``.
         allow_outside: Read files anywhere. By default every file the model names (an
             ``<include>``, a ``<mesh file>``, wherever ``<compiler meshdir assetdir>``
             point) must lie, symlinks followed, inside the main model file's folder (the
@@ -1407,6 +1441,7 @@ def load_mjcf(
             names outside its folder (above), an ``<include>`` cycle, a DTD or entity
             declaration, elements nested deeper than 500 levels, or files over 256 MB. The
             message names the file, the line and the element.
+        NotImplementedError: ``contact=True`` for a file with equality constraints.
     """
     path, data = read_model_source(path, "MJCF")
     model_dir = model_folder(path)
@@ -1507,11 +1542,20 @@ def load_mjcf(
         _count(ignored, _SOFT_EQ)
         if eq_off:
             con.set_disabled_by_default(True)
-    if limits:
+    if limits and not contact:
         add_coordinate_limits(coordinates, notes)
         ignored.pop("joint range (limit constraint)", None)
     _add_contact(sj, root, bodies, by_id, mobods, matter, comp, meshes, defaults, ignored, contact_flags)
     state = realize_with_contact(system, matter, ignored)
+    if contact:
+        if constraints:
+            raise NotImplementedError(
+                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has equality "
+                f"constraints ({', '.join(constraints)}); MuJoCo's soft contact solved together with "
+                "simjax's exact constraints is not supported yet (load without contact=True)"
+            )
+        state = _solve_mujoco_way(sj, root, system, matter, state, reader.joints, coordinates, limits,
+                                  contact_flags, ignored, notes)  # fmt: skip
     model = LoadedModel(
         system=system,
         matter=matter,
@@ -1539,6 +1583,68 @@ def load_mjcf(
         warnings.warn("; ".join([msg, *notes]), stacklevel=2)
     files.warn(stacklevel=3)
     return model
+
+
+def _solve_mujoco_way(
+    sj: Any, root: _El, system: Any, matter: Any, state: Any, joints: list[_Joint],
+    coordinates: dict[str, Any], limits: bool, flags: dict[str, bool], ignored: dict[str, int],
+    notes: list[str],
+) -> Any:  # fmt: skip
+    """``load_mjcf(..., contact=True)``: MuJoCo's options (``<option timestep cone impratio
+    iterations>``, ``<flag limit refsafe>``), the invweights at qpos0 and the limit rows
+    set on the matter subsystem; the State of the new topology."""
+    opt: dict[str, str] = {}
+    off: set[str] = set()
+    for el in root.children:
+        if el.tag == "option":
+            opt.update(el.attrib)
+            for c in el.children:
+                if c.tag == "flag":
+                    off |= {k for k, v in c.attrib.items() if v == "disable"}
+    cone = opt.get("cone", "pyramidal")
+    if cone not in ("pyramidal", "elliptic"):
+        raise _error(root, f'option cone="{cone}" must be pyramidal or elliptic')
+    if float(opt.get("noslip_iterations", 0)) > 0:
+        _count(ignored, "option noslip_iterations (MuJoCo's noslip pass)")
+    n_col = ignored.pop(_COLLIDING, 0)
+    if n_col:
+        _count(ignored, _COLLIDING_SOLVED, n_col)
+    ignored.pop("joint range (limit constraint)", None)
+    model = system.model_for(state)
+    pos_state = system.realize(state, Stage.POSITION)
+    body_iw, dof_iw = soft.invweights(model, pos_state)
+    rows: list[tuple] = []
+    if limits and "limit" not in off:
+        for j in joints:
+            if not j.limited or j.type not in ("hinge", "slide"):
+                if j.limited and j.type == "ball":
+                    _count(ignored, "ball joint limit (MuJoCo's soft row not built yet)")
+                continue
+            c = coordinates[j.name]
+            ui = c.u_index(state)
+            lo, hi = j.range
+            rows.append((c.q_index(state), ui, lo, hi, j.margin, j.solreflimit, j.solimplimit, dof_iw[ui]))
+    cols: list[Any] = list(zip(*rows)) if rows else [[] for _ in range(8)]
+    options = MujocoConstraintOptions(
+        body_invweight=body_iw,
+        cone=cone,
+        impratio=float(opt.get("impratio", 1.0)),
+        timestep=float(opt.get("timestep", 0.002)),
+        iterations=int(float(opt.get("iterations", 100))),
+        refsafe="refsafe" not in off,
+        contact=flags["contact"],
+        limit_q=np.asarray(cols[0], int),
+        limit_u=np.asarray(cols[1], int),
+        limit_lower=np.asarray(cols[2], float),
+        limit_upper=np.asarray(cols[3], float),
+        limit_margin=np.asarray(cols[4], float),
+        limit_solref=np.asarray(cols[5], float).reshape(-1, 2),
+        limit_solimp=np.asarray(cols[6], float).reshape(-1, 5),
+        limit_invweight=np.asarray(cols[7], float),
+    )
+    matter.set_mujoco_constraints(options)
+    new = system.realize_topology()
+    return new.with_q(state.q).with_u(state.u)
 
 
 def _read_option(

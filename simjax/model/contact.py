@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,3 +90,57 @@ class ContactCandidates:
     def num_candidates(self) -> int:
         """Number of candidate pairs (with a kernel)."""
         return sum(len(g.surf1) for g in self.groups)
+
+
+@dataclass(frozen=True, eq=False)
+class MujocoConstraintOptions:
+    """How a Model's accelerations are solved MuJoCo's way (a loader's ``contact=True``):
+    soft contact rows for the candidate list's slots (``contact``) and soft limit rows for
+    the limited hinge and slide joints, MuJoCo's primal problem solved by Newton's method
+    (:mod:`simjax.constraints.soft`).
+
+    ``cone`` ``"pyramidal"`` or ``"elliptic"``; ``impratio``; ``timestep`` (for
+    ``refsafe``: a standard ``solref`` time constant at least ``2 timestep``);
+    ``iterations`` and ``tolerance`` of the Newton solve; ``body_invweight`` (nb, 2) MuJoCo's
+    ``body_invweight0`` per body (translation, rotation) at ``qpos0``; per limited joint
+    ``limit_q``/``limit_u`` (quaternion-mode indices), ``limit_lower``/``limit_upper``,
+    ``limit_margin``, ``limit_solref`` (n, 2), ``limit_solimp`` (n, 5) and
+    ``limit_invweight`` (MuJoCo's ``dof_invweight0``). Static: they compile in."""
+
+    body_invweight: np.ndarray
+    cone: str = "pyramidal"
+    impratio: float = 1.0
+    timestep: float = 0.002
+    iterations: int = 100
+    tolerance: float = 1e-10
+    refsafe: bool = True
+    contact: bool = True
+    limit_q: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    limit_u: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    limit_lower: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    limit_upper: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    limit_margin: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    limit_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    limit_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    limit_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if self.cone not in ("pyramidal", "elliptic"):
+            raise ValueError(f"cone must be 'pyramidal' or 'elliptic', got {self.cone!r}")
+        if not (self.impratio > 0 and self.timestep > 0 and self.iterations >= 1 and self.tolerance > 0):
+            raise ValueError("impratio, timestep and tolerance must be > 0 and iterations >= 1")
+
+    @property
+    def key(self) -> tuple:
+        """Everything the compiled program depends on (the numbers compile in)."""
+
+        def arr(a: np.ndarray) -> tuple:
+            a = np.asarray(a)
+            return (a.shape, a.tobytes())
+
+        return (
+            self.cone, float(self.impratio), float(self.timestep), int(self.iterations),
+            float(self.tolerance), bool(self.refsafe), bool(self.contact), arr(self.body_invweight),
+            *(arr(getattr(self, f"limit_{k}")) for k in
+              ("q", "u", "lower", "upper", "margin", "solref", "solimp", "invweight")),
+        )  # fmt: skip

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _spatial as sp
 from .._stage import Stage
-from .contact import ContactCandidates
+from .contact import ContactCandidates, MujocoConstraintOptions
 from .mobilizers import AbstractMobilizer
 from .paths import PathSet
 from .state import Cache, State
@@ -171,6 +171,7 @@ class Model:
     limits: tuple[LimitRecord, ...] = ()  # unilateral rows (coordinate limits, couplings')
     contact: ContactCandidates | None = None  # the static contact candidate list
     paths: PathSet | None = None  # every GeometryPath's points, stacked
+    mujoco: MujocoConstraintOptions | None = None  # MuJoCo's soft contact and limit rows
 
     # ------------------------------------------------------------------ equality
     @cached_property
@@ -199,6 +200,7 @@ class Model:
             tuple(lim.key for lim in self.limits),
             None if self.contact is None else self.contact.key,
             None if self.paths is None else self.paths.key,
+            None if self.mujoco is None else self.mujoco.key,
         )
         try:
             hash(key)

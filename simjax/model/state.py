@@ -15,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from .. import _spatial as sp
 from .._stage import Stage
@@ -149,6 +149,10 @@ class AccelerationCache(_Fields):
             of u removes (the least-squares residual of the velocity constraints, the same
             whatever u is): zero to round-off unless they are inconsistent, no velocities
             satisfying them all.
+        efc_force: MuJoCo's constraint forces (its ``efc_force``) of a Model solved
+            MuJoCo's way (``Model.mujoco``): the limit rows (lower, upper per limited
+            joint) then the contact slots' rows; None otherwise.
+        solver_status: ``[iterations, converged]`` of that Newton solve; None otherwise.
     """
 
     udot: Float[Array, " nu"]
@@ -158,6 +162,8 @@ class AccelerationCache(_Fields):
     udoterr: Float[Array, " m"]
     multipliers: Float[Array, " m"]
     uerr_residual: Float[Array, " mpv"]
+    efc_force: Float[Array, " nefc"] | None = None
+    solver_status: Int[Array, " 2"] | None = None
 
 
 class Cache(_Fields):

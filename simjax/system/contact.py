@@ -216,6 +216,7 @@ class ContactRegistry:
         self.excluded: set[tuple[int, int]] = set()
         self.pairs: list[tuple[int, int, ContactProperties]] = []
         self.filter_parent = True
+        self.mujoco: Any = None  # MujocoConstraintOptions: solved MuJoCo's way
 
 
 def registry(matter: Any) -> ContactRegistry:

@@ -15,6 +15,7 @@ from ..constraints import kernels as cn
 from ..dynamics import stages as rz
 from ..dynamics.detection import Contacts, find_contacts
 from ..dynamics.forces import fold_body_forces
+from ..model.contact import MujocoConstraintOptions
 from ..model.model import Model, classical_acceleration
 from ..model.state import Cache, State
 from ..model.topology import Topology
@@ -503,6 +504,17 @@ class SimbodyMatterSubsystem(Subsystem):
         """MuJoCo's ``filterparent`` flag (on by default): no dynamic contact between a
         body's surfaces and its parent's, unless the parent is Ground. A topology change."""
         ct.registry(self).filter_parent = bool(on)
+        self._system.invalidate_topology()
+
+    def set_mujoco_constraints(self, options: Any) -> None:
+        """Solve this System's accelerations MuJoCo's way (``sj.MujocoConstraintOptions``, or
+        None to stop): soft contact rows for the contact candidates and soft limit rows,
+        MuJoCo's primal problem by Newton's method at the Acceleration stage
+        (``simjax.constraints.soft``). ``load_mjcf(..., contact=True)`` sets it. A
+        topology change."""
+        if options is not None and not isinstance(options, MujocoConstraintOptions):
+            raise TypeError("set_mujoco_constraints takes a MujocoConstraintOptions or None")
+        ct.registry(self).mujoco = options
         self._system.invalidate_topology()
 
     def get_contact_candidates(self, state: State) -> ct.ContactCandidates | None:

@@ -33,7 +33,7 @@ from ..model.state import StageError, State
 from ..model.topology import Topology
 from . import diagnose as dg
 from ._compiled import compiled_outside_traces, reads_cache
-from .contact import contact_candidates
+from .contact import contact_candidates, registry
 from .paths import build_path_set
 
 _uids = itertools.count(1)
@@ -210,6 +210,7 @@ class MultibodySystem:
                 mass,
             ),
             paths=build_path_set(matter),
+            mujoco=registry(matter).mujoco,
         )
 
     def summary(self, state: State | None = None) -> str:

@@ -1,0 +1,528 @@
+"""MuJoCo's soft contact and limit rows (``load_mjcf(..., contact=True)``,
+``simjax.constraints.soft``) against MuJoCo 4.0.1 C.
+
+Oracle: ``mj_forward`` at the same State (actuators idle, gravity compensation off):
+``qacc`` (simjax's ``udot`` mapped by ``T``) to 1e-6 relative and ``efc_force`` per contact
+(matched by geom pair, MuJoCo's row order within a contact) and per joint limit, on
+dm_control's hopper, cheetah, walker and humanoid at States dropped onto the floor with
+joints pushed past their limits; pyramidal and elliptic cones (and ``impratio``) on the
+humanoid and on a small scene with condim 1, 3, 4 and 6, margins, gaps and direct
+``solref``; MuJoCo's ``body_invweight0``/``dof_invweight0`` from simjax's mass matrix; a
+vmap over many States compiled once; a box dropped on a plane under semi-explicit Euler
+against ``mj_step`` with ``integrator="Euler"``; gradients through the solve (implicit)
+against central differences. Run with ``-s`` to print the largest errors.
+"""
+
+import dataclasses
+import warnings
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_actuators import _path
+from test_contact_detection import _drop, _from_mujoco, _geom_id
+from test_io_mjcf import Case
+
+import simjax as sj
+from simjax.constraints import soft
+from simjax.io._mjcf import load_mjcf
+
+RTOL = 1e-6
+ERR: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def mujoco():
+    return pytest.importorskip("mujoco")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report():
+    yield
+    for k, v in sorted(ERR.items()):
+        print(f"{k}: {v:.2e}")
+
+
+def _load(path, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_mjcf(path, contact=True, **kw)
+
+
+class Setup:
+    """A model loaded with ``contact=True``, MuJoCo's model of the same file (gravity
+    compensation off, actuators idle), the maps between them and a jitted
+    ``(q, u) -> (udot, efc_force, status, dist, active)``."""
+
+    def __init__(self, name, path, mujoco, cone=None, impratio=None, tight=False):
+        self.c = Case(name, path, mujoco)  # (for its maps; its own model has contact off)
+        self.lm = _load(path)
+        lm = self.lm
+        st = lm.default_state
+        model = lm.system.model_for(st)
+        if cone is not None or impratio is not None:
+            opts = dataclasses.replace(
+                model.mujoco,
+                cone=cone or model.mujoco.cone,
+                impratio=impratio or model.mujoco.impratio,
+            )
+            lm.matter.set_mujoco_constraints(opts)
+            st = lm.system.realize_topology().with_q(st.q).with_u(st.u)
+            model = lm.system.model_for(st)
+        self.state, self.model = st, model
+        m = mujoco.MjModel.from_xml_path(str(path))
+        m.body_gravcomp[:] = 0.0
+        if cone is not None:
+            m.opt.cone = {"pyramidal": 0, "elliptic": 1}[cone]
+        if impratio is not None:
+            m.opt.impratio = impratio
+        if tight:  # MuJoCo's Newton run to the optimum (see the cone test)
+            m.opt.tolerance, m.opt.ls_tolerance, m.opt.iterations = 1e-13, 1e-10, 1000
+        self.m, self.d = m, mujoco.MjData(m)
+        system = lm.system
+
+        @jax.jit
+        def f(q, u):
+            s = system.realize(st.with_q(q).with_u(u), sj.Stage.ACCELERATION)
+            ac = s.acceleration_cache
+            ct = lm.matter.find_contacts(s)
+            return s.udot, ac.efc_force, ac.solver_status, ct.dist, ct.active
+
+        self.f = f
+        ct = lm.matter.find_contacts(system.realize(st, sj.Stage.POSITION))
+        self.ct = ct
+        opt = model.mujoco
+        cand = model.contact
+        self.cl = soft.contact_layout(
+            ct, cand.surface_bodies, opt.body_invweight, opt.cone, opt.impratio, opt.timestep
+        )
+        self.nl = 2 * opt.limit_q.size
+        self.names = cand.surface_names
+        self.limit_joints = [
+            next(j for j in range(m.njnt) if self.c.joints[j][3] == qi) for qi in opt.limit_q
+        ]
+
+    def compare(self, mujoco, q, u, what):
+        """qacc and efc_force against MuJoCo at (q, u); returns the number of active
+        contacts and limits."""
+        c, m, d = self.c, self.m, self.d
+        qp, T = c.to_mujoco(q)
+        d.qpos[:], d.qvel[:] = qp, T @ u
+        d.ctrl[:] = 0.0
+        mujoco.mj_forward(m, d)
+        udot, force, status, dist, active = (np.asarray(x) for x in self.f(jnp.asarray(q), jnp.asarray(u)))
+        assert status[1] == 1, (what, status)
+        ref = np.linalg.solve(T, d.qacc)
+        scale = max(1.0, np.abs(ref).max())
+        err = np.abs(udot - ref).max() / scale
+        ERR[f"{what} qacc"] = max(ERR.get(f"{what} qacc", 0.0), err)
+        np.testing.assert_allclose(udot, ref, rtol=0, atol=RTOL * scale, err_msg=what)
+        fscale = max(1.0, np.abs(d.efc_force).max(initial=0.0))
+        # contacts: simjax's slots in range by geom pair, in order, against d.contact
+        got: dict[tuple, list[int]] = {}
+        on = active & (dist < self.ct.includemargin)
+        for k in np.flatnonzero(on):
+            g = tuple(_geom_id(mujoco, m, self.names[s]) for s in self.ct.surface[k])
+            got.setdefault(g, []).append(k)
+        ref_c: dict[tuple, list[int]] = {}
+        for i in range(d.ncon):
+            if d.contact[i].efc_address >= 0:
+                ref_c.setdefault(tuple(int(x) for x in d.contact[i].geom), []).append(i)
+        assert sorted(got) == sorted(ref_c), what
+        nf = 0
+        for g, slots in got.items():
+            assert len(slots) == len(ref_c[g]), (what, g)
+            for k, i in zip(slots, ref_c[g]):
+                con = d.contact[i]
+                a, n = con.efc_address, int(self.cl.count[k])
+                mine = force[self.nl + self.cl.start[k] : self.nl + self.cl.start[k] + n]
+                theirs = d.efc_force[a : a + n]
+                err = np.abs(mine - theirs).max() / fscale
+                ERR[f"{what} efc_force"] = max(ERR.get(f"{what} efc_force", 0.0), err)
+                np.testing.assert_allclose(mine, theirs, rtol=0, atol=RTOL * fscale, err_msg=f"{what} {g}")
+                nf += 1
+        # limits: row 2i (lower) and 2i+1 (upper) of limited joint i
+        lim = {}
+        for r in range(d.nefc):
+            if d.efc_type[r] == mujoco.mjtConstraint.mjCNSTR_LIMIT_JOINT:
+                j = int(d.efc_id[r])
+                side = 0 if d.efc_J.reshape(d.nefc, m.nv)[r, m.jnt_dofadr[j]] > 0 else 1
+                lim[(j, side)] = d.efc_force[r]
+        mine = {}
+        for i, j in enumerate(self.limit_joints):
+            for side in (0, 1):
+                if force[2 * i + side] != 0.0 or (j, side) in lim:
+                    mine[(j, side)] = force[2 * i + side]
+        for key, v in lim.items():
+            assert key in mine, (what, key)
+            np.testing.assert_allclose(
+                mine[key], v, rtol=0, atol=RTOL * fscale, err_msg=f"{what} limit {key}"
+            )
+        assert all(key in lim or v == 0.0 for key, v in mine.items())
+        return nf, len(lim)
+
+
+def _push_limits(setup, q, rng):
+    """q with a third of the limited joints near a limit: past it by up to 0.05 (rad or m),
+    or inside by up to 0.01."""
+    q = q.copy()
+    opt = setup.model.mujoco
+    for i in rng.choice(opt.limit_q.size, max(1, opt.limit_q.size // 3), replace=False):
+        lo, hi = opt.limit_lower[i], opt.limit_upper[i]
+        out = rng.uniform(-0.01, 0.05)
+        q[opt.limit_q[i]] = lo - out if rng.random() < 0.5 else hi + out
+    return q
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", ["hopper", "cheetah", "walker", "humanoid"])
+def test_qacc_and_efc_force_equal_mujoco(name, mujoco):
+    """States dropped onto the floor (a geom 5 mm in), some with joints pushed past their
+    limits, random speeds: qacc to 1e-6 relative, every contact's and limit's efc_force."""
+    setup = Setup(name, _path(name), mujoco)
+    c, m, d = setup.c, setup.m, setup.d
+    rng = np.random.default_rng(11)
+    n_con = n_lim = 0
+    for k in range(8):
+        q, u = c.random_state(rng)
+        if k % 4:
+            q = _push_limits(setup, q, rng)
+        qp, _ = c.to_mujoco(q)
+        q = _from_mujoco(c, q, _drop(mujoco, m, d, qp))
+        nf, nl = setup.compare(mujoco, q, u, name)
+        n_con += nf
+        n_lim += nl
+    assert n_con >= 8 and n_lim >= 4
+
+
+def test_invweights_equal_mujoco(mujoco):
+    """``body_invweight0`` and the limited joints' ``dof_invweight0`` from simjax's mass
+    matrix at qpos0 equal MuJoCo's (the regulariser's diagonal approximation)."""
+    for name in ("walker", "humanoid"):
+        setup = Setup(name, _path(name), mujoco)
+        opt, m = setup.model.mujoco, setup.m
+        for b in range(m.nbody):
+            mine = opt.body_invweight[setup.lm.bodies[setup.c.body_names[b]].index]
+            np.testing.assert_allclose(mine, m.body_invweight0[b], rtol=1e-10, atol=1e-12)
+        dof = [m.jnt_dofadr[j] for j in setup.limit_joints]
+        np.testing.assert_allclose(opt.limit_invweight, m.dof_invweight0[dof], rtol=1e-10)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize(("cone", "impratio"), [("elliptic", None), ("elliptic", 3.0), ("pyramidal", 2.0)])
+def test_cones_and_impratio_on_the_humanoid(cone, impratio, mujoco):
+    """The humanoid (condim 1 and 3 geoms) with MuJoCo's ``opt.cone`` and ``impratio``
+    set, the same on both sides. MuJoCo's solve is run to its optimum (tolerance 1e-13,
+    ls_tolerance 1e-10): with its defaults (1e-8, an inexact line search with
+    ls_tolerance 0.01) it stops short on elliptic cones, whose cost is not piecewise
+    quadratic: measured 2.4e-6 relative in qacc and 4.2e-6 in efc_force from simjax's
+    optimum, 1.1e-8 and 1.4e-8 once run to it."""
+    setup = Setup("humanoid", _path("humanoid"), mujoco, cone=cone, impratio=impratio, tight=True)
+    c, m, d = setup.c, setup.m, setup.d
+    rng = np.random.default_rng(5)
+    n_con = 0
+    for k in range(6):
+        q, u = c.random_state(rng)
+        if k % 2:
+            q = _push_limits(setup, q, rng)
+        qp, _ = c.to_mujoco(q)
+        q = _from_mujoco(c, q, _drop(mujoco, m, d, qp))
+        n_con += setup.compare(mujoco, q, u, f"humanoid {cone} {impratio}")[0]
+    assert n_con >= 6
+
+
+SCENE = """<mujoco><option cone="{cone}" impratio="{impratio}" timestep="0.004"/>
+  <default><geom solmix="1"/><pair margin="0.01"/></default>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 .1" friction="0.8 0.01 0.001" priority="1" solref="0.01 0.9"/>
+    <body name="a" pos="0 0 0.1"><freejoint name="fa"/>
+      <geom name="ga" type="sphere" size="0.12" solmix="2" solref="0.03 1.1" solimp="0.8 0.9 0.01 0.4 3"
+            margin="0.02" gap="0.01" condim="4" friction="1.2 0.02 0.002"/>
+      <body name="a2" pos="0.2 0 0"><joint name="h" type="hinge" axis="0 1 0" range="-30 40" margin="0.05"
+            solreflimit="-2000 -30" solimplimit="0.8 0.99 0.02 0.3 1"/>
+        <geom name="ca" type="capsule" size="0.05 0.15" condim="6" euler="0 90 0"/></body>
+    </body>
+    <body name="b" pos="0.1 0 0.15"><freejoint name="fb"/>
+      <geom name="gb" type="sphere" size="0.1" contype="2" conaffinity="2"/>
+      <geom name="cb" type="capsule" fromto="0 0 0 0.2 0.1 0" size="0.04" margin="0.01"
+            solref="-5000 -40" solimp="0.7 0.95 0.005 0.5 2"/></body>
+  </worldbody>
+  <contact>
+    <pair geom1="gb" geom2="floor" condim="1" friction="0.5 0.6 0.01 0.001 0.002" solref="0.05 1"/>
+  </contact>
+</mujoco>"""
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize(("cone", "impratio"), [("pyramidal", 1.0), ("elliptic", 1.0), ("elliptic", 2.5)])
+def test_condims_margins_and_direct_solref_on_a_small_scene(cone, impratio, mujoco, tmp_path):
+    """condim 1 (a ``<pair>``), 3, 4 and 6, ``margin`` and ``gap`` (rows only within
+    ``includemargin``), standard and direct (negative) ``solref`` with refsafe, solimp
+    power 1 and 3, a hinge limit with its own margin and direct ``solreflimit``."""
+    path = tmp_path / "scene.xml"
+    path.write_text(SCENE.format(cone=cone, impratio=impratio))
+    setup = Setup("scene", path, mujoco, tight=cone == "elliptic")
+    c, d = setup.c, setup.d
+    rng = np.random.default_rng(3)
+    seen: set[int] = set()
+    n_lim = 0
+    for _ in range(30):
+        q, u = c.random_state(rng)
+        qp, _ = c.to_mujoco(q)
+        qp[2] = rng.uniform(-0.05, 0.15)
+        qp[8:11] = qp[0:3] + rng.uniform(-0.2, 0.2, 3)
+        qp[7] = rng.choice([-0.55, 0.72, 0.0])  # the hinge near or past a limit
+        q = _from_mujoco(c, q, qp)
+        nf, nl = setup.compare(mujoco, q, 0.3 * u, f"scene {cone} {impratio}")
+        n_lim += nl
+        seen |= {int(d.contact[i].dim) for i in range(d.ncon) if d.contact[i].efc_address >= 0}
+    assert seen == {1, 3, 4, 6} and n_lim >= 5
+
+
+@pytest.mark.oracle
+def test_vmap_over_states_compiles_once(mujoco):
+    """A batch of 48 hopper States with different contacts and limits active: one compile
+    (a second batch with other contacts reuses it), every member equal to MuJoCo's qacc."""
+    setup = Setup("hopper", _path("hopper"), mujoco)
+    c, m, d = setup.c, setup.m, setup.d
+    system, st = setup.lm.system, setup.state
+    rng = np.random.default_rng(2)
+
+    def batch(n):
+        Q, U, R = [], [], []
+        for k in range(n):
+            q, u = c.random_state(rng)
+            if k % 3 == 0:
+                q = _push_limits(setup, q, rng)
+            qp, T = c.to_mujoco(q)
+            if k % 2:
+                qp = _drop(mujoco, m, d, qp)
+            q = _from_mujoco(c, q, qp)
+            qp, T = c.to_mujoco(q)
+            d.qpos[:], d.qvel[:] = qp, T @ u
+            mujoco.mj_forward(m, d)
+            Q.append(q)
+            U.append(u)
+            R.append(np.linalg.solve(T, d.qacc))
+        return np.array(Q), np.array(U), np.array(R)
+
+    f = jax.jit(jax.vmap(lambda q, u: system.realize(st.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot))
+    for _ in range(2):
+        Q, U, R = batch(48)
+        got = np.asarray(f(jnp.asarray(Q), jnp.asarray(U)))
+        scale = np.maximum(1.0, np.abs(R).max(axis=1, keepdims=True))
+        assert np.all(np.abs(got - R) <= RTOL * scale)
+    assert f._cache_size() == 1
+
+
+BOX = """<mujoco><option timestep="0.002" integrator="Euler" cone="{cone}"/>
+  <worldbody><geom name="floor" type="plane" size="5 5 .1"/>
+    <body name="box" pos="0 0 0.3" euler="3 2 0"><freejoint/>
+      <geom name="b" type="box" size=".1 .07 .05" mass="1.3"/></body>
+  </worldbody></mujoco>"""
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_box_dropped_on_a_plane_rests_at_mujocos_penetration(cone, mujoco):
+    """A tilted box dropped from 0.25 m, 1 s of semi-explicit Euler at MuJoCo's timestep
+    (``simulate(..., integrator="euler")``) against ``mj_step`` with ``integrator="Euler"``
+    (no damping, so MuJoCo's implicit damping plays no part): the trajectory's positions
+    agree to 1e-6 m and the box rests at MuJoCo's penetration (measured 1e-13)."""
+    xml = BOX.format(cone=cone)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    n = 500
+    ref = []
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+        ref.append(d.qpos.copy())
+    ref = np.array(ref)
+    lm = _load(xml)
+    traj = sj.simulate(lm.system, lm.default_state, n * m.opt.timestep, integrator="euler", dt=m.opt.timestep,
+                       save_at=n)  # fmt: skip
+    q = np.asarray(traj.q)
+    np.testing.assert_allclose(q[:, 4:7], ref[:, :3], atol=1e-6)
+    assert q[-1, 6] == pytest.approx(ref[-1, 2], abs=1e-10)  # at rest, 0.1 mm in
+    mujoco.mj_forward(m, d)
+    assert d.ncon == 4 and all(-2e-4 < d.contact[i].dist < 0 for i in range(4))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_gradients_through_the_solve_equal_central_differences(cone, mujoco):
+    """On the hopper dropped on the floor with a joint past its limit, pyramidal and
+    elliptic cones: the gradient of a function of udot in (q, u) is finite and equals
+    central differences (implicit differentiation at the optimum; the active set unchanged
+    by the steps). The hopper slides at 30 m/s: the elliptic contact is in the cone's
+    middle zone (its friction force on the cone), where the cost is not quadratic."""
+    setup = Setup("hopper", _path("hopper"), mujoco, cone=cone)
+    c, m, d = setup.c, setup.m, setup.d
+    system, st = setup.lm.system, setup.state
+    rng = np.random.default_rng(4)
+    q, u = c.random_state(rng)
+    q = _push_limits(setup, q, rng)
+    q = _from_mujoco(c, q, _drop(mujoco, m, d, c.to_mujoco(q)[0]))
+    u[c.joints[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, "rootx")][4]] = 30.0
+    w = rng.normal(size=u.size)
+    _, force, _, dist, active = (np.asarray(x) for x in setup.f(jnp.asarray(q), jnp.asarray(u)))
+    (k,) = np.flatnonzero(active & (dist < setup.ct.includemargin))
+    f = force[setup.nl + setup.cl.start[k] : setup.nl + setup.cl.start[k] + setup.cl.count[k]]
+    if cone == "elliptic":  # sliding: |friction| = mu normal (friction 1 here)
+        assert np.linalg.norm(f[1:]) == pytest.approx(f[0], rel=1e-9)
+
+    def fn(q, u):
+        return jnp.dot(w, system.realize(st.with_q(q).with_u(u), sj.Stage.ACCELERATION).udot)
+
+    gq, gu = (np.asarray(x) for x in jax.jit(jax.grad(fn, argnums=(0, 1)))(jnp.asarray(q), jnp.asarray(u)))
+    assert np.all(np.isfinite(gq)) and np.all(np.isfinite(gu))
+    f = jax.jit(jax.vmap(fn))
+    h = 1e-6
+    E = np.eye(q.size)
+    fdq = (
+        np.asarray(f(q + h * E, np.tile(u, (q.size, 1)))) - np.asarray(f(q - h * E, np.tile(u, (q.size, 1))))
+    ) / (2 * h)
+    E = np.eye(u.size)
+    fdu = (
+        np.asarray(f(np.tile(q, (u.size, 1)), u + h * E)) - np.asarray(f(np.tile(q, (u.size, 1)), u - h * E))
+    ) / (2 * h)
+    scale = max(1.0, np.abs(fdq).max())
+    np.testing.assert_allclose(gq, fdq, atol=1e-5 * scale)
+    np.testing.assert_allclose(gu, fdu, atol=1e-5 * max(1.0, np.abs(fdu).max()))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", ["hopper", "cheetah"])
+def test_half_second_rollouts_equal_mujoco_euler(name, mujoco):
+    """0.5 s from a State dropped onto the floor with random joint angles and speeds:
+    ``simulate(..., integrator="euler")`` at the file's timestep against ``mj_step`` (the
+    file's Euler), joint damping off on both sides (MuJoCo's Euler integrates damping
+    implicitly, simjax's semi-explicit Euler explicitly: with the hopper's damping 0.05
+    they part by 1e-6 after two steps and 8.7e-4 in 0.5 s). Measured: qpos within 2e-14
+    over the run; here bounded at 1e-9."""
+    path = _path(name)
+    c = Case(name, path, mujoco)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = load_mjcf(path, contact=True, passive=False)
+    m = mujoco.MjModel.from_xml_path(str(path))
+    d = mujoco.MjData(m)
+    m.body_gravcomp[:] = 0.0
+    m.dof_damping[:] = 0.0
+    m.jnt_stiffness[:] = 0.0
+    rng = np.random.default_rng(0)
+    q, u = c.random_state(rng)
+    q = _from_mujoco(c, q, _drop(mujoco, m, d, c.to_mujoco(q)[0]))
+    u = 0.3 * u
+    qp, T = c.to_mujoco(q)
+    d.qpos[:], d.qvel[:] = qp, T @ u
+    n = int(round(0.5 / m.opt.timestep))
+    ref, ncon = [], 0
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+        ref.append(d.qpos.copy())
+        ncon = max(ncon, d.ncon)
+    s0 = lm.default_state.with_q(jnp.asarray(q)).with_u(jnp.asarray(u))
+    traj = sj.simulate(lm.system, s0, n * m.opt.timestep, integrator="euler", dt=m.opt.timestep, save_at=n)
+    mine = np.array([c.to_mujoco(x)[0] for x in np.asarray(traj.q)])
+    err = np.abs(mine - np.array(ref)).max()
+    ERR[f"{name} 0.5 s rollout qpos"] = err
+    assert ncon >= 1 and err < 1e-9
+
+
+def test_loader_options_status_and_refusals(tmp_path):
+    """``contact=True``: the load warning no longer says the geoms produce no force (they
+    are counted as MuJoCo's soft contact), the limits are soft rows (no hard
+    CoordinateLimit); without it the geoms are detection-only as before. A file with
+    equalities is refused (not solved together yet); bad options are refused naming the
+    field; an iteration cap of 1 on a State needing more reports ``converged = 0``;
+    ``set_mujoco_constraints(None)`` goes back to the contact-free dynamics."""
+    xml = BOX.format(cone="pyramidal")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        lm = load_mjcf(xml, contact=True)
+    msg = " ".join(str(w.message) for w in rec)
+    assert (
+        "no force" not in msg
+        and lm.ignored.get("geom that collides (MuJoCo's soft contact, solved with the limits)") == 2
+    )
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        plain = load_mjcf(xml)
+    assert "produces no force" in " ".join(str(w.message) for w in rec)
+    assert plain.system.model_for(plain.default_state).mujoco is None
+    # the box 5 mm into the floor: the contact pushes it up; with 1 iteration it is not done
+    q = np.array(lm.default_state.q)
+    q[0:4] = [1.0, 0.0, 0.0, 0.0]
+    q[6] = 0.045
+    s = lm.system.realize(lm.default_state.with_q(jnp.asarray(q)), sj.Stage.ACCELERATION)
+    assert float(s.udot[5]) > 0 and np.asarray(s.acceleration_cache.solver_status)[1] == 1
+    model = lm.system.model_for(lm.default_state)
+    lm.matter.set_mujoco_constraints(dataclasses.replace(model.mujoco, iterations=1, tolerance=1e-300))
+    st = lm.system.realize_topology()
+    s1 = lm.system.realize(st.with_q(jnp.asarray(q)), sj.Stage.ACCELERATION)
+    assert np.asarray(s1.acceleration_cache.solver_status).tolist() == [1, 0]
+    lm.matter.set_mujoco_constraints(None)
+    st = lm.system.realize_topology()
+    s2 = lm.system.realize(st.with_q(jnp.asarray(q)), sj.Stage.ACCELERATION)
+    assert float(s2.udot[5]) == pytest.approx(-9.81) and s2.acceleration_cache.efc_force is None
+    with pytest.raises(ValueError, match="cone"):
+        dataclasses.replace(model.mujoco, cone="square")
+    with pytest.raises(ValueError, match="impratio"):
+        dataclasses.replace(model.mujoco, impratio=0.0)
+    with pytest.raises(TypeError, match="MujocoConstraintOptions"):
+        lm.matter.set_mujoco_constraints({"cone": "elliptic"})
+    eq = xml.replace("</worldbody>", '</worldbody><equality><weld body1="box"/></equality>')
+    with pytest.raises(NotImplementedError, match="equality"):
+        _load(eq)
+    with pytest.raises(Exception, match="cone"):
+        _load(BOX.format(cone="round"))
+
+
+def test_gradient_through_a_rollout_with_sliding_contact():
+    """``jax.grad`` through 0.1 s of ``simulate(..., integrator="euler")`` of a box resting
+    on the floor pushed sideways (sliding: the friction rows at the pyramid's edge): the
+    derivative of its final x in the push speed equals central differences (measured
+    3e-11 apart)."""
+    lm = _load(BOX.format(cone="pyramidal").replace('pos="0 0 0.3" euler="3 2 0"', 'pos="0 0 0.0499"'))
+    s0 = lm.default_state
+
+    def final_x(vx):
+        s = s0.with_u(s0.u.at[3].set(vx))
+        return sj.simulate(lm.system, s, 0.1, integrator="euler", dt=0.002).q[-1, 4]
+
+    g = float(jax.grad(final_x)(1.0))
+    f = jax.jit(final_x)
+    fd = (float(f(1.0 + 1e-5)) - float(f(1.0 - 1e-5))) / 2e-5
+    assert 0.0 < g < 0.1 and g == pytest.approx(fd, rel=1e-6)
+
+
+@pytest.mark.oracle
+def test_float32_states_solve_in_their_precision(mujoco):
+    """A float32 State of the hopper on the floor with limits engaged is solved in float32
+    (the tolerance floored at 64 machine epsilons, so the solve converges): udot equals the
+    float64 one to 1e-4 relative (measured 4e-6)."""
+    setup = Setup("hopper", _path("hopper"), mujoco)
+    c, m, d = setup.c, setup.m, setup.d
+    system, st = setup.lm.system, setup.state
+    st32 = jax.tree.map(
+        lambda x: x.astype(jnp.float32) if getattr(x, "dtype", None) == jnp.float64 else x, st
+    )
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        q, u = c.random_state(rng)
+        q = _push_limits(setup, q, rng)
+        q = _from_mujoco(c, q, _drop(mujoco, m, d, c.to_mujoco(q)[0]))
+        a = np.asarray(
+            system.realize(st.with_q(jnp.asarray(q)).with_u(jnp.asarray(u)), sj.Stage.ACCELERATION).udot
+        )
+        s32 = system.realize(
+            st32.with_q(jnp.asarray(q, jnp.float32)).with_u(jnp.asarray(u, jnp.float32)),
+            sj.Stage.ACCELERATION,
+        )
+        assert s32.udot.dtype == jnp.float32 and np.asarray(s32.acceleration_cache.solver_status)[1] == 1
+        np.testing.assert_allclose(np.asarray(s32.udot), a, atol=1e-4 * np.abs(a).max())
