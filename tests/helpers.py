@@ -165,3 +165,32 @@ ONE_PIN_OSIM = """<?xml version="1.0" encoding="UTF-8" ?>
     </PinJoint>
   </objects></JointSet>
 </Model></OpenSimDocument>"""
+
+
+# ----------------------------------------------------------------------- OpenSim oracles
+
+
+def osim_vec(v) -> np.ndarray:
+    """An OpenSim/SimTK vector (``Vec3``, ``Vector``, ``SpatialVec`` halves) as an array."""
+    n = v.size() if hasattr(v, "size") else 3
+    return np.array([v.get(i) for i in range(n)])
+
+
+def hc_params_xml(geometry: str, params: dict) -> str:
+    """One ``<HuntCrossleyForce::ContactParameters>`` block for the named geometry."""
+    tags = "".join(f"<{k}>{v!r}</{k}>" for k, v in params.items())
+    return (
+        "<HuntCrossleyForce::ContactParameters>"
+        f"<geometry>{geometry}</geometry>{tags}</HuntCrossleyForce::ContactParameters>"
+    )
+
+
+def splice_hc_parameters(text: str, blocks: str, force: str | None = None) -> str:
+    """An OpenSim file's text with the (first) ``HuntCrossleyForce`` parameter block of
+    ``force`` (of the first such force when None) replaced by ``blocks``: OpenSim's Python
+    API writes one block per force, and per-surface parameters need one per surface."""
+    tag = "HuntCrossleyForce::ContactParameters>"
+    at = 0 if force is None else text.index(f'<HuntCrossleyForce name="{force}">')
+    i = text.index("<" + tag, at)
+    j = text.index("</" + tag, i) + len(tag) + 2
+    return text[:i] + blocks + text[j:]

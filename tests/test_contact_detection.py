@@ -140,24 +140,32 @@ def _from_mujoco(c, q, qp):
     return q
 
 
-SMALL = """<mujoco><option>{flags}</option>
+_SCENE = """<mujoco><option{option}>{flags}</option>
   <default><geom solmix="1"/><pair margin="0.01"/></default>
   <worldbody>
     <geom name="floor" type="plane" size="5 5 .1" friction="0.8 0.01 0.001" priority="1" solref="0.01 0.9"/>
     <body name="a" pos="0 0 0.1"><freejoint name="fa"/>
       <geom name="ga" type="sphere" size="0.12" solmix="2" solref="0.03 1.1" solimp="0.8 0.9 0.01 0.4 3"
             margin="0.02" gap="0.01" condim="4" friction="1.2 0.02 0.002"/>
-      <body name="a2" pos="0.2 0 0"><joint name="h" type="hinge" axis="0 1 0"/>
+      <body name="a2" pos="0.2 0 0"><joint name="h" type="hinge" axis="0 1 0"{limit}/>
         <geom name="ca" type="capsule" size="0.05 0.15" condim="6" euler="0 90 0"/></body>
     </body>
     <body name="b" pos="0.1 0 0.15"><freejoint name="fb"/>
       <geom name="gb" type="sphere" size="0.1" contype="2" conaffinity="2"/>
-      <geom name="cb" type="capsule" fromto="0 0 0 0.2 0.1 0" size="0.04" margin="0.01"/></body>
+      <geom name="cb" type="capsule" fromto="0 0 0 0.2 0.1 0" size="0.04" margin="0.01"{cb}/></body>
   </worldbody>
   <contact>{contact}
     <pair geom1="gb" geom2="floor" condim="1" friction="0.5 0.6 0.01 0.001 0.002" solref="0.05 1"/>
   </contact>
 </mujoco>"""
+
+
+def small_scene(option="", flags="", limit="", cb="", contact="") -> str:
+    """A small MJCF scene for MuJoCo's pair rules: two free bodies (a sphere with a
+    hinged capsule, a sphere only in an explicit ``<pair>`` and a capsule) over a plane;
+    extra attributes of ``<option>``, the hinge and the capsule ``cb``, ``<option>``'s
+    children and ``<contact>``'s go in as given."""
+    return _SCENE.format(option=option, flags=flags, limit=limit, cb=cb, contact=contact)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +179,7 @@ def test_filters_pairs_and_parameters_match_mujoco(flags, contact, mujoco, tmp_p
     ``<exclude>``, priority (the floor's friction and solref win), solmix-weighted
     solref/solimp, summed margins and gaps (``includemargin``), and condim's maximum."""
     path = tmp_path / "small.xml"
-    path.write_text(SMALL.format(flags=flags, contact=contact))
+    path.write_text(small_scene(flags=flags, contact=contact))
     c = Case("small", path, mujoco)
     m = mujoco.MjModel.from_xml_path(str(path))
     d = mujoco.MjData(m)

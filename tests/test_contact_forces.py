@@ -28,16 +28,13 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import hc_params_xml, osim_vec, splice_hc_parameters
 
 import simjax as sj
 from simjax.io import ModelFileError
 
 TOL = 1e-9
 G = 9.80665
-
-
-def _vec(v):
-    return np.array([v.get(i) for i in range(v.size())])
 
 
 def _load(path):
@@ -81,7 +78,7 @@ class Oracle:
         return {n: c.getAccelerationValue(self.s) for n, c in self.coords.items()}
 
     def records(self, name):
-        return _vec(self.m.getForceSet().get(name).getRecordValues(self.s))
+        return osim_vec(self.m.getForceSet().get(name).getRecordValues(self.s))
 
     def sphere_bottoms(self):
         """Lowest point height (Ground y) of each ContactSphere, by name."""
@@ -207,14 +204,6 @@ _S1, _S2 = ((0.05, -0.02, 0.0), 0.06), ((-0.07, 0.01, 0.0), 0.04)
 _NAMES = ("planar_coord_0", "planar_coord_1", "planar_coord_2")
 
 
-def _hc_params_xml(geometry, p):
-    tags = "".join(f"<{k}>{v!r}</{k}>" for k, v in p.items())
-    return (
-        "<HuntCrossleyForce::ContactParameters>"
-        f"<geometry>{geometry}</geometry>{tags}</HuntCrossleyForce::ContactParameters>"
-    )
-
-
 @pytest.fixture(scope="module")
 def ball_osim(tmp_path_factory):
     """The ball on a PlanarJoint, written by OpenSim (the two ContactParameters blocks are
@@ -242,12 +231,8 @@ def ball_osim(tmp_path_factory):
     m.finalizeConnections()
     path = tmp_path_factory.mktemp("osim") / "planar_ball.osim"
     m.printToXML(str(path))
-    text = path.read_text()
-    tag = "HuntCrossleyForce::ContactParameters>"
-    i = text.index("<" + tag)
-    j = text.index("</" + tag, i) + len(tag) + 2
-    text = text[:i] + _hc_params_xml("floor", _FLOOR) + _hc_params_xml("s1 s2", _BALLS) + text[j:]
-    path.write_text(text)
+    blocks = hc_params_xml("floor", _FLOOR) + hc_params_xml("s1 s2", _BALLS)
+    path.write_text(splice_hc_parameters(path.read_text(), blocks))
     return path
 
 
@@ -426,7 +411,7 @@ def test_half_space_on_a_moving_body_matches_opensim(tmp_path):
         X = hs.getFrame().getTransformInGround(o.s).compose(hs.getTransform())
         normal = -np.array([X.R().get(i, 0) for i in range(3)])
         c = np.array(sp.getFrame().findStationLocationInGround(o.s, sp.get_location()).to_numpy())
-        d = (c - _vec(X.p())) @ normal - 0.05 - rng.uniform(-0.005, 0.02)
+        d = (c - osim_vec(X.p())) @ normal - 0.05 - rng.uniform(-0.005, 0.02)
         q["bj_coord_1"] -= d * normal[0]
         q["bj_coord_2"] -= d * normal[1]
         _compare(lm, o, run, names, (q, u), stats)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from helpers import hc_params_xml, osim_vec, splice_hc_parameters
 
 from simjax.dynamics import collision as col
 from simjax.dynamics import contact
@@ -301,14 +302,6 @@ _R2 = 0.07
 _SPHERE2_LOC = (-0.02, 0.04, 0.01)
 
 
-def _hc_params_xml(geometry, p):
-    tags = "".join(f"<{k}>{v!r}</{k}>" for k, v in p.items())
-    return (
-        "<HuntCrossleyForce::ContactParameters>"
-        f"<geometry>{geometry}</geometry>{tags}</HuntCrossleyForce::ContactParameters>"
-    )
-
-
 @pytest.fixture(scope="module")
 def osim_ball(tmp_path_factory):
     """A free body with an offset ContactSphere over a tilted, offset ContactHalfSpace on
@@ -354,25 +347,18 @@ def osim_ball(tmp_path_factory):
     path = tmp_path_factory.mktemp("osim") / "ball.osim"
     m.printToXML(str(path))
     text = path.read_text()
-    tag = "HuntCrossleyForce::ContactParameters>"
     for name, other in (("hc", "floor"), ("hc2", "sphere2")):
         # each force's one parameter block becomes one per surface
-        blocks = _hc_params_xml("sphere", _SPHERE_P) + _hc_params_xml(other, _FLOOR_P)
-        i = text.index("<" + tag, text.index(f'<HuntCrossleyForce name="{name}">'))
-        j = text.index("</" + tag, i) + len(tag) + 2
-        text = text[:i] + blocks + text[j:]
+        blocks = hc_params_xml("sphere", _SPHERE_P) + hc_params_xml(other, _FLOOR_P)
+        text = splice_hc_parameters(text, blocks, name)
     path.write_text(text)
     m = osim.Model(str(path))
     return m, m.initSystem()
 
 
-def _vec(v):
-    return np.array([v.get(i) for i in range(3)])
-
-
 def _transform(t):
     r = t.R()
-    return np.array([[r.get(i, j) for j in range(3)] for i in range(3)]), _vec(t.p())
+    return np.array([[r.get(i, j) for j in range(3)] for i in range(3)]), osim_vec(t.p())
 
 
 def _osim_states(m, s, rng):
@@ -411,7 +397,7 @@ def _osim_states(m, s, rng):
         ref_hc = np.array([hc.getRecordValues(s).get(i) for i in range(6)])
         ref_sm = np.array([sm.getRecordValues(s).get(i) for i in range(6)])
         ref_sm0 = np.array([sm0.getRecordValues(s).get(i) for i in range(6)])
-        yield ref_hc, (ref_sm, ref_sm0), plane, center, ob, _vec(vel.get(0)), _vec(vel.get(1))
+        yield ref_hc, (ref_sm, ref_sm0), plane, center, ob, osim_vec(vel.get(0)), osim_vec(vel.get(1))
 
 
 def _hc_on_ball(plane, center, ob, w, vo):
@@ -566,12 +552,12 @@ def test_hunt_crossley_sphere_sphere_matches_opensim(osim_ball):
         got, dist = law(
             c1,
             o1,
-            _vec(v1.get(0)),
-            _vec(v1.get(1)),
+            osim_vec(v1.get(0)),
+            osim_vec(v1.get(1)),
             o2 + r2 @ np.array(_SPHERE2_LOC),
             o2,
-            _vec(v2.get(0)),
-            _vec(v2.get(1)),
+            osim_vec(v2.get(0)),
+            osim_vec(v2.get(1)),
         )
         ref = np.array([hc2.getRecordValues(s).get(i) for i in range(12)])
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * max(np.abs(ref).max(), 1))

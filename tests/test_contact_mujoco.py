@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_actuators import _path
-from test_contact_detection import _drop, _from_mujoco, _geom_id
+from test_contact_detection import _drop, _from_mujoco, _geom_id, small_scene
 from test_io_mjcf import Case
 
 import simjax as sj
@@ -235,26 +235,14 @@ def test_cones_and_impratio_on_the_humanoid(cone, impratio, mujoco):
     assert n_con >= 6
 
 
-SCENE = """<mujoco><option cone="{cone}" impratio="{impratio}" timestep="0.004"/>
-  <default><geom solmix="1"/><pair margin="0.01"/></default>
-  <worldbody>
-    <geom name="floor" type="plane" size="5 5 .1" friction="0.8 0.01 0.001" priority="1" solref="0.01 0.9"/>
-    <body name="a" pos="0 0 0.1"><freejoint name="fa"/>
-      <geom name="ga" type="sphere" size="0.12" solmix="2" solref="0.03 1.1" solimp="0.8 0.9 0.01 0.4 3"
-            margin="0.02" gap="0.01" condim="4" friction="1.2 0.02 0.002"/>
-      <body name="a2" pos="0.2 0 0"><joint name="h" type="hinge" axis="0 1 0" range="-30 40" margin="0.05"
-            solreflimit="-2000 -30" solimplimit="0.8 0.99 0.02 0.3 1"/>
-        <geom name="ca" type="capsule" size="0.05 0.15" condim="6" euler="0 90 0"/></body>
-    </body>
-    <body name="b" pos="0.1 0 0.15"><freejoint name="fb"/>
-      <geom name="gb" type="sphere" size="0.1" contype="2" conaffinity="2"/>
-      <geom name="cb" type="capsule" fromto="0 0 0 0.2 0.1 0" size="0.04" margin="0.01"
-            solref="-5000 -40" solimp="0.7 0.95 0.005 0.5 2"/></body>
-  </worldbody>
-  <contact>
-    <pair geom1="gb" geom2="floor" condim="1" friction="0.5 0.6 0.01 0.001 0.002" solref="0.05 1"/>
-  </contact>
-</mujoco>"""
+def _scene(cone, impratio):
+    """The small scene with a hinge limit (own margin, direct ``solreflimit``) and direct
+    ``solref``/``solimp`` on the capsule ``cb``."""
+    return small_scene(
+        option=f' cone="{cone}" impratio="{impratio}" timestep="0.004"',
+        limit=' range="-30 40" margin="0.05" solreflimit="-2000 -30" solimplimit="0.8 0.99 0.02 0.3 1"',
+        cb=' solref="-5000 -40" solimp="0.7 0.95 0.005 0.5 2"',
+    )
 
 
 @pytest.mark.oracle
@@ -264,7 +252,7 @@ def test_condims_margins_and_direct_solref_on_a_small_scene(cone, impratio, mujo
     ``includemargin``), standard and direct (negative) ``solref`` with refsafe, solimp
     power 1 and 3, a hinge limit with its own margin and direct ``solreflimit``."""
     path = tmp_path / "scene.xml"
-    path.write_text(SCENE.format(cone=cone, impratio=impratio))
+    path.write_text(_scene(cone, impratio))
     setup = Setup("scene", path, mujoco, tight=cone == "elliptic")
     c, d = setup.c, setup.d
     rng = np.random.default_rng(3)
@@ -395,6 +383,40 @@ def test_gradients_through_the_solve_equal_central_differences(cone, mujoco):
     np.testing.assert_allclose(gu, fdu, atol=1e-5 * max(1.0, np.abs(fdu).max()))
 
 
+def _undamped(name, mujoco):
+    """``(case, simjax model, MjModel, MjData)`` of a dm_control model with contact, joint
+    damping, joint stiffness and gravity compensation off on both sides (MuJoCo's Euler
+    integrates damping implicitly, simjax's semi-explicit Euler explicitly)."""
+    path = _path(name)
+    c = Case(name, path, mujoco)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = load_mjcf(path, contact=True, passive=False)
+    m = mujoco.MjModel.from_xml_path(str(path))
+    m.body_gravcomp[:] = 0.0
+    m.dof_damping[:] = 0.0
+    m.jnt_stiffness[:] = 0.0
+    return c, lm, m, mujoco.MjData(m)
+
+
+def _euler_rollouts(mujoco, c, lm, m, d, q, u, seconds):
+    """``simulate(..., integrator="euler")`` and ``mj_step`` from the same ``(q, u)`` at
+    the file's timestep: ``(trajectory, simjax qpos per step, MuJoCo's, most contacts)``."""
+    qp, T = c.to_mujoco(q)
+    d.qpos[:], d.qvel[:] = qp, T @ u
+    dt = m.opt.timestep
+    n = int(round(seconds / dt))
+    ref, ncon = [], 0
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+        ref.append(d.qpos.copy())
+        ncon = max(ncon, d.ncon)
+    s0 = lm.default_state.with_q(jnp.asarray(q)).with_u(jnp.asarray(u))
+    traj = sj.simulate(lm.system, s0, n * dt, integrator="euler", dt=dt, save_at=n)
+    mine = np.array([c.to_mujoco(x)[0] for x in np.asarray(traj.q)])
+    return traj, mine, np.array(ref), ncon
+
+
 @pytest.mark.oracle
 @pytest.mark.parametrize("name", ["hopper", "cheetah"])
 def test_half_second_rollouts_equal_mujoco_euler(name, mujoco):
@@ -404,32 +426,12 @@ def test_half_second_rollouts_equal_mujoco_euler(name, mujoco):
     implicitly, simjax's semi-explicit Euler explicitly: with the hopper's damping 0.05
     they part by 1e-6 after two steps and 8.7e-4 in 0.5 s). Measured: qpos within 2e-14
     over the run; here bounded at 1e-9."""
-    path = _path(name)
-    c = Case(name, path, mujoco)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lm = load_mjcf(path, contact=True, passive=False)
-    m = mujoco.MjModel.from_xml_path(str(path))
-    d = mujoco.MjData(m)
-    m.body_gravcomp[:] = 0.0
-    m.dof_damping[:] = 0.0
-    m.jnt_stiffness[:] = 0.0
+    c, lm, m, d = _undamped(name, mujoco)
     rng = np.random.default_rng(0)
     q, u = c.random_state(rng)
     q = _from_mujoco(c, q, _drop(mujoco, m, d, c.to_mujoco(q)[0]))
-    u = 0.3 * u
-    qp, T = c.to_mujoco(q)
-    d.qpos[:], d.qvel[:] = qp, T @ u
-    n = int(round(0.5 / m.opt.timestep))
-    ref, ncon = [], 0
-    for _ in range(n):
-        mujoco.mj_step(m, d)
-        ref.append(d.qpos.copy())
-        ncon = max(ncon, d.ncon)
-    s0 = lm.default_state.with_q(jnp.asarray(q)).with_u(jnp.asarray(u))
-    traj = sj.simulate(lm.system, s0, n * m.opt.timestep, integrator="euler", dt=m.opt.timestep, save_at=n)
-    mine = np.array([c.to_mujoco(x)[0] for x in np.asarray(traj.q)])
-    err = np.abs(mine - np.array(ref)).max()
+    _, mine, ref, ncon = _euler_rollouts(mujoco, c, lm, m, d, q, 0.3 * u, 0.5)
+    err = np.abs(mine - ref).max()
     ERR[f"{name} 0.5 s rollout qpos"] = err
     assert ncon >= 1 and err < 1e-9
 
@@ -537,31 +539,14 @@ def test_falls_and_lies_on_the_floor_as_mujoco(name, mujoco):
     chaotic (the divergence time, where they first part by 1e-6 m or rad, is printed with
     ``-s``; measured: humanoid 0.255 s, the walker not within the 3 s), and both end lying
     on the floor, at rest, with no geom more than 1 cm in."""
-    path = _path(name)
-    c = Case(name, path, mujoco)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lm = load_mjcf(path, contact=True, passive=False)
-    m = mujoco.MjModel.from_xml_path(str(path))
-    d = mujoco.MjData(m)
-    m.body_gravcomp[:] = 0.0
-    m.dof_damping[:] = 0.0
-    m.jnt_stiffness[:] = 0.0
+    c, lm, m, d = _undamped(name, mujoco)
     q = np.asarray(lm.default_state.q, dtype=float)
     u = np.zeros(lm.default_state.u.size)
     u[: min(3, u.size)] = 0.3  # a small push (root speeds first in simjax's u)
-    qp, T = c.to_mujoco(q)
-    d.qpos[:], d.qvel[:] = qp, T @ u
-    dt, n = m.opt.timestep, int(round(3.0 / m.opt.timestep))
-    ref = []
-    for _ in range(n):
-        mujoco.mj_step(m, d)
-        ref.append(d.qpos.copy())
-    s0 = lm.default_state.with_q(jnp.asarray(q)).with_u(jnp.asarray(u))
-    traj = sj.simulate(lm.system, s0, n * dt, integrator="euler", dt=dt, save_at=n)
+    traj, mine, ref, _ = _euler_rollouts(mujoco, c, lm, m, d, q, u, 3.0)
+    dt, n = m.opt.timestep, len(ref)
     assert bool(jnp.all(traj.result == sj.RESULTS.successful))
-    mine = np.array([c.to_mujoco(x)[0] for x in np.asarray(traj.q)])
-    gap = np.abs(mine - np.array(ref)).max(axis=1)
+    gap = np.abs(mine - ref).max(axis=1)
     parted = int(np.argmax(gap > 1e-6)) if np.any(gap > 1e-6) else n
     ERR[f"{name} fall: divergence time (s)"] = (parted + 1) * dt
     assert parted * dt >= 0.1  # round-off agreement at least until the first impacts

@@ -130,16 +130,9 @@ def hunt_crossley_released(
     """:func:`hunt_crossley` and whether the contact *releases*: in contact (``d > 0``)
     but with normal force ``f <= 0`` (pulling apart faster than ``2/(3c)``), the
     condition on which Simbody stops its loop over a force's contacts."""
-    depth = -dist
-    k1 = jnp.asarray(params1.stiffness) ** (2.0 / 3.0)
-    k2 = jnp.asarray(params2.stiffness) ** (2.0 / 3.0)
-    s1 = k2 / (k1 + k2)
-    k = k1 * s1
+    s1, in_contact, fh = _hertz(dist, radius, params1, params2)
     c = params1.dissipation * s1 + params2.dissipation * (1 - s1)
-    point = pos + depth * (0.5 - s1) * normal
-    in_contact = depth > 0
-    d = jnp.where(in_contact, depth, 0.0)
-    fh = (4.0 / 3.0) * k * d * jnp.sqrt(radius * k * d + jnp.where(in_contact, 0.0, 1.0))
+    point = pos - dist * (0.5 - s1) * normal
     v = v_rel + jnp.cross(w_rel, point - pos)
     vn = v @ normal
     f = fh * (1 + 1.5 * c * vn)
@@ -160,13 +153,22 @@ def hertz_energy(dist, radius, params1: HuntCrossleyParams, params2: HuntCrossle
     """Simbody's potential energy of one Hunt–Crossley contact, ``2/5 fH d`` (0 out of
     contact), with the Hertz force ``fH`` and the combined stiffness of
     :func:`hunt_crossley`."""
+    _, in_contact, fh = _hertz(dist, radius, params1, params2)
+    return 0.4 * fh * jnp.where(in_contact, -dist, 0.0)
+
+
+def _hertz(dist, radius, params1: HuntCrossleyParams, params2: HuntCrossleyParams):
+    """The Hertz part shared by the force and the energy: ``(s1, in_contact, fH)`` with
+    ``ki = Ei^(2/3)``, ``s1 = k2/(k1+k2)``, ``k = k1 s1`` and ``fH = 4/3 k d sqrt(R k d)``
+    at depth ``d = -dist`` (0 out of contact, with a finite derivative there)."""
     k1 = jnp.asarray(params1.stiffness) ** (2.0 / 3.0)
     k2 = jnp.asarray(params2.stiffness) ** (2.0 / 3.0)
-    k = k1 * k2 / (k1 + k2)
+    s1 = k2 / (k1 + k2)
+    k = k1 * s1
     in_contact = dist < 0
     d = jnp.where(in_contact, -dist, 0.0)
     fh = (4.0 / 3.0) * k * d * jnp.sqrt(radius * k * d + jnp.where(in_contact, 0.0, 1.0))
-    return 0.4 * fh * d
+    return s1, in_contact, fh
 
 
 class SmoothContactParams(NamedTuple):

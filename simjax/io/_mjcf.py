@@ -1071,17 +1071,8 @@ def _geom_visual(
     if attrs.get("mesh") and meshes.refused(attrs["mesh"]):  # drawn as a stand-in
         R, pos = _compose(X_frame, (R, pos))
         return VisualGeometry(shape="mesh", R=R, p=pos, mesh_file="", **kw)
-    if attrs.get("mesh"):  # a primitive fitted to the mesh
-        mesh = meshes.get(attrs["mesh"], el)
-        size, center = _fit_to_mesh(gtype, mesh, comp.fitaabb)
-        size = size * _number(el, attrs, "fitscale", 1.0)
-        R, pos = _compose((R, pos), (mesh.R, mesh.pos + mesh.R @ center))
-    elif "fromto" in attrs:
-        size, R, pos = _fromto(el, own, dflt, gtype)
-    else:
-        size = _geom_size(el, own, dflt)
-    R, pos = _compose(X_frame, (R, pos))
-    return VisualGeometry(shape=gtype, size=np.asarray(size, dtype=float), R=R, p=pos, **kw)
+    _, size, R, pos = _geom_placement(el, own, dflt, X_frame, comp, meshes)  # a primitive
+    return VisualGeometry(shape=gtype, size=size, R=R, p=pos, **kw)
 
 
 def _materials(root: _El, defaults: _Defaults) -> dict[str, tuple[float, ...]]:
