@@ -3,7 +3,8 @@ circle, never inside a function and never under ``TYPE_CHECKING``.
 
 Layers, lowest first (the documentation's "Architecture and layout" page, docs/architecture.md)::
 
-    _spatial, _functions, _stage,    pure math, the Stage enum, the RESULTS enum,
+    _spatial, _functions,            pure math (OpenSim's functions included), the Stage enum,
+    _osim_functions, _stage,         the RESULTS enum,
     _results, _config, _sharding,    process settings (XLA flags, compilation cache), meshes,
     _lazy                            modules imported on first use
     model/        State, Topology, mobilizer kinds, Model (frozen records, no handle), Context
@@ -34,6 +35,7 @@ LAYERS = [
         "simjax._config",
         "simjax._spatial",
         "simjax._functions",
+        "simjax._osim_functions",
         "simjax._stage",
         "simjax._results",
         "simjax._sharding",
@@ -368,3 +370,41 @@ def test_the_model_walk_sees_a_handle():
     hidden = lambda: mb  # noqa: E731
     found = _higher_layer_objects({"a": [1, (hidden,)]}, "x")
     assert found[0] == ("x['a'][1][0]<closure mb>", "simjax.system.bodies.Pin")
+
+
+def test_a_loaded_opensim_model_holds_no_object_of_a_higher_layer():
+    """OpenSim's functions (a SimmSpline in a CustomJoint's transform axis, here) are pure
+    math in the base layer: a loaded .osim Model holds none of ``io/``'s objects."""
+    from simjax import _osim_functions
+    from simjax.io import load_osim
+
+    path = pathlib.Path(__file__).parent / "data" / "synthetic_joints.osim"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = load_osim(path)
+    model = lm.system.model_for(lm.default_state)
+    found = []
+    for f in dataclasses.fields(model):
+        if f.name not in _NOT_YET:
+            found += _higher_layer_objects(getattr(model, f.name), f"model.{f.name}")
+    assert found == []
+    held = []
+
+    def walk(o, seen):
+        if id(o) in seen:
+            return
+        seen.add(id(o))
+        if type(o).__module__ == _osim_functions.__name__:
+            held.append(o)
+        items = o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple)) else ()
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            items = [getattr(o, f.name) for f in dataclasses.fields(o)]
+        elif hasattr(o, "__dict__") and not isinstance(o, type) and type(o).__module__.startswith("simjax"):
+            items = list(vars(o).values())
+        for v in items:
+            walk(v, seen)
+
+    walk(model, set())
+    assert held, "the model should hold an OpenSim spline (the walk did not reach it)"

@@ -21,8 +21,8 @@ import pytest
 from data_fetch import fetch
 
 import simjax as sj
+from simjax import _osim_functions as ofn
 from simjax.io import ModelFileError
-from simjax.io import _osim_functions as ofn
 
 jax.config.update("jax_enable_x64", True)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _osim_functions as fn
 from .. import _spatial as sp
 from .._functions import Constant, Linear, Polynomial
 from ..system.bodies import Body, MobilizedBody
@@ -40,7 +41,6 @@ from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHa
 from ..system.matter import SimbodyMatterSubsystem
 from ..system.paths import GeometryPath
 from ..system.system import GeneralForceSubsystem, MultibodySystem
-from . import _osim_functions as fn
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._paths import ModelFiles, model_folders
 from ._xml import XmlDoc, model_folder, read_model_source

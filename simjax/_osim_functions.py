@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._functions import Function, Spline
+from ._functions import Function, Spline
 
 
 def _x0(x: Any) -> jax.Array:
