@@ -34,6 +34,7 @@ from .studies.conditions import AssemblyCondition as AssemblyCondition
 from .studies.conditions import Markers as Markers
 from .studies.conditions import OrientationSensors as OrientationSensors
 from .studies.conditions import QValue as QValue
+from .studies.inverse_dynamics import InverseDynamicsSolver as InverseDynamicsSolver
 from .studies.simulate import ScheduledEvent as ScheduledEvent
 from .studies.simulate import TimeStepper as TimeStepper
 from .studies.simulate import Trajectory as Trajectory

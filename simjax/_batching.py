@@ -90,18 +90,21 @@ def _host_parts(n: int) -> int:
 
 
 def _chunk_loop(one: Callable[..., Any], xs: tuple[Any, ...], n: int, size: int) -> Any:
-    """``jax.vmap(one)(xs)`` over a batch of ``n`` as a loop over chunks of ``size``.
+    """``jax.vmap(one)(xs)`` over a batch of ``n`` as a loop over chunks of at most ``size``.
 
     ``lax.map(batch_size=...)``'s loop, written out so that arrays with a zero-size axis (a
-    State's empty groups) reshape too: k chunks in a loop, the remainder after it."""
-    k, rest = divmod(n, size)
-    chunks = jax.tree.map(lambda x: x[: k * size].reshape((k, size, *x.shape[1:])), xs)
+    State's empty groups) reshape too. The batch is cut into ``k = ceil(n / size)`` equal
+    chunks, the last padded with copies of the last member (fewer than ``k``) and the
+    padding dropped after: one program for every chunk (a smaller remainder chunk would
+    be a second copy of the program, doubling the compile time)."""
+    k = -(-n // size)
+    size = -(-n // k)
+    pad = k * size - n
+    if pad:
+        xs = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), xs)
+    chunks = jax.tree.map(lambda x: x.reshape((k, size, *x.shape[1:])), xs)
     ys = jax.lax.map(lambda c: jax.vmap(one)(*c), chunks)
-    out = jax.tree.map(lambda y: y.reshape((k * size, *y.shape[2:])), ys)
-    if rest:
-        tail = jax.vmap(one)(*jax.tree.map(lambda x: x[k * size :], xs))
-        out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
-    return out
+    return jax.tree.map(lambda y: y.reshape((k * size, *y.shape[2:]))[:n], ys)
 
 
 def vmap(
@@ -123,8 +126,9 @@ def vmap(
 
     Returns:
         The batched function: its outputs have the batch as their leading axis, exactly
-        as ``jax.vmap``'s (``out_axes=0``); a batch that is not a multiple of the chunk
-        size ends with one smaller chunk.
+        as ``jax.vmap``'s (``out_axes=0``). A batch that is not a multiple of the chunk
+        size is cut into equal chunks (the last padded with copies of the last member,
+        dropped after), so one program serves every chunk.
 
     Example::
 

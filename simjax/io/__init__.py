@@ -1,9 +1,16 @@
-"""Read models and motion data made elsewhere (OpenSim, URDF, MJCF; .trc, .mot/.sto, .c3d).
+"""Read models and motion data made elsewhere (OpenSim, URDF, MJCF; .trc, .mot/.sto, .c3d) and
+run OpenSim's tools on them (IK, scaling, inverse dynamics with external loads).
 
 ``load_osim`` (and the other model loaders) return a :class:`LoadedModel`: a System with
 handles by name and a default State; the motion readers return plain tables of NumPy arrays.
 """
 
+from ._inverse_dynamics import ExternalForce as ExternalForce
+from ._inverse_dynamics import ExternalLoads as ExternalLoads
+from ._inverse_dynamics import IDResult as IDResult
+from ._inverse_dynamics import IDSetup as IDSetup
+from ._inverse_dynamics import read_external_loads as read_external_loads
+from ._inverse_dynamics import read_id_setup as read_id_setup
 from ._loaded import Coordinate as Coordinate
 from ._loaded import LoadedModel as LoadedModel
 from ._loaded import Marker as Marker

@@ -363,7 +363,8 @@ class MultibodySystem:
         if not len(topo.euler_lock_q):
             return
         qn = np.asarray(q).reshape(-1, q.shape[-1])
-        locked = np.asarray(topo.at_gimbal_lock(jnp.asarray(qn)))
+        with jax.ensure_compile_time_eval():  # a concrete q inside a trace (a parameter traced)
+            locked = np.asarray(topo.at_gimbal_lock(jnp.asarray(qn)))
         mobods = self.get_matter_subsystem()._mobods
         for k, (b, m) in enumerate(topo.lock_bodies()):
             need = Stage.ACCELERATION if m.qdot_is_u else Stage.VELOCITY

@@ -1,0 +1,96 @@
+"""``InverseDynamicsSolver``: the generalized forces that produce given accelerations
+(OpenSim's ``InverseDynamicsSolver``, Simbody's ``calcResidualForceIgnoringConstraints``
+with the System's own forces applied).
+
+``tau = M(q) udot + C(q, u) - (J^T F + f)``, where ``F``, ``f`` are the body and mobility
+forces of every enabled force element at the State (gravity, springs, limits, contact,
+actuators at their controls) plus any forces passed in (measured ground reactions, say).
+Constraints are ignored, as OpenSim's inverse dynamics ignores them: ``tau`` are the
+forces the mobilities must supply. A pure function of the State and ``udot``: ``jit``,
+``vmap`` over the frames of a trial and ``grad`` with respect to q, u, udot, the
+loads or any parameter in the State apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._stage import Stage
+from ..model.state import State
+
+
+class InverseDynamicsSolver:
+    """Inverse dynamics of a System (OpenSim's ``InverseDynamicsSolver``).
+
+    Example::
+
+        solver = sj.InverseDynamicsSolver(system)
+        tau = solver.solve(state, udot)  # (nu,) generalized forces
+        taus = jax.vmap(lambda q, u, a: solver.solve(state.with_q(q).with_u(u), a))(Q, U, A)
+    """
+
+    def __init__(self, system: Any):
+        self._system = system
+
+    def solve(
+        self,
+        state: State,
+        udot: Any,
+        applied_mobility_forces: Any = None,
+        applied_body_forces: Any = None,
+    ) -> Float[Array, " nu"]:
+        """The residual generalized forces ``M udot + C - applied`` (nu,) at ``state``.
+
+        Args:
+            state: q, u, time, parameters (any stage; realized here to Dynamics so the
+                System's forces are applied).
+            udot: The accelerations (nu,).
+            applied_mobility_forces: Extra generalized forces (nu,) added to the
+                System's.
+            applied_body_forces: Extra body forces (nb, 6), ``[torque about the body
+                origin; force]`` in Ground, added to the System's (e.g. measured external
+                loads).
+        """
+        system = self._system
+        s = system.realize(state, Stage.DYNAMICS)
+        dc = s.dynamics_cache
+        body = dc.body_forces
+        mob = dc.mobility_forces
+        if applied_body_forces is not None:
+            extra = jnp.asarray(applied_body_forces, dtype=body.dtype)
+            if extra.shape != body.shape:
+                raise ValueError(
+                    f"InverseDynamicsSolver.solve: applied_body_forces must have shape {body.shape} "
+                    f"(one [torque; force] row per body, Ground first), got {extra.shape}"
+                )
+            body = body + extra
+        if applied_mobility_forces is not None:
+            extra = jnp.asarray(applied_mobility_forces, dtype=mob.dtype)
+            if extra.shape != mob.shape:
+                raise ValueError(
+                    f"InverseDynamicsSolver.solve: applied_mobility_forces must have shape {mob.shape}, "
+                    f"got {extra.shape}"
+                )
+            mob = mob + extra
+        a = jnp.asarray(udot, dtype=s.u.dtype)
+        if a.shape != s.u.shape:
+            raise ValueError(f"InverseDynamicsSolver.solve: udot must have shape {s.u.shape}, got {a.shape}")
+        matter = system.get_matter_subsystem()
+        return matter.calc_residual_force(s, mob, body, a)
+
+    def solve_trajectory(
+        self, state: State, q: Any, u: Any, udot: Any, applied_body_forces: Any = None
+    ) -> jax.Array:
+        """:meth:`solve` at every frame of a trajectory at once (one compiled, batched
+        call): ``q`` (T, nq), ``u`` and ``udot`` (T, nu), ``applied_body_forces``
+        (T, nb, 6) or None; the other State entries (time, parameters) from ``state``.
+        Returns (T, nu)."""
+        if applied_body_forces is None:
+            return jax.vmap(lambda qq, uu, aa: self.solve(state.with_q(qq).with_u(uu), aa))(q, u, udot)
+        return jax.vmap(
+            lambda qq, uu, aa, ff: self.solve(state.with_q(qq).with_u(uu), aa, applied_body_forces=ff)
+        )(q, u, udot, applied_body_forces)

@@ -1,0 +1,258 @@
+"""Inverse dynamics: ``sj.InverseDynamicsSolver`` (OpenSim's solver) and the OpenSim
+``InverseDynamicsTool`` with ``ExternalLoads`` (``sj.io.read_id_setup``), checked against
+OpenSim 4.6's own tool on the same files: gait14dof22musc (osim-rl) moving through a
+smooth, noisy gait-like motion with two force plates' loads (force, centre of pressure,
+free torque) on the feet, with and without OpenSim's coordinate filtering."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import random_state, random_tree
+from test_io_osim import model_path
+
+import simjax as sj
+from simjax.io import ModelFileError
+from simjax.io import _inverse_dynamics as idt
+
+jax.config.update("jax_enable_x64", True)
+
+COORDS = {  # name: (mean, amplitude), degrees or metres; the pelvis high: no foot contact
+    "pelvis_tilt": (-5, 8),
+    "pelvis_list": (0, 4),
+    "pelvis_rotation": (0, 6),
+    "pelvis_tx": (0.3, 0.4),
+    "pelvis_ty": (1.2, 0.03),
+    "pelvis_tz": (0, 0.02),
+    "hip_flexion_r": (10, 30),
+    "hip_adduction_r": (0, 5),
+    "hip_rotation_r": (0, 0),
+    "knee_angle_r": (-30, 25),
+    "ankle_angle_r": (0, 15),
+    "hip_flexion_l": (10, -30),
+    "hip_adduction_l": (0, -5),
+    "hip_rotation_l": (0, 0),
+    "knee_angle_l": (-30, -25),
+    "ankle_angle_l": (0, -15),
+    "lumbar_extension": (-5, 0),
+}
+
+
+def _write_mot(path, t, labels, data, in_degrees):
+    with open(path, "w") as f:
+        f.write(
+            f"{os.path.basename(path)}\nversion=1\nnRows={len(t)}\nnColumns={len(labels) + 1}\n"
+            f"inDegrees={'yes' if in_degrees else 'no'}\nendheader\n"
+        )
+        f.write("time\t" + "\t".join(labels) + "\n")
+        for i, ti in enumerate(t):
+            f.write(f"{ti:.10g}\t" + "\t".join(f"{x:.12g}" for x in data[i]) + "\n")
+
+
+def _external_force(name, body, prefix, point_frame="ground"):
+    return (
+        f'<ExternalForce name="{name}"><applied_to_body>{body}</applied_to_body>'
+        "<force_expressed_in_body>ground</force_expressed_in_body>"
+        f"<point_expressed_in_body>{point_frame}</point_expressed_in_body>"
+        f"<force_identifier>{prefix}ground_force_v</force_identifier>"
+        f"<point_identifier>{prefix}ground_force_p</point_identifier>"
+        f"<torque_identifier>{prefix}ground_torque_</torque_identifier></ExternalForce>"
+    )
+
+
+def _setup_xml(name, model, cutoff, time_range, exclude="Muscles", loads="loads.xml"):
+    tr = f"<time_range>{time_range}</time_range>" if time_range else ""
+    return (
+        '<?xml version="1.0" encoding="UTF-8" ?>\n<OpenSimDocument Version="40000">'
+        f'<InverseDynamicsTool name="{name}"><results_directory>results</results_directory>'
+        f"<model_file>{model}</model_file>{tr}<forces_to_exclude>{exclude}</forces_to_exclude>"
+        f"<external_loads_file>{loads}</external_loads_file><coordinates_file>motion.mot</coordinates_file>"
+        f"<lowpass_cutoff_frequency_for_coordinates>{cutoff}</lowpass_cutoff_frequency_for_coordinates>"
+        f"<output_gen_force_file>{name}.sto</output_gen_force_file></InverseDynamicsTool></OpenSimDocument>"
+    )
+
+
+@pytest.fixture(scope="module")
+def trial(tmp_path_factory):
+    """The trial's files: motion.mot (100 Hz, degrees, with noise), grf.mot (200 Hz, two
+    plates), loads.xml, and the setups: 'filtered' (6 Hz, 0.1..0.9 s), 'raw' (no filter,
+    0.1..0.9 s) and 'padded' (6 Hz, no time range: OpenSim's padded rows too)."""
+    d = tmp_path_factory.mktemp("id_trial")
+    rng = np.random.default_rng(0)
+    t = np.round(np.arange(0, 1.0 + 1e-9, 0.01), 10)
+    cols = []
+    for mean, amp in COORDS.values():
+        ph = rng.uniform(0, 2 * np.pi)
+        v = mean + amp * np.sin(2 * np.pi * 1.1 * t + ph) + 0.2 * amp * np.sin(2 * np.pi * 3.3 * t + 2 * ph)
+        cols.append(v + rng.normal(scale=0.003 * abs(amp), size=t.size))
+    _write_mot(d / "motion.mot", t, list(COORDS), np.array(cols).T, True)
+    tg = np.round(np.arange(0, 1.0 + 1e-9, 0.005), 10)
+    labels, data = [], []
+    for pre, side in (("", 1.0), ("1_", -1.0)):
+        fz = np.clip(np.sin(np.pi * (tg * 1.1 + (0 if side > 0 else 0.5)) % np.pi), 0, None)
+        data += [
+            np.stack([60 * np.sin(7 * tg + side), 700 * fz + 5, 20 * np.cos(5 * tg) * side], 1),
+            np.stack([0.3 + 0.4 * tg, 0.0 * tg, 0.1 * side + 0.02 * np.sin(3 * tg)], 1),
+            np.stack([0 * tg, 3 * np.sin(4 * tg) * side, 0 * tg], 1),
+        ]
+        labels += [f"{pre}ground_force_v{a}" for a in "xyz"]
+        labels += [f"{pre}ground_force_p{a}" for a in "xyz"] + [f"{pre}ground_torque_{a}" for a in "xyz"]
+    _write_mot(d / "grf.mot", tg, labels, np.concatenate(data, 1), False)
+    # the left foot's point is given in the foot's own frame (a station on calcn_l)
+    (d / "loads.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8" ?>\n<OpenSimDocument Version="40000">'
+        '<ExternalLoads name="loads"><objects>'
+        + _external_force("right", "calcn_r", "")
+        + _external_force("left", "calcn_l", "1_", point_frame="calcn_l")
+        + "</objects><groups/><datafile>grf.mot</datafile></ExternalLoads></OpenSimDocument>"
+    )
+    model = model_path("gait14dof22musc")
+    for name, cutoff, tr in (("filtered", 6, "0.1 0.9"), ("raw", -1, "0.1 0.9"), ("padded", 6, "")):
+        (d / f"{name}.xml").write_text(_setup_xml(name, model, cutoff, tr))
+    return d
+
+
+def _opensim_id(trial, name):
+    osim = pytest.importorskip("opensim")
+    out = trial / "results" / f"{name}.sto"
+    if not out.exists():
+        osim.InverseDynamicsTool(str(trial / f"{name}.xml")).run()
+    return sj.io.read_sto(out)
+
+
+@pytest.mark.oracle
+def test_the_tool_equals_opensims_inverse_dynamics_tool(trial, tmp_path):
+    """OpenSim's ID tool and ``read_id_setup(...).run()`` on the same setup files give the
+    same generalized forces at every frame: with OpenSim's padding and 6 Hz filter (0.1..0.9
+    s), without filtering, and with no time range (OpenSim's output then includes its
+    padded rows, -0.5..1.5 s, with the loads extrapolated past their data). Agreement is at
+    the precision of OpenSim's file (8 decimals): measured 2.4e-10, 9.9e-11 and 3.7e-11
+    relative to each column's largest value. The .sto simjax writes has OpenSim's labels
+    (``<coordinate>_moment`` / ``_force``, mobility order) and OpenSim reads it."""
+    osim = pytest.importorskip("opensim")
+    model = sj.io.load_osim(model_path("gait14dof22musc"))
+    for name, rows in (("filtered", 81), ("raw", 81), ("padded", 201)):
+        ref = _opensim_id(trial, name)
+        setup = sj.io.read_id_setup(trial / f"{name}.xml")
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            res = setup.run(model, output_dir=tmp_path / name)
+        extrapolated = [w for w in rec if "extrapolated" in str(w.message)]
+        assert bool(extrapolated) == (name == "padded")
+        got = res.generalized_forces
+        assert got.labels == ref.labels and len(ref.time) == rows == len(got.time)
+        np.testing.assert_allclose(got.time, ref.time, rtol=0, atol=1e-12)
+        scale = np.maximum(np.abs(ref.data).max(axis=0), 1.0)
+        err = (np.abs(got.data - ref.data) / scale).max()
+        assert err < 1e-9, (name, err)
+    back = osim.Storage(res.files["generalized_forces"])
+    assert back.getSize() == 201 and back.getColumnLabels().get(1) == ref.labels[0]
+
+
+@pytest.mark.oracle
+def test_signal_processing_equals_opensims(trial):
+    """The pieces: ``pad_signal`` and ``lowpass_iir`` equal OpenSim's ``Storage.pad`` and
+    ``Storage.lowpassIIR`` on the motion's columns, and the quintic/cubic natural splines
+    interpolate (their derivatives vanish where OpenSim's natural ends make them)."""
+    osim = pytest.importorskip("opensim")
+    table = sj.io.read_mot(trial / "motion.mot")
+    sto = osim.Storage(str(trial / "motion.mot"))
+    n = sto.getSize() // 2
+    sto.pad(n)
+    sto.lowpassIIR(6.0)
+    ref = np.array(
+        [
+            [sto.getStateVector(i).getData().get(j) for j in range(len(table.labels))]
+            for i in range(sto.getSize())
+        ]
+    )
+    mine = idt.lowpass_iir(idt.pad_signal(table.data, n), 0.01, 6.0)
+    np.testing.assert_allclose(mine, ref, rtol=0, atol=1e-11 * np.abs(ref).max())
+    t = np.asarray(table.time)
+    for degree in (3, 5):
+        sp = idt.natural_spline(t, table.data, degree)
+        np.testing.assert_allclose(sp(t), table.data, atol=1e-10)
+        for k in range((degree + 1) // 2, degree):
+            assert np.abs(sp.derivative(k)(t[[0, -1]])).max() < 1e-6 * np.abs(sp.derivative(k)(t)).max()
+
+
+def test_solver_inverts_forward_dynamics_and_differentiates():
+    """``InverseDynamicsSolver.solve`` at the accelerations forward dynamics gives returns
+    zero (the System's own forces applied, nothing else), equals ``M udot + C - applied``
+    for any other udot, batches over frames, and its derivatives with respect to q and to
+    a body's mass equal central differences."""
+    system, matter, *_ = random_tree(2, kinds=("Pin", "Slider", "Ball"))
+    state = random_state(system, seed=3)
+    solver = sj.InverseDynamicsSolver(system)
+    udot = system.realize(state, sj.Stage.ACCELERATION).udot
+    tau = jax.jit(solver.solve)(state, udot)
+    assert float(jnp.abs(tau).max()) < 1e-10 * max(1.0, float(jnp.abs(udot).max()))
+    a = jnp.asarray(np.random.default_rng(0).normal(size=state.nu))
+    M = matter.calc_mass_matrix(system.realize(state, sj.Stage.POSITION))
+    np.testing.assert_allclose(solver.solve(state, a), M @ (a - udot), rtol=1e-10, atol=1e-10)
+    Q = jnp.stack([state.q, state.q * 0.9, state.q * 1.1])
+    U = jnp.stack([state.u] * 3)
+    A = jnp.stack([a] * 3)
+    batch = solver.solve_trajectory(state, Q, U, A)
+    np.testing.assert_allclose(batch[0], solver.solve(state, a), rtol=1e-12, atol=1e-12)
+    f = jax.jit(lambda q: solver.solve(state.with_q(q), a))
+    J = jax.jacfwd(f)(state.q)
+    h, k = 1e-6, 1
+    e = jnp.zeros_like(state.q).at[k].set(h)
+    np.testing.assert_allclose(J[:, k], (f(state.q + e) - f(state.q - e)) / (2 * h), rtol=1e-6, atol=1e-7)
+    body = matter.get_mobilized_body(1)
+    g = jax.jit(lambda m: solver.solve(body.set_mass(state, m), a))
+    m0 = float(body.get_mass(state))
+    dg = jax.jacfwd(g)(m0)
+    np.testing.assert_allclose(dg, (g(m0 + h) - g(m0 - h)) / (2 * h), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="udot must have shape"):
+        solver.solve(state, a[:-1])
+    with pytest.raises(ValueError, match="applied_body_forces must have shape"):
+        solver.solve(state, a, applied_body_forces=jnp.zeros((2, 6)))
+
+
+def test_bad_setups_and_loads_are_refused_clearly(trial, tmp_path):
+    """A load on a body the model lacks, an identifier matching two columns, a missing
+    data file, a setup with no coordinates, NaN in the motion, non-uniform samples with a
+    filter, a time range holding no frame: each a ModelFileError naming the part; an
+    unknown force to exclude is a warning (as in OpenSim)."""
+    model = sj.io.load_osim(model_path("gait14dof22musc"))
+    text = (trial / "loads.xml").read_text()
+    bad = tmp_path / "bad_body.xml"
+    bad.write_text(text.replace("calcn_r", "calcn_x").replace("grf.mot", str(trial / "grf.mot")))
+    loads = sj.io.read_external_loads(bad)
+    with pytest.raises(ModelFileError, match="'calcn_x', which is not a body"):
+        loads.series(model, np.array([0.1]))
+    two = tmp_path / "two.xml"
+    two.write_text(
+        text.replace("<force_identifier>ground_force_v", "<force_identifier>ground_force_").replace(
+            "grf.mot", str(trial / "grf.mot")
+        )
+    )
+    with pytest.raises(ModelFileError, match="exactly 3 data columns"):
+        sj.io.read_external_loads(two)
+    nofile = tmp_path / "nofile.xml"
+    nofile.write_text(text.replace("grf.mot", "absent.mot"))
+    with pytest.raises(ModelFileError, match="does not exist"):
+        sj.io.read_external_loads(nofile)
+    setup = sj.io.read_id_setup(trial / "filtered.xml")
+    with pytest.raises(ModelFileError, match="coordinates_file"):
+        idt.IDSetup(path="x.xml").run(model, write=False)
+    table = sj.io.read_mot(trial / "motion.mot")
+    with pytest.raises(ModelFileError, match="missing values"):
+        data = table.data.copy()
+        data[3, 2] = np.nan
+        idt.coordinate_trajectories(model, table.replace(data=data))
+    uneven = table.replace(time=table.time + np.where(np.arange(len(table)) > 50, 0.001, 0.0))
+    with pytest.raises(ModelFileError, match="uniformly sampled"):
+        idt.coordinate_trajectories(model, uneven, cutoff=6.0)
+    with pytest.raises(ModelFileError, match="holds no frame"):
+        idt.coordinate_trajectories(model, table, time_range=(3.0, 4.0))
+    with pytest.warns(UserWarning, match="could not find a force or group named 'nope'"):
+        idt.exclude_forces(model, model.default_state, ["nope"])
+    assert setup.forces_to_exclude == ["Muscles"] and setup.lowpass_cutoff_frequency_for_coordinates == 6
