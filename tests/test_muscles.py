@@ -348,7 +348,8 @@ def test_a_batch_of_excitations_moves_the_arm_under_jit_and_vmap():
 def test_bad_muscle_input_says_what_to_fix(tmp_path):
     """Zero or negative optimal fibre length, an unsupported dynamics mode, activations
     outside [0, 1]: errors naming the muscle; a tendon slack length longer than the path at
-    the default pose: a load warning naming the muscle."""
+    the default pose: a load warning naming the muscle. arm26 converted: its one unwrapped
+    muscle read, the five wrapped ones counted as left out, ``appliesForce`` read."""
     with pytest.raises(ValueError, match=r"'flexor': optimal_fiber_length must lie in \(0, inf\)"):
         _arm(optimal_fiber_length=0.0)
     with pytest.raises(ValueError, match="'flexor': optimal_fiber_length"):
@@ -365,6 +366,9 @@ def test_bad_muscle_input_says_what_to_fix(tmp_path):
         muscle.set_optimal_fiber_length(s, 0.0)
     with pytest.raises(KeyError, match="no property 'optimal_length'"):
         muscle.get_property(s, "optimal_length")
+    # a path far too long for fibre and tendon: no equilibrium, as OpenSim's bisection finds
+    with pytest.raises(ValueError, match="no fibre-tendon equilibrium .* for flexor"):
+        sj.equilibrate_muscles(system, muscle.set_optimal_fiber_length(s, 0.05))
     # from a file: a bad property is an error naming the muscle; slack too long, a warning
     om = osim.Model(model_path("arm26"))
     om.finalizeConnections()
@@ -389,4 +393,12 @@ def test_bad_muscle_input_says_what_to_fix(tmp_path):
     # arm26's wrapped muscles are left out and counted; its unwrapped BICshort is read
     assert list(m.muscles) == ["BICshort"]
     assert "BICshort [DeGrooteFregly2016Muscle on path 'BICshort'" in m.summary()
+    # appliesForce false: read as disabled (its states still evolve, as in OpenSim)
+    i = text.index("<appliesForce>", text.index('<DeGrooteFregly2016Muscle name="BICshort">'))
+    bad.write_text(text[:i] + "<appliesForce>false" + text[text.index("</appliesForce>", i) :])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        off = sj.io.load_osim(str(bad))
+    assert bool(off.muscle("BICshort").is_disabled(off.default_state))
+    assert not bool(m.muscle("BICshort").is_disabled(m.default_state))
     assert m.ignored["DeGrooteFregly2016Muscle (its path wraps: left out)"] == 5

@@ -69,13 +69,27 @@ def equilibrate_muscles(system: Any, state: State) -> State:
     """A copy of ``state`` with every compliant-tendon muscle's normalized tendon force at
     fibre-tendon equilibrium at its q, u and activation (OpenSim's
     ``Model.equilibrateMuscles``; realizes what it needs; the State returned is below
-    Velocity stage)."""
+    Velocity stage). A muscle with no equilibrium tendon force in [0, 5] at that pose (its
+    path too short or too long for its fibre and tendon) gets NaN under a trace; on a
+    concrete State that raises a ValueError naming the muscles, as OpenSim raises."""
     for sub in system._subsystems:
         if isinstance(sub, GeneralForceSubsystem) and any(
             isinstance(e, DeGrooteFregly2016Muscle) for e in sub._elements
         ):
             if _concrete(state):
                 state = _equilibrium_compiled(sub, state)
+                z = np.asarray(state.z)
+                start = int(system.model_for(state).z_slices[sub.name].start)
+                mus = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle) and e._z_ten >= 0]
+                bad = [e.name for e in mus if np.isnan(z[start + e._z_ten])]
+                if bad:
+                    named = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+                    raise ValueError(
+                        f"equilibrate_muscles: no fibre-tendon equilibrium with a normalized tendon force "
+                        f"in [0, 5] for {named} at this pose and activation: check the pose, "
+                        "tendon_slack_length and optimal_fiber_length (OpenSim's equilibrateMuscles "
+                        "raises here too)"
+                    )
             else:
                 state = _equilibrium(sub, state)
     return state

@@ -278,7 +278,8 @@ def equilibrium_tendon_force(
     """Normalized tendon force at fibre-tendon equilibrium (OpenSim's
     ``computeInitialFiberEquilibrium``: the tendon force equals the fibre force along the
     tendon with the tendon's length not changing) for every muscle, by a safeguarded
-    Newton iteration on [0, 5] (bisection where a Newton step leaves the bracket)."""
+    Newton iteration on [0, 5] (bisection where a Newton step leaves the bracket). NaN for
+    a muscle with no equilibrium in [0, 5] (where OpenSim's bisection raises)."""
     comp = np.ones(L.shape, dtype=bool)
 
     def residual(f: jax.Array) -> jax.Array:
@@ -301,8 +302,9 @@ def equilibrium_tendon_force(
         return (x, lo, hi, r_lo), None
 
     x0 = jnp.full_like(L, 0.5)
+    no_root = jnp.sign(r_lo) == jnp.sign(residual(hi))  # OpenSim raises here
     (x, _, _, _), _ = jax.lax.scan(step, (x0, lo, hi, r_lo), None, length=iterations)
-    return x
+    return jnp.where(no_root, jnp.nan, x)
 
 
 @dataclass(frozen=True)
