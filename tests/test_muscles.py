@@ -345,10 +345,32 @@ def test_a_batch_of_excitations_moves_the_arm_under_jit_and_vmap():
     assert np.all(np.diff(angles) > 0)  # a stronger pull lifts the arm higher
 
 
+def test_muscles_and_coordinate_actuators_share_controls_and_z():
+    """A filter-dynamics CoordinateActuator created after a muscle in the same subsystem:
+    controls are [actuator, muscle] (coordinate actuators first), z holds the muscle's
+    two states then the actuator's activation, and each kind's rates land in its own slots."""
+    system, arm, muscle = _arm()
+    act = sj.Force.CoordinateActuator(
+        muscle._subsystem, arm, 0, gain=(2.0, 0.0, 0.0), dynamics="filter", time_constant=0.1
+    )
+    assert system.get_actuators() == [act, muscle]
+    s = system.realize_topology()
+    assert s.z.shape == (3,)
+    s = system.set_controls(muscle.set_activation(s, 0.3), jnp.array([0.7, 0.9]))
+    assert float(muscle.get_excitation(s)) == 0.9 and float(act.get_control(s)) == 0.7
+    st = jax.jit(lambda s: system.realize(s, sj.Stage.ACCELERATION))(s)
+    zdot = np.asarray(st.zdot)
+    assert zdot[2] == pytest.approx((0.7 - 0.0) / 0.1)  # the actuator's filter, from a = 0
+    assert zdot[0] == pytest.approx(float(muscle.get_activation_derivative(st)), rel=1e-14)
+    assert zdot[1] == pytest.approx(float(muscle.get_normalized_tendon_force_derivative(st)), rel=1e-14)
+    assert zdot[0] > 0  # excitation 0.9 above activation 0.3
+
+
 def test_bad_muscle_input_says_what_to_fix(tmp_path):
     """Zero or negative optimal fibre length, an unsupported dynamics mode, activations
     outside [0, 1]: errors naming the muscle; a tendon slack length longer than the path at
-    the default pose: a load warning naming the muscle. arm26 converted: its one unwrapped
+    the default pose: a warning naming the muscle from ``equilibrate_muscles`` (the first
+    step after loading, as in OpenSim; loading itself stays fast). arm26 converted: its one unwrapped
     muscle read, the five wrapped ones counted as left out, ``appliesForce`` read."""
     with pytest.raises(ValueError, match=r"'flexor': optimal_fiber_length must lie in \(0, inf\)"):
         _arm(optimal_fiber_length=0.0)
@@ -388,8 +410,13 @@ def test_bad_muscle_input_says_what_to_fix(tmp_path):
     j = text.index("<tendon_slack_length>", i)
     k = text.index("</tendon_slack_length>", j)
     bad.write_text(text[:j] + "<tendon_slack_length>5.0" + text[k:])
-    with pytest.warns(UserWarning, match=r"tendon slack length longer than the path.*BICshort \(path"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         m = sj.io.load_osim(str(bad))
+    short = r"tendon slack length longer than the path at this pose: BICshort \(path"
+    with pytest.warns(UserWarning, match=short):
+        with pytest.raises(ValueError, match="no fibre-tendon equilibrium .* for BICshort"):
+            m.equilibrate_muscles(m.state)
     # arm26's wrapped muscles are left out and counted; its unwrapped BICshort is read
     assert list(m.muscles) == ["BICshort"]
     assert "BICshort [DeGrooteFregly2016Muscle on path 'BICshort'" in m.summary()

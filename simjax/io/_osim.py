@@ -38,7 +38,7 @@ from ..system.constraints import Constraint
 from ..system.contact import ContactGeometry, ContactSurface, registry
 from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
-from ..system.muscles import DeGrooteFregly2016Muscle, slack_tendons
+from ..system.muscles import DeGrooteFregly2016Muscle
 from ..system.paths import GeometryPath
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from . import _osim_functions as fn
@@ -808,8 +808,6 @@ class _OsimReader:
             q[coord.q_index(state)] = coord.default_value
             u[coord.u_index(state)] = coord.default_speed_value
         state = state.with_q(q).with_u(u)
-        if muscles:
-            self._check_slack(system, state, muscles)
         model = LoadedModel(
             system=system,
             matter=matter,
@@ -1143,19 +1141,6 @@ class _OsimReader:
                 muscle.set_disabled_by_default(True)
             out[name] = muscle
         return out
-
-    def _check_slack(self, system: Any, state: Any, muscles: dict[str, Any]) -> None:
-        """A note naming the muscles whose tendon slack length exceeds their path's length
-        at the default pose (their fibres would have no length there)."""
-        short = [
-            f"{n} (path {L:.4g} m < tendon slack {ls:.4g} m)" for n, L, ls in slack_tendons(system, state)
-        ]
-        if short:
-            self.notes.append(
-                f"{len(short)} muscle(s) with a tendon slack length longer than the path at the default "
-                f"pose: {', '.join(short[:5])}{' ...' if len(short) > 5 else ''}; check "
-                "tendon_slack_length (or the path's points)"
-            )
 
     def _count_ignored(self) -> None:
         for set_tag in ("ForceSet", "ControllerSet", "ContactGeometrySet", "ProbeSet", "ComponentSet"):

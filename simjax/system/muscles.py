@@ -7,6 +7,7 @@ their numbers, with OpenSim's method names in snake_case."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, ClassVar
 
 import jax
@@ -39,27 +40,29 @@ def calc_muscle_info(sub: GeneralForceSubsystem, state: State) -> _muscles.Muscl
 _group_info_compiled = jax.jit(calc_muscle_info, static_argnums=0)
 
 
-def _equilibrium(sub: GeneralForceSubsystem, state: State) -> State:
-    """``state`` with every compliant muscle's normalized tendon force at equilibrium."""
+def _equilibrium(sub: GeneralForceSubsystem, state: State) -> tuple[State, jax.Array]:
+    """``state`` with every compliant muscle's normalized tendon force at equilibrium, and
+    every muscle's path length minus its tendon slack length (n_muscles,)."""
     model = sub._system.model_for(state)
     st = sub._system.realize(state, Stage.VELOCITY)
     for g in model.force_groups:
         if g.subsystem == sub.name and isinstance(g.kernel, _muscles.DeGrooteFregly2016Muscle):
             s = np.asarray(g.statics, dtype=int).reshape(-1, 4)
             ten = np.flatnonzero(s[:, 3] >= 0)
-            if not len(ten):
-                return state
             ctx = Context(model, st, sub.name)
             P = group_params(ctx, g)
             m = _muscles.muscle_info(P, ctx, g.statics)
+            room = m.length - P["tendon_slack_length"]
+            if not len(ten):
+                return state, room
             Pt = {k: v[ten] for k, v in P.items()}
             f = _muscles.equilibrium_tendon_force(
                 Pt, m.length[ten], m.lengthening_speed[ten], m.activation[ten]
             )
             sl = model.z_slices[sub.name]
             z = state.z.at[sl.start + s[ten, 3]].set(f.astype(state.z.dtype))
-            return state.with_z(z)
-    return state
+            return state.with_z(z), room
+    return state, jnp.zeros(0, state.q.dtype)
 
 
 _equilibrium_compiled = jax.jit(_equilibrium, static_argnums=0)
@@ -71,13 +74,15 @@ def equilibrate_muscles(system: Any, state: State) -> State:
     ``Model.equilibrateMuscles``; realizes what it needs; the State returned is below
     Velocity stage). A muscle with no equilibrium tendon force in [0, 5] at that pose (its
     path too short or too long for its fibre and tendon) gets NaN under a trace; on a
-    concrete State that raises a ValueError naming the muscles, as OpenSim raises."""
+    concrete State that raises a ValueError naming the muscles, as OpenSim raises, and a
+    muscle whose path is no longer than its tendon slack length is named in a warning."""
     for sub in system._subsystems:
         if isinstance(sub, GeneralForceSubsystem) and any(
             isinstance(e, DeGrooteFregly2016Muscle) for e in sub._elements
         ):
             if _concrete(state):
-                state = _equilibrium_compiled(sub, state)
+                state, room = _equilibrium_compiled(sub, state)
+                _warn_slack(sub, np.asarray(room))
                 z = np.asarray(state.z)
                 start = int(system.model_for(state).z_slices[sub.name].start)
                 mus = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle) and e._z_ten >= 0]
@@ -91,36 +96,24 @@ def equilibrate_muscles(system: Any, state: State) -> State:
                         "raises here too)"
                     )
             else:
-                state = _equilibrium(sub, state)
+                state, _ = _equilibrium(sub, state)
     return state
 
 
-def _path_lengths(system: Any, state: State) -> jax.Array:
-    return system.get_matter_subsystem().calc_path_lengths(system.realize(state, Stage.POSITION))
-
-
-_path_lengths_compiled = jax.jit(_path_lengths, static_argnums=0)
-
-
-def slack_tendons(system: Any, state: State) -> list[tuple[str, float, float]]:
-    """``(name, path length, tendon slack length)`` of every muscle whose tendon slack
-    length is at least its path's length in ``state`` (concrete; one compiled call)."""
-    muscles = [
-        e
-        for sub in system._subsystems
-        if isinstance(sub, GeneralForceSubsystem)
-        for e in sub._elements
-        if isinstance(e, DeGrooteFregly2016Muscle)
+def _warn_slack(sub: GeneralForceSubsystem, room: np.ndarray) -> None:
+    """Warn, naming them, about muscles whose path is no longer than their tendon slack
+    length (their fibres have no length left: the muscle buckles, as OpenSim logs)."""
+    mus = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle)]
+    short = [
+        f"{m.name} (path {r:+.4g} m longer than its tendon slack length)" for m, r in zip(mus, room) if r <= 0
     ]
-    if not muscles:
-        return []
-    lengths = np.asarray(_path_lengths_compiled(system, state))
-    out = []
-    for m in muscles:
-        L, ls = float(lengths[m._path.index]), float(m.get_tendon_slack_length(state))
-        if L <= ls:
-            out.append((m.name, L, ls))
-    return out
+    if short:
+        warnings.warn(
+            f"{len(short)} muscle(s) with a tendon slack length longer than the path at this pose: "
+            f"{', '.join(short[:5])}{' ...' if len(short) > 5 else ''}; check tendon_slack_length (or the "
+            "path's points)",
+            stacklevel=3,
+        )
 
 
 class DeGrooteFregly2016Muscle(Force):
