@@ -55,6 +55,8 @@ from .system.forces import HuntCrossleyForce as HuntCrossleyForce
 from .system.forces import PathSpring as PathSpring
 from .system.forces import SmoothSphereHalfSpaceForce as SmoothSphereHalfSpaceForce
 from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
+from .system.muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
+from .system.muscles import equilibrate_muscles as equilibrate_muscles
 from .system.paths import GeometryPath as GeometryPath
 from .system.system import ForceSubsystem as ForceSubsystem
 from .system.system import GeneralForceSubsystem as GeneralForceSubsystem

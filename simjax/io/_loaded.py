@@ -21,6 +21,7 @@ from ..studies.conditions import Markers
 from ..system.bodies import MobilizedBody
 from ..system.constraints import CoordinateLimit
 from ..system.contact import KINDS, registry
+from ..system.muscles import equilibrate_muscles
 from ._motion import CoordinateTable
 
 
@@ -198,6 +199,10 @@ class LoadedModel:
         paths: ``sj.GeometryPath`` handles by the name of the force that owns them (an
             OpenSim muscle's, ligament's or path actuator's path; the force itself may be
             left out): ``get_length``, ``get_lengthening_speed``, ``compute_moment_arm``.
+        muscles: Muscles (``sj.DeGrooteFregly2016Muscle``) by name, in the file's order:
+            ``get_fiber_length``, ``get_tendon_force``, ``get_activation``, ... (OpenSim's
+            names in snake_case); they are also in ``actuators``, after the coordinate
+            actuators (control order).
         contact_forces: Compliant contact force elements (``sj.HuntCrossleyForce``,
             ``sj.SmoothSphereHalfSpaceForce``) by name (OpenSim models).
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
@@ -216,6 +221,7 @@ class LoadedModel:
     constraints: dict[str, Any] = field(default_factory=dict)
     actuators: dict[str, Any] = field(default_factory=dict)
     paths: dict[str, Any] = field(default_factory=dict)
+    muscles: dict[str, Any] = field(default_factory=dict)
     contact_forces: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -268,6 +274,18 @@ class LoadedModel:
             return self.bodies[name]
         except KeyError:
             raise KeyError(_unknown("body", name, self.bodies, self.path)) from None
+
+    def muscle(self, name: str) -> Any:
+        """The muscle called ``name`` (``sj.DeGrooteFregly2016Muscle``)."""
+        try:
+            return self.muscles[name]
+        except KeyError:
+            raise KeyError(_unknown("muscle", name, self.muscles, self.path)) from None
+
+    def equilibrate_muscles(self, state: State) -> State:
+        """A copy of ``state`` with every compliant-tendon muscle's normalized tendon force
+        at fibre-tendon equilibrium (OpenSim's ``Model.equilibrateMuscles``)."""
+        return equilibrate_muscles(self.system, state)
 
     def marker(self, name: str) -> Marker:
         """The marker called ``name``."""
@@ -425,6 +443,15 @@ class LoadedModel:
             )
             dyn = {0: "", 1: ", integrator", 2: ", filter"}
             for name, a in self.actuators.items():
+                if name in self.muscles:
+                    lines.append(
+                        f"  {name} [{type(a).__name__} on path {a.get_geometry_path().name!r}, max isometric "
+                        f"force {float(a.get_max_isometric_force(st)):.4g}, optimal fibre "
+                        f"{float(a.get_optimal_fiber_length(st)):.4g}, tendon slack "
+                        f"{float(a.get_tendon_slack_length(st)):.4g}"
+                        f"{', rigid tendon' if a.ignore_tendon_compliance else ''}]"
+                    )
+                    continue
                 g, b = np.asarray(a._get(st, "gain")), np.asarray(a._get(st, "bias"))
                 lo, hi = np.asarray(a._get(st, "control_range"))
                 rng = f"{lo:.4g}..{hi:.4g}" if np.isfinite([lo, hi]).all() else "unlimited"

@@ -39,6 +39,7 @@ from ..system.constraints import Constraint
 from ..system.contact import ContactGeometry, ContactSurface, registry
 from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
+from ..system.muscles import DeGrooteFregly2016Muscle
 from ..system.paths import GeometryPath
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
@@ -794,6 +795,8 @@ class _OsimReader:
         self._count_ignored()
         self._read_contact(matter, forces, bodies)
         paths = self._read_paths(matter, forces, bodies, coordinates)
+        muscles = self._read_muscles(forces, paths)
+        actuators.update(muscles)
         if self.limits:
             add_coordinate_limits(coordinates, self.notes, select=lambda c: c.clamped)
 
@@ -817,6 +820,7 @@ class _OsimReader:
             constraints=constraints,
             actuators=actuators,
             paths=paths,
+            muscles=muscles,
             contact_forces=self.contact_forces,
             ignored=dict(sorted(self.ignored.items())),
             notes=self.notes,
@@ -1081,6 +1085,63 @@ class _OsimReader:
                     spring.set_disabled_by_default(True)
         return out
 
+    #: The muscles read (others, e.g. Millard2012EquilibriumMuscle, are counted as left out).
+    _MUSCLES = ("DeGrooteFregly2016Muscle",)
+    #: The forces along paths read by ``_read_paths`` and ``_read_muscles``.
+    _PATH_FORCES = ("PathSpring", *_MUSCLES)
+
+    #: DeGrooteFregly2016Muscle's properties read as numbers, with OpenSim's defaults.
+    _DGF_PROPERTIES = (
+        ("max_isometric_force", 1000.0),
+        ("optimal_fiber_length", 0.1),
+        ("tendon_slack_length", 0.2),
+        ("pennation_angle_at_optimal", 0.0),
+        ("max_contraction_velocity", 10.0),
+        ("activation_time_constant", 0.015),
+        ("deactivation_time_constant", 0.060),
+        ("default_activation", 0.5),
+        ("default_normalized_tendon_force", 0.5),
+        ("active_force_width_scale", 1.0),
+        ("fiber_damping", 0.0),
+        ("passive_fiber_strain_at_one_norm_force", 0.6),
+        ("tendon_strain_at_one_norm_force", 0.049),
+        ("activation_dynamics_smoothing", 0.1),
+    )
+
+    def _read_muscles(self, forces: GeneralForceSubsystem, paths: dict[str, GeometryPath]) -> dict[str, Any]:
+        """Each ``DeGrooteFregly2016Muscle`` of the ForceSet on its path (read by
+        ``_read_paths``), with every property (``isDisabled`` / ``appliesForce`` false ->
+        disabled by default); a muscle whose path was left out (wrapping) is counted as
+        left out. Returns the muscles by name, in the file's order."""
+        doc = self.doc
+        out: dict[str, Any] = {}
+        for f in self._set_objects("ForceSet"):
+            if f.tag not in self._MUSCLES:
+                continue
+            name = f.get("name") or f.tag
+            path = paths.get(name)
+            if path is None:
+                self.ignored[f"{f.tag} (its path wraps: left out)"] += 1
+                continue
+            kw: dict[str, Any] = {k: doc.float(f, k, d) for k, d in self._DGF_PROPERTIES}
+            for flag in (
+                "ignore_passive_fiber_force",
+                "ignore_tendon_compliance",
+                "ignore_activation_dynamics",
+            ):
+                kw[flag] = doc.bool(f, flag, False)
+            kw["tendon_compliance_dynamics_mode"] = (
+                doc.text(f, "tendon_compliance_dynamics_mode") or "explicit"
+            ).strip()
+            try:
+                muscle = DeGrooteFregly2016Muscle(forces, path, name=name, **kw)
+            except (ValueError, NotImplementedError) as err:
+                raise doc.error(f, f"{err} (in the file: <{f.tag} name={name!r}>)") from None
+            if doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True):
+                muscle.set_disabled_by_default(True)
+            out[name] = muscle
+        return out
+
     def _count_ignored(self) -> None:
         for set_tag in ("ForceSet", "ControllerSet", "ContactGeometrySet", "ProbeSet", "ComponentSet"):
             for f in self._set_objects(set_tag):
@@ -1089,7 +1150,8 @@ class _OsimReader:
                 if set_tag == "ContactGeometrySet" and f.tag == "ContactMesh":
                     self.ignored["ContactMesh (no mesh contact geometry yet: left out)"] += 1
                 elif not (
-                    set_tag == "ForceSet" and f.tag in (*self._FORCES, *self._CONTACT_FORCES, "PathSpring")
+                    set_tag == "ForceSet"
+                    and f.tag in (*self._FORCES, *self._CONTACT_FORCES, *self._PATH_FORCES)
                 ):
                     self.ignored[f.tag] += 1
 
@@ -1157,7 +1219,7 @@ class _OsimReader:
     #: The contact forces read by ``_read_contact``.
     _CONTACT_FORCES = ("HuntCrossleyForce", "SmoothSphereHalfSpaceForce")
     #: Every ForceSet element some reader makes (the others are counted as left out).
-    _READ_FORCES = (*_FORCES, *_CONTACT_FORCES, "PathSpring")
+    _READ_FORCES = (*_FORCES, *_CONTACT_FORCES, "PathSpring", *_MUSCLES)
 
     def _contact_force(
         self, f: ET.Element, name: str, forces: Any, matter: Any, index: dict[str, int]

@@ -9,6 +9,8 @@ from .contact import ContactSurface as ContactSurface
 from .forces import Force as Force
 from .forces import PathSpring as PathSpring
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
+from .muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
+from .muscles import equilibrate_muscles as equilibrate_muscles
 from .paths import GeometryPath as GeometryPath
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem

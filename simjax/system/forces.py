@@ -642,21 +642,22 @@ class CoordinateActuator(_Mobility):
     def _values(self):
         return dict(self._v)
 
+    _control_rank: ClassVar[int] = 0  # the coordinate actuators' controls come first
+
     def _static(self):
         z_slot = -1
         if self._dyn:
             acts = [e for e in self._subsystem._elements if isinstance(e, CoordinateActuator) and e._dyn]
-            z_slot = acts.index(self)
+            z_slot = self._subsystem._actuator_z_offset + acts.index(self)
         return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u))
 
     def _declare(self, sub: GeneralForceSubsystem) -> None:
         acts = [e for e in sub._elements if isinstance(e, CoordinateActuator)]
         if acts[0] is not self:
-            return  # the first actuator allocates the controls and activations of all
-        sub.allocate_discrete_variable(_CONTROLS, Stage.DYNAMICS, np.zeros(len(acts)))
+            return  # the first actuator reserves the activations of all
         n_act = sum(1 for e in acts if e._dyn)
         if n_act:
-            sub.allocate_z(np.zeros(n_act))
+            sub._actuator_z_offset = sub.reserve_z(np.zeros(n_act))
 
     # -- per-element access --------------------------------------------------------------
     def get_control(self, state: State) -> jax.Array:

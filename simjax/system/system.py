@@ -560,14 +560,14 @@ class MultibodySystem:
 
     # ------------------------------------------------------------------ controls
     def get_actuators(self) -> list[Any]:
-        """Every actuator (``Force.CoordinateActuator``), in control order: force subsystem by
-        subsystem, each in the order its actuators were created."""
+        """Every actuator (``Force.CoordinateActuator``, muscles), in control order: force
+        subsystem by subsystem, in each the coordinate actuators then the muscles, each in
+        the order they were created."""
         return [
             e
             for sub in self._subsystems
             if isinstance(sub, GeneralForceSubsystem)
-            for e in sub._elements
-            if hasattr(e, "set_control")
+            for e in sub._control_elements()
         ]
 
     def get_num_controls(self) -> int:
@@ -948,6 +948,8 @@ class GeneralForceSubsystem(Subsystem):
 
     def __init__(self, system: MultibodySystem, name: str | None = None):
         self._elements: list[Any] = []
+        self._z_parts: list[np.ndarray] = []
+        self._actuator_z_offset = 0  # where the coordinate actuators' activations start in z
         if name is None:
             n = sum(isinstance(s, GeneralForceSubsystem) for s in system._subsystems)
             name = "forces" if n == 0 else f"forces{n}"
@@ -958,9 +960,30 @@ class GeneralForceSubsystem(Subsystem):
         self._system.invalidate_topology()
 
     def realize_topology(self) -> None:
-        """Let each element allocate what it keeps in the State (e.g. DiscreteForces)."""
+        """Let each element allocate what it keeps in the State (e.g. DiscreteForces); the
+        z blocks the elements reserve (``reserve_z``) become this subsystem's z, and the
+        actuators' controls (coordinate actuators first, then muscles) its ``controls``."""
+        self._z_parts = []
         for e in self._elements:
             e._declare(self)
+        if self._z_parts:
+            self.allocate_z(np.concatenate(self._z_parts))
+        n = len(self._control_elements())
+        if n:
+            self.allocate_discrete_variable("controls", Stage.DYNAMICS, np.zeros(n))
+
+    def reserve_z(self, default: Any) -> int:
+        """Append a block to this subsystem's z (during ``realize_topology``); returns its
+        offset in the block."""
+        off = sum(len(p) for p in self._z_parts)
+        self._z_parts.append(np.atleast_1d(np.asarray(default, dtype=float)))
+        return off
+
+    def _control_elements(self) -> list[Any]:
+        """The elements driven by a control, in control order: each kind's ``_control_rank``
+        (coordinate actuators 0, muscles 1), then creation order."""
+        els = [e for e in self._elements if hasattr(e, "set_control")]
+        return sorted(els, key=lambda e: getattr(e, "_control_rank", 0))
 
     def _compile(self, instance: dict[str, np.ndarray]) -> list[ForceGroup]:
         """The frozen records of this subsystem's elements, one per kind (or per element
@@ -988,14 +1011,15 @@ class GeneralForceSubsystem(Subsystem):
         return groups
 
     def calc_zdot(self, ctx: Context) -> Any:
-        """The activation rates of the actuators with activation dynamics (this
-        subsystem's z)."""
+        """The rates of this subsystem's z: actuators' activations, muscles' states (each
+        kind's rates over the whole block, summed)."""
+        out = jnp.zeros_like(ctx.get_z())
         for g in ctx._model.force_groups:
             if g.subsystem == self.name:
                 zd = calc_group_zdot(ctx, g)
                 if zd is not None:
-                    return zd
-        return jnp.zeros_like(ctx.get_z())
+                    out = out + zd
+        return out
 
     def get_num_forces(self) -> int:
         """Number of force elements."""

@@ -4,8 +4,9 @@ Force elements are evaluated one group at a time (``model.ForceGroup``: one kind
 in one subsystem, vectorised) by their kind's kernel, the equations of each family in a
 module of this package: ``gravity``, ``springs`` (two-point, one-body and mobility springs,
 dampers and constant forces), ``limits`` (``CoordinateLimitForce``), ``bushing``,
-``actuators`` (``CoordinateActuator``), ``contact`` (``HuntCrossleyForce``,
-``SmoothSphereHalfSpaceForce``), ``custom`` (``DiscreteForces``, ``Custom``);
+``actuators`` (``CoordinateActuator``), ``muscles`` (``DeGrooteFregly2016Muscle``),
+``contact`` (``HuntCrossleyForce``, ``SmoothSphereHalfSpaceForce``), ``custom``
+(``DiscreteForces``, ``Custom``);
 ``kernel`` holds the base and the evaluation of one group. User force subsystems are
 called once each with a read-only :class:`~simjax.model.context.Context`.
 """
@@ -105,14 +106,17 @@ def calc_potential_energy(model: Model, state: State) -> jax.Array:
 
 def calc_zdot(model: Model, state: State) -> jax.Array:
     """Derivatives of every subsystem's block of z: a force subsystem's from its force
-    groups' kernels (actuators' activations), any other's from its ``calc_zdot``."""
+    groups' kernels (actuators' activations, muscles' states: each kind's rates over the
+    whole block, zero outside its own slots, summed), any other's from its ``calc_zdot``."""
     parts = [jnp.zeros(0, state.z.dtype)]
     for name, z0 in model.z_decl:
         ctx = Context(model, state, name)
         zd = None
         for grp in model.force_groups:
-            if grp.subsystem == name and zd is None:
-                zd = calc_group_zdot(ctx, grp)
+            if grp.subsystem == name:
+                zg = calc_group_zdot(ctx, grp)
+                if zg is not None:
+                    zd = zg if zd is None else zd + zg
         if zd is None:
             zd = model.subsystem_by_name(name).calc_zdot(ctx)
         parts.append(jnp.asarray(zd, state.z.dtype).reshape(len(z0)))

@@ -8,7 +8,9 @@ force is ``s = (g0 + g1 l + g2 v) a + (b0 + b1 l + b2 v)`` (``gain``, ``bias``) 
 
 Statics per element: ``(body, which, dynamics, z_slot, has_length)``, ``dynamics`` 0 (none),
 1 (integrator, ``da/dt = c``) or 2 (filter, ``da/dt = (c - a) / time_constant``). The
-controls of a subsystem's actuators are its discrete variable ``CONTROLS``.
+controls of a subsystem's actuators are its discrete variable ``CONTROLS`` (the coordinate
+actuators' first, then the muscles'); ``calc_zdot`` gives rates over the whole subsystem's z
+(zero outside the actuators' slots).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ DYNAMICS = {"none": 0, "integrator": 1, "filter": 2, "filterexact": 2}
 
 def controls(P: Params, ctx: Context) -> jax.Array:
     """Each actuator's control clamped to its ``control_range`` (n,)."""
-    c = ctx.discrete(CONTROLS)
+    n = P["gear"].shape[0]
+    c = ctx.discrete(CONTROLS)[:n]  # the coordinate actuators' controls come first
     return jnp.clip(c, P["control_range"][:, 0], P["control_range"][:, 1])
 
 
@@ -86,4 +89,4 @@ class CoordinateActuator(MobilityKernel):
         ar = P["activation_range"][dyn]
         stop = ((z >= ar[:, 1]) & (rate > 0)) | ((z <= ar[:, 0]) & (rate < 0))
         out = jnp.where(stop, 0.0, rate)
-        return jnp.zeros(len(dyn), out.dtype).at[s[dyn, 3]].set(out)
+        return jnp.zeros(ctx.get_z().shape[0], out.dtype).at[s[dyn, 3]].set(out)

@@ -1,0 +1,529 @@
+"""Muscle handles: ``sj.DeGrooteFregly2016Muscle``, a force along a ``sj.GeometryPath``
+with its states (activation; normalized tendon force for a compliant tendon) in the
+State's z and its excitation among the subsystem's controls. The equations are the kernel
+in :mod:`simjax.dynamics.forces.muscles`; this module registers muscles and gets and sets
+their numbers, with OpenSim's method names in snake_case."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._stage import Stage
+from ..dynamics.forces import muscles as _muscles
+from ..dynamics.forces.kernel import group_params
+from ..model.context import Context
+from ..model.state import State
+from ._compiled import reads_cache
+from .diagnose import _concrete
+from .forces import Force
+from .paths import GeometryPath
+from .system import GeneralForceSubsystem
+
+
+def calc_muscle_info(sub: GeneralForceSubsystem, state: State) -> _muscles.MuscleInfo:
+    """Every quantity of a force subsystem's DeGrooteFregly2016 muscles at once (each field
+    (n_muscles,), in creation order): what each muscle's getters read (needs Velocity)."""
+    model = sub._system.model_for(state)
+    for g in model.force_groups:
+        if g.subsystem == sub.name and isinstance(g.kernel, _muscles.DeGrooteFregly2016Muscle):
+            ctx = Context(model, state, sub.name)
+            return _muscles.muscle_info(group_params(ctx, g), ctx, g.statics)
+    raise ValueError(f"no DeGrooteFregly2016Muscle in force subsystem {sub.name!r}")
+
+
+_group_info_compiled = jax.jit(calc_muscle_info, static_argnums=0)
+
+
+def _equilibrium(sub: GeneralForceSubsystem, state: State) -> tuple[State, jax.Array]:
+    """``state`` with every compliant muscle's normalized tendon force at equilibrium, and
+    every muscle's path length minus its tendon slack length (n_muscles,)."""
+    model = sub._system.model_for(state)
+    st = sub._system.realize(state, Stage.VELOCITY)
+    for g in model.force_groups:
+        if g.subsystem == sub.name and isinstance(g.kernel, _muscles.DeGrooteFregly2016Muscle):
+            s = np.asarray(g.statics, dtype=int).reshape(-1, 4)
+            ten = np.flatnonzero(s[:, 3] >= 0)
+            ctx = Context(model, st, sub.name)
+            P = group_params(ctx, g)
+            m = _muscles.muscle_info(P, ctx, g.statics)
+            room = m.length - P["tendon_slack_length"]
+            if not len(ten):
+                return state, room
+            Pt = {k: v[ten] for k, v in P.items()}
+            f = _muscles.equilibrium_tendon_force(
+                Pt, m.length[ten], m.lengthening_speed[ten], m.activation[ten]
+            )
+            sl = model.z_slices[sub.name]
+            z = state.z.at[sl.start + s[ten, 3]].set(f.astype(state.z.dtype))
+            return state.with_z(z), room
+    return state, jnp.zeros(0, state.q.dtype)
+
+
+_equilibrium_compiled = jax.jit(_equilibrium, static_argnums=0)
+
+
+def equilibrate_muscles(system: Any, state: State) -> State:
+    """A copy of ``state`` with every compliant-tendon muscle's normalized tendon force at
+    fibre-tendon equilibrium at its q, u and activation (OpenSim's
+    ``Model.equilibrateMuscles``; realizes what it needs; the State returned is below
+    Velocity stage). A muscle with no equilibrium tendon force in [0, 5] at that pose (its
+    path too short or too long for its fibre and tendon) gets NaN under a trace; on a
+    concrete State that raises a ValueError naming the muscles, as OpenSim raises, and a
+    muscle whose path is no longer than its tendon slack length is named in a warning."""
+    for sub in system._subsystems:
+        if isinstance(sub, GeneralForceSubsystem) and any(
+            isinstance(e, DeGrooteFregly2016Muscle) for e in sub._elements
+        ):
+            if _concrete(state):
+                state, room = _equilibrium_compiled(sub, state)
+                _warn_slack(sub, np.asarray(room))
+                z = np.asarray(state.z)
+                start = int(system.model_for(state).z_slices[sub.name].start)
+                mus = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle) and e._z_ten >= 0]
+                bad = [e.name for e in mus if np.isnan(z[start + e._z_ten])]
+                if bad:
+                    named = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+                    raise ValueError(
+                        f"equilibrate_muscles: no fibre-tendon equilibrium with a normalized tendon force "
+                        f"in [0, 5] for {named} at this pose and activation: check the pose, "
+                        "tendon_slack_length and optimal_fiber_length (OpenSim's equilibrateMuscles "
+                        "raises here too)"
+                    )
+            else:
+                state, _ = _equilibrium(sub, state)
+    return state
+
+
+def _warn_slack(sub: GeneralForceSubsystem, room: np.ndarray) -> None:
+    """Warn, naming them, about muscles whose path is no longer than their tendon slack
+    length (their fibres have no length left: the muscle buckles, as OpenSim logs)."""
+    mus = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle)]
+    short = [
+        f"{m.name} (path {r:+.4g} m longer than its tendon slack length)" for m, r in zip(mus, room) if r <= 0
+    ]
+    if short:
+        warnings.warn(
+            f"{len(short)} muscle(s) with a tendon slack length longer than the path at this pose: "
+            f"{', '.join(short[:5])}{' ...' if len(short) > 5 else ''}; check tendon_slack_length (or the "
+            "path's points)",
+            stacklevel=3,
+        )
+
+
+class DeGrooteFregly2016Muscle(Force):
+    """OpenSim's ``DeGrooteFregly2016Muscle`` on a path: a smooth Hill-type muscle (De
+    Groote et al. 2016), the one OpenSim Moco optimises with.
+
+    The tendon force pulls along ``path`` as a ``PathSpring``'s tension does (``-T dL/dq``).
+    Activation (unless ``ignore_activation_dynamics``: then the activation is the
+    excitation) and the normalized tendon force (unless ``ignore_tendon_compliance``: a
+    rigid tendon) are auxiliary variables in the State's z; the excitation is this muscle's
+    control (``set_excitation`` or the System's ``set_controls``; muscles' controls come
+    after the coordinate actuators' in their subsystem). The equations are in
+    :mod:`simjax.dynamics.forces.muscles`. Every number is an Instance-stage parameter of
+    the State (differentiable, settable per State) but the ``ignore_*`` flags and
+    ``tendon_compliance_dynamics_mode`` (only OpenSim's ``"explicit"``), which set the
+    State's layout, and ``default_*``, the initial values of the states.
+
+    Args:
+        forces: The ``GeneralForceSubsystem``.
+        path: The ``sj.GeometryPath`` it acts along.
+        name: Its name (as in the .osim file).
+        max_isometric_force, optimal_fiber_length, tendon_slack_length,
+            pennation_angle_at_optimal, max_contraction_velocity (optimal fibre lengths per
+            second), activation_time_constant, deactivation_time_constant,
+            default_activation, default_normalized_tendon_force, active_force_width_scale,
+            fiber_damping, passive_fiber_strain_at_one_norm_force,
+            tendon_strain_at_one_norm_force, activation_dynamics_smoothing,
+            ignore_passive_fiber_force, ignore_tendon_compliance,
+            ignore_activation_dynamics, tendon_compliance_dynamics_mode: OpenSim's
+            properties, with OpenSim's defaults.
+
+    Raises:
+        ValueError: A property outside its range (the message names the muscle).
+        NotImplementedError: ``tendon_compliance_dynamics_mode="implicit"``.
+    """
+
+    kernel = _muscles.DeGrooteFregly2016Muscle()
+    _control_rank: ClassVar[int] = 1  # after the coordinate actuators
+
+    def __init__(
+        self,
+        forces: GeneralForceSubsystem,
+        path: GeometryPath,
+        *,
+        name: str | None = None,
+        max_isometric_force: float = 1000.0,
+        optimal_fiber_length: float = 0.1,
+        tendon_slack_length: float = 0.2,
+        pennation_angle_at_optimal: float = 0.0,
+        max_contraction_velocity: float = 10.0,
+        activation_time_constant: float = 0.015,
+        deactivation_time_constant: float = 0.060,
+        default_activation: float = 0.5,
+        default_normalized_tendon_force: float = 0.5,
+        active_force_width_scale: float = 1.0,
+        fiber_damping: float = 0.0,
+        passive_fiber_strain_at_one_norm_force: float = 0.6,
+        tendon_strain_at_one_norm_force: float = 0.049,
+        activation_dynamics_smoothing: float = 0.1,
+        ignore_passive_fiber_force: bool = False,
+        ignore_tendon_compliance: bool = False,
+        ignore_activation_dynamics: bool = False,
+        tendon_compliance_dynamics_mode: str = "explicit",
+    ):
+        if not isinstance(path, GeometryPath):
+            raise TypeError(
+                f"DeGrooteFregly2016Muscle: path must be an sj.GeometryPath, got {type(path).__name__}"
+            )
+        self.name = name or path.name
+        who = f"DeGrooteFregly2016Muscle {self.name!r}"
+        v = {
+            "max_isometric_force": max_isometric_force,
+            "optimal_fiber_length": optimal_fiber_length,
+            "tendon_slack_length": tendon_slack_length,
+            "pennation_angle_at_optimal": pennation_angle_at_optimal,
+            "max_contraction_velocity": max_contraction_velocity,
+            "activation_time_constant": activation_time_constant,
+            "deactivation_time_constant": deactivation_time_constant,
+            "active_force_width_scale": active_force_width_scale,
+            "fiber_damping": fiber_damping,
+            "passive_fiber_strain_at_one_norm_force": passive_fiber_strain_at_one_norm_force,
+            "tendon_strain_at_one_norm_force": tendon_strain_at_one_norm_force,
+            "activation_dynamics_smoothing": activation_dynamics_smoothing,
+            "ignore_passive_fiber_force": 1.0 if ignore_passive_fiber_force else 0.0,
+        }
+        self._v = {k: float(x) for k, x in v.items()}
+        for k in v:
+            _check_value(who, k, self._v[k])
+        if tendon_compliance_dynamics_mode != "explicit":
+            raise NotImplementedError(
+                f"{who}: tendon_compliance_dynamics_mode {tendon_compliance_dynamics_mode!r} is not "
+                "supported; use 'explicit' (OpenSim's default; the implicit mode is for Moco's "
+                "direct collocation)"
+            )
+        _check_value(who, "default_activation", float(default_activation))
+        _check_value(who, "default_normalized_tendon_force", float(default_normalized_tendon_force))
+        self._path = path
+        self._default_activation = float(default_activation)
+        self._default_ntf = float(default_normalized_tendon_force)
+        self.ignore_tendon_compliance = bool(ignore_tendon_compliance)
+        self.ignore_activation_dynamics = bool(ignore_activation_dynamics)
+        self._z_act = -1
+        self._z_ten = -1
+        super().__init__(forces)
+
+    # -- registration --------------------------------------------------------------------
+    def _values(self) -> dict[str, Any]:
+        return dict(self._v)
+
+    def _declare(self, sub: GeneralForceSubsystem) -> None:
+        muscles = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle)]
+        if muscles[0] is not self:
+            return  # the first muscle reserves the states of all
+        z: list[float] = []
+        for m in muscles:
+            m._z_act = m._z_ten = -1
+            if not m.ignore_activation_dynamics:
+                m._z_act = len(z)
+                z.append(m._default_activation)
+            if not m.ignore_tendon_compliance:
+                m._z_ten = len(z)
+                z.append(m._default_ntf)
+        if z:
+            off = sub.reserve_z(np.asarray(z))
+            for m in muscles:
+                m._z_act += off if m._z_act >= 0 else 0
+                m._z_ten += off if m._z_ten >= 0 else 0
+
+    def _static(self) -> Any:
+        ctrl = self._subsystem._control_elements().index(self)
+        return (self._path.index, ctrl, self._z_act, self._z_ten)
+
+    # -- properties ----------------------------------------------------------------------
+    def get_geometry_path(self) -> GeometryPath:
+        """The path the muscle acts along."""
+        return self._path
+
+    def get_property(self, state: State, name: str) -> jax.Array:
+        """One of the muscle's Instance-stage properties in the State (e.g.
+        ``"optimal_fiber_length"``)."""
+        self._check_name(name)
+        return self._get(state, name)
+
+    def set_property(self, state: State, name: str, value: Any) -> State:
+        """New State with one of the muscle's Instance-stage properties changed (checked
+        when the value is concrete)."""
+        self._check_name(name)
+        if _concrete(value) and np.ndim(value) == 0:
+            _check_value(f"DeGrooteFregly2016Muscle {self.name!r}", name, float(value))
+        return self._set(state, name, value)
+
+    def _check_name(self, name: str) -> None:
+        if name not in _muscles.PARAMS:
+            raise KeyError(
+                f"DeGrooteFregly2016Muscle {self.name!r} has no property {name!r}; "
+                f"the properties in the State are {list(_muscles.PARAMS)}"
+            )
+
+    def get_max_isometric_force(self, state: State) -> jax.Array:
+        """Max isometric force (N)."""
+        return self._get(state, "max_isometric_force")
+
+    def set_max_isometric_force(self, state: State, value: Any) -> State:
+        """New State with the max isometric force changed (N)."""
+        return self.set_property(state, "max_isometric_force", value)
+
+    def get_optimal_fiber_length(self, state: State) -> jax.Array:
+        """Optimal fibre length (m)."""
+        return self._get(state, "optimal_fiber_length")
+
+    def set_optimal_fiber_length(self, state: State, value: Any) -> State:
+        """New State with the optimal fibre length changed (m)."""
+        return self.set_property(state, "optimal_fiber_length", value)
+
+    def get_tendon_slack_length(self, state: State) -> jax.Array:
+        """Tendon slack length (m)."""
+        return self._get(state, "tendon_slack_length")
+
+    def set_tendon_slack_length(self, state: State, value: Any) -> State:
+        """New State with the tendon slack length changed (m)."""
+        return self.set_property(state, "tendon_slack_length", value)
+
+    def get_pennation_angle_at_optimal(self, state: State) -> jax.Array:
+        """Pennation angle at the optimal fibre length (rad)."""
+        return self._get(state, "pennation_angle_at_optimal")
+
+    def get_max_contraction_velocity(self, state: State) -> jax.Array:
+        """Max contraction velocity (optimal fibre lengths per second)."""
+        return self._get(state, "max_contraction_velocity")
+
+    # -- states and controls -------------------------------------------------------------
+    def _z_index(self, state: State, slot: int) -> int:
+        model = self._subsystem._system.model_for(state)
+        return int(model.z_slices[self._subsystem.name].start) + slot
+
+    def get_excitation(self, state: State) -> jax.Array:
+        """The excitation (this muscle's control, as set)."""
+        self._model_grp(state)
+        return state.discrete[self._subsystem.name]["controls"][self._static()[1]]
+
+    def set_excitation(self, state: State, e: Any) -> State:
+        """New State with the excitation (this muscle's control) set."""
+        self._model_grp(state)
+        cur = state.discrete[self._subsystem.name]["controls"]
+        return state.with_discrete(self._subsystem.name, "controls", cur.at[self._static()[1]].set(e))
+
+    get_control = get_excitation
+    set_control = set_excitation
+
+    def get_activation(self, state: State) -> jax.Array:
+        """The activation (the excitation under ``ignore_activation_dynamics``)."""
+        if self.ignore_activation_dynamics:
+            return self.get_excitation(state)
+        self._model_grp(state)
+        return state.z[self._z_index(state, self._z_act)]
+
+    def set_activation(self, state: State, a: Any) -> State:
+        """New State with the activation set (the excitation under
+        ``ignore_activation_dynamics``, as OpenSim's ``setActivation``); a concrete value
+        must lie in [0, 1]."""
+        if _concrete(a) and not np.all((np.asarray(a) >= 0) & (np.asarray(a) <= 1)):
+            raise ValueError(
+                f"DeGrooteFregly2016Muscle {self.name!r}: activation must lie in [0, 1], got {a}"
+            )
+        if self.ignore_activation_dynamics:
+            return self.set_excitation(state, a)
+        self._model_grp(state)
+        i = self._z_index(state, self._z_act)
+        return state.with_z(state.z.at[i].set(jnp.asarray(a, state.z.dtype)))
+
+    def get_normalized_tendon_force(self, state: State) -> jax.Array:
+        """The normalized tendon force: the state for a compliant tendon, else the tendon
+        force over the max isometric force (needs Velocity then)."""
+        if self.ignore_tendon_compliance:
+            return self.get_tendon_force(state) / self.get_max_isometric_force(state)
+        self._model_grp(state)
+        return state.z[self._z_index(state, self._z_ten)]
+
+    def set_normalized_tendon_force(self, state: State, f: Any) -> State:
+        """New State with the normalized tendon force state set (compliant tendons only;
+        a concrete value must lie in [0, 5])."""
+        who = f"DeGrooteFregly2016Muscle {self.name!r}"
+        if self.ignore_tendon_compliance:
+            raise ValueError(
+                f"{who} has a rigid tendon (ignore_tendon_compliance): no tendon force state to set"
+            )
+        if _concrete(f) and not np.all((np.asarray(f) >= 0) & (np.asarray(f) <= 5)):
+            raise ValueError(f"{who}: the normalized tendon force must lie in [0, 5], got {f}")
+        self._model_grp(state)
+        i = self._z_index(state, self._z_ten)
+        return state.with_z(state.z.at[i].set(jnp.asarray(f, state.z.dtype)))
+
+    # -- muscle quantities ---------------------------------------------------------------
+    @reads_cache
+    def _info(self, state: State) -> _muscles.MuscleInfo:
+        state.require(Stage.VELOCITY, f"DeGrooteFregly2016Muscle {self.name!r}")
+        _, g = self._model_grp(state)
+        i = self._slot_index()
+        sub = self._subsystem
+        info = _group_info_compiled(sub, state) if _concrete(state) else calc_muscle_info(sub, state)
+        return _muscles.MuscleInfo(*(x[i] for x in info))
+
+    def get_length(self, state: State) -> jax.Array:
+        """The muscle-tendon length: its path's (needs Position)."""
+        return self._path.get_length(state)
+
+    def get_lengthening_speed(self, state: State) -> jax.Array:
+        """The muscle-tendon lengthening speed (needs Velocity)."""
+        return self._path.get_lengthening_speed(state)
+
+    def compute_moment_arm(self, state: State, coordinate: Any) -> jax.Array:
+        """The path's moment arm about ``coordinate`` (``GeometryPath.compute_moment_arm``)."""
+        return self._path.compute_moment_arm(state, coordinate)
+
+    def get_fiber_length(self, state: State) -> jax.Array:
+        """Fibre length (m) (needs Velocity, as every quantity below)."""
+        return self._info(state).fiber_length
+
+    def get_normalized_fiber_length(self, state: State) -> jax.Array:
+        """Fibre length over the optimal fibre length."""
+        return self._info(state).normalized_fiber_length
+
+    def get_fiber_length_along_tendon(self, state: State) -> jax.Array:
+        """Fibre length projected on the tendon (m)."""
+        return self._info(state).fiber_length_along_tendon
+
+    def get_pennation_angle(self, state: State) -> jax.Array:
+        """Pennation angle (rad)."""
+        return self._info(state).pennation_angle
+
+    def get_cos_pennation_angle(self, state: State) -> jax.Array:
+        """Cosine of the pennation angle."""
+        return self._info(state).cos_pennation_angle
+
+    def get_tendon_length(self, state: State) -> jax.Array:
+        """Tendon length (m)."""
+        return self._info(state).tendon_length
+
+    def get_tendon_strain(self, state: State) -> jax.Array:
+        """Tendon strain (normalized tendon length - 1)."""
+        return self._info(state).normalized_tendon_length - 1.0
+
+    def get_fiber_velocity(self, state: State) -> jax.Array:
+        """Fibre velocity (m/s, lengthening positive)."""
+        return self._info(state).fiber_velocity
+
+    def get_normalized_fiber_velocity(self, state: State) -> jax.Array:
+        """Fibre velocity over the max contraction velocity (m/s)."""
+        return self._info(state).normalized_fiber_velocity
+
+    def get_fiber_velocity_along_tendon(self, state: State) -> jax.Array:
+        """Fibre velocity projected on the tendon (m/s)."""
+        return self._info(state).fiber_velocity_along_tendon
+
+    def get_tendon_velocity(self, state: State) -> jax.Array:
+        """Tendon lengthening velocity (m/s)."""
+        return self._info(state).tendon_velocity
+
+    def get_active_force_length_multiplier(self, state: State) -> jax.Array:
+        """Active force-length multiplier."""
+        return self._info(state).active_force_length_multiplier
+
+    def get_passive_force_multiplier(self, state: State) -> jax.Array:
+        """Passive force-length multiplier."""
+        return self._info(state).passive_force_multiplier
+
+    def get_force_velocity_multiplier(self, state: State) -> jax.Array:
+        """Force-velocity multiplier."""
+        return self._info(state).force_velocity_multiplier
+
+    def get_active_fiber_force(self, state: State) -> jax.Array:
+        """Active fibre force (N)."""
+        return self._info(state).active_fiber_force
+
+    def get_passive_fiber_force(self, state: State) -> jax.Array:
+        """Passive fibre force (N): elastic plus damping, as OpenSim reports it."""
+        m = self._info(state)
+        return m.passive_fiber_elastic_force + m.passive_fiber_damping_force
+
+    def get_passive_fiber_elastic_force(self, state: State) -> jax.Array:
+        """Passive elastic fibre force (N)."""
+        return self._info(state).passive_fiber_elastic_force
+
+    def get_passive_fiber_damping_force(self, state: State) -> jax.Array:
+        """Fibre damping force (N)."""
+        return self._info(state).passive_fiber_damping_force
+
+    def get_fiber_force(self, state: State) -> jax.Array:
+        """Total fibre force (N)."""
+        return self._info(state).fiber_force
+
+    def get_fiber_force_along_tendon(self, state: State) -> jax.Array:
+        """Fibre force projected on the tendon (N)."""
+        return self._info(state).fiber_force_along_tendon
+
+    def get_tendon_force(self, state: State) -> jax.Array:
+        """Tendon force (N): the tension the muscle applies along its path."""
+        return self._info(state).tendon_force
+
+    get_tension = get_tendon_force
+    get_actuation = get_tendon_force
+
+    def get_activation_derivative(self, state: State) -> jax.Array:
+        """d activation / dt (zero under ``ignore_activation_dynamics``)."""
+        if self.ignore_activation_dynamics:
+            return jnp.zeros((), state.q.dtype)
+        return self._info(state).activation_derivative
+
+    def get_normalized_tendon_force_derivative(self, state: State) -> jax.Array:
+        """d normalized tendon force / dt (zero for a rigid tendon)."""
+        return self._info(state).normalized_tendon_force_derivative
+
+    def compute_initial_fiber_equilibrium(self, state: State) -> State:
+        """New State with the normalized tendon force of every compliant muscle of this
+        subsystem at fibre-tendon equilibrium (OpenSim's ``computeInitialFiberEquilibrium``
+        solves one muscle; solving all at once is as cheap)."""
+        return equilibrate_muscles(self._subsystem._system, state)
+
+
+_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
+    # name: (low, high, low included, high included, what it means)
+    "max_isometric_force": (0.0, math.inf, True, False, "N"),
+    "optimal_fiber_length": (0.0, math.inf, False, False, "m; the fibre length at peak active force"),
+    "tendon_slack_length": (0.0, math.inf, False, False, "m"),
+    "pennation_angle_at_optimal": (0.0, math.pi / 2, True, False, "rad"),
+    "max_contraction_velocity": (0.0, math.inf, False, False, "optimal fibre lengths per second"),
+    "activation_time_constant": (0.0, math.inf, False, False, "s"),
+    "deactivation_time_constant": (0.0, math.inf, False, False, "s"),
+    "active_force_width_scale": (1.0, math.inf, True, False, ""),
+    "fiber_damping": (0.0, math.inf, True, False, ""),
+    "passive_fiber_strain_at_one_norm_force": (0.0, math.inf, False, False, ""),
+    "tendon_strain_at_one_norm_force": (0.0, math.inf, False, False, ""),
+    "activation_dynamics_smoothing": (0.0, math.inf, False, False, ""),
+    "ignore_passive_fiber_force": (0.0, 1.0, True, True, "0 or 1"),
+    "default_activation": (0.0, 1.0, False, True, "the initial activation"),
+    "default_normalized_tendon_force": (
+        0.0,
+        5.0,
+        True,
+        True,
+        "the initial tendon force / max isometric force",
+    ),
+}
+
+
+def _check_value(who: str, name: str, x: float) -> None:
+    lo, hi, lo_in, hi_in, what = _RANGES[name]
+    ok = math.isfinite(x) or (hi == math.inf and x == math.inf)
+    ok = ok and (x >= lo if lo_in else x > lo) and (x <= hi if hi_in else x < hi)
+    if not ok:
+        span = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
+        unit = f" ({what})" if what else ""
+        raise ValueError(f"{who}: {name} must lie in {span}{unit}, got {x:g}; set it in that range")
