@@ -278,6 +278,7 @@ IO = [
     "ScaleResult",
     "ScaleSetup",
     "VisualGeometry",
+    "coordinate_trajectories",
     "fit_scale_factors",
     "load_mjcf",
     "load_osim",

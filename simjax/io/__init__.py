@@ -9,6 +9,7 @@ from ._inverse_dynamics import ExternalForce as ExternalForce
 from ._inverse_dynamics import ExternalLoads as ExternalLoads
 from ._inverse_dynamics import IDResult as IDResult
 from ._inverse_dynamics import IDSetup as IDSetup
+from ._inverse_dynamics import coordinate_trajectories as coordinate_trajectories
 from ._inverse_dynamics import read_external_loads as read_external_loads
 from ._inverse_dynamics import read_id_setup as read_id_setup
 from ._loaded import Coordinate as Coordinate
