@@ -77,12 +77,11 @@ def _setup_xml(name, model, cutoff, time_range, exclude="Muscles", loads="loads.
     )
 
 
-@pytest.fixture(scope="module")
-def trial(tmp_path_factory):
-    """The trial's files: motion.mot (100 Hz, degrees, with noise), grf.mot (200 Hz, two
-    plates), loads.xml, and the setups: 'filtered' (6 Hz, 0.1..0.9 s), 'raw' (no filter,
-    0.1..0.9 s) and 'padded' (6 Hz, no time range: OpenSim's padded rows too)."""
-    d = tmp_path_factory.mktemp("id_trial")
+def write_trial(d, model):
+    """The trial's files in folder ``d`` for the .osim ``model``: motion.mot (100 Hz,
+    degrees, with noise), grf.mot (200 Hz, two plates), loads.xml, and the setups:
+    'filtered' (6 Hz, 0.1..0.9 s), 'raw' (no filter, 0.1..0.9 s) and 'padded' (6 Hz, no
+    time range: OpenSim's padded rows too). Also used by benchmarks/bench_inverse_dynamics.py."""
     rng = np.random.default_rng(0)
     t = np.round(np.arange(0, 1.0 + 1e-9, 0.01), 10)
     cols = []
@@ -111,10 +110,15 @@ def trial(tmp_path_factory):
         + _external_force("left", "calcn_l", "1_", point_frame="calcn_l")
         + "</objects><groups/><datafile>grf.mot</datafile></ExternalLoads></OpenSimDocument>"
     )
-    model = model_path("gait14dof22musc")
     for name, cutoff, tr in (("filtered", 6, "0.1 0.9"), ("raw", -1, "0.1 0.9"), ("padded", 6, "")):
         (d / f"{name}.xml").write_text(_setup_xml(name, model, cutoff, tr))
     return d
+
+
+@pytest.fixture(scope="module")
+def trial(tmp_path_factory):
+    """The trial of :func:`write_trial` on gait14dof22musc."""
+    return write_trial(tmp_path_factory.mktemp("id_trial"), model_path("gait14dof22musc"))
 
 
 def _opensim_id(trial, name):
