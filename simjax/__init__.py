@@ -55,6 +55,8 @@ from .system.forces import PathSpring as PathSpring
 from .system.forces import SmoothSphereHalfSpaceForce as SmoothSphereHalfSpaceForce
 from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .system.paths import GeometryPath as GeometryPath
+from .system.paths import WrapCylinder as WrapCylinder
+from .system.paths import WrapSphere as WrapSphere
 from .system.system import ForceSubsystem as ForceSubsystem
 from .system.system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system.system import MultibodySystem as MultibodySystem

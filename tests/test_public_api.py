@@ -56,6 +56,8 @@ SJ = [
     "Trajectory",
     "Transform",
     "TriggeredEvent",
+    "WrapCylinder",
+    "WrapSphere",
     "configure",
     "constraints",
     "debug_nans",

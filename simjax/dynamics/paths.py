@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model.paths import PathSet
+from ..model.paths import PathSet, WrapSet
 from ..model.topology import Topology
+from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, sphere_wrap
 
 
 def _slot(topo: Topology, body: int, which: int) -> int:
@@ -85,4 +86,123 @@ def path_lengths(paths: PathSet, topo: Topology, q: jax.Array, R_GB: jax.Array, 
     x, active = point_locations(paths, topo, q, R_GB, p_GB)
     nxt, starts = segments(paths, active)
     seg = jnp.where(starts, _norm(x[nxt] - x), 0.0)
-    return jax.ops.segment_sum(seg, jnp.asarray(paths.path), num_segments=paths.num_paths)
+    lengths = jax.ops.segment_sum(seg, jnp.asarray(paths.path), num_segments=paths.num_paths)
+    if paths.wraps is not None:
+        for k, wraps in enumerate(paths.wraps.path_wraps):
+            if wraps:
+                lo, hi = int(paths.start[k]), int(paths.start[k + 1])
+                L = wrapped_path_length(paths.wraps, wraps, x[lo:hi], active[lo:hi], R_GB, p_GB)
+                lengths = lengths.at[k].set(L)
+    return lengths
+
+
+def wrapped_paths(paths: PathSet) -> np.ndarray:
+    """Which paths have wraps (n_paths,) bool."""
+    w = np.zeros(paths.num_paths, dtype=bool)
+    if paths.wraps is not None:
+        w[:] = [bool(pw) for pw in paths.wraps.path_wraps]
+    return w
+
+
+def _wrap_segment(ws: WrapSet, obj: int, single: bool, p1: jax.Array, p2: jax.Array):
+    kind = ws.kind[obj]
+    radius, length = (float(v) for v in ws.dims[obj])
+    axis, sign = (int(v) for v in ws.quadrant[obj])
+    if kind == "cylinder":
+        return cylinder_wrap(p1, p2, radius, length, axis, sign, single)
+    return sphere_wrap(p1, p2, radius, axis, sign)
+
+
+def wrapped_path_length(
+    ws: WrapSet,
+    wraps: tuple[tuple[int, int, int], ...],
+    x: jax.Array,
+    active: jax.Array,
+    R_GB: jax.Array,
+    p_GB: jax.Array,
+    nodes: bool = False,
+) -> jax.Array | tuple:
+    """One path's length with its wraps applied in order, as OpenSim's GeometryPath does:
+    ``x`` (n, 3) its points in Ground, ``active`` (n,) which are. Each wrap inserts its two
+    tangent points on the segment (within its range) that it must wrap (the first whose
+    straight line passes through it) or else on the one it lengthens least; with two or
+    more wraps the sweep repeats up to 8 times until the length changes by < 0.5 mm.
+
+    Shapes are static: the current path is the original points plus two slots per wrap,
+    ordered by a key (a wrap's points get keys between those of the segment it wraps) and
+    sorted; empty slots are masked."""
+    n, W = x.shape[0], len(wraps)
+    N = n + 2 * W
+    dtype = x.dtype
+    owner = np.array([-1] * n + [ws_obj for ws_obj, _, _ in wraps for _ in (0, 1)], dtype=int)
+    same_obj = (owner[:, None] == owner[None, :]) & (owner[:, None] >= 0)
+    frames = []
+    for obj, _, _ in wraps:
+        b = int(ws.body[obj])
+        R_GW = R_GB[b] @ jnp.asarray(ws.R[obj], dtype)
+        frames.append((R_GW, p_GB[b] + R_GB[b] @ jnp.asarray(ws.p[obj], dtype)))
+    single = W == 1
+    idx = np.arange(n)
+
+    def order(key, act):
+        o = jnp.argsort(jnp.where(act, key, jnp.inf))
+        ok = act[o]
+        return o, ok[:-1] & ok[1:]
+
+    def length(pos, act, key, arc_node):
+        o, valid = order(key, act)
+        A, B = o[:-1], o[1:]
+        same = jnp.asarray(same_obj)[A, B]
+        seg = jnp.where(same, arc_node[B], _norm(pos[B] - pos[A]))
+        return jnp.sum(jnp.where(valid, seg, 0.0))
+
+    def sweep(carry):
+        pos, act, key, arc_node = carry
+        for i, (obj, first, last) in enumerate(wraps):
+            s1, s2 = n + 2 * i, n + 2 * i + 1
+            act = act.at[s1].set(False).at[s2].set(False)
+            rng = (idx >= first) & (idx <= last) & active
+            any_on = jnp.any(rng)
+            k_lo = jnp.min(jnp.where(rng, idx, n)).astype(dtype)
+            k_hi = jnp.max(jnp.where(rng, idx, -1)).astype(dtype)
+            o, valid = order(key, act)
+            A, B = o[:-1], o[1:]
+            valid = valid & (key[A] >= k_lo) & (key[B] <= k_hi) & ~jnp.asarray(same_obj)[A, B] & any_on
+            R_GW, o_GW = frames[i]
+            PA = (pos[A] - o_GW[None]) @ R_GW  # in the wrap frame
+            PB = (pos[B] - o_GW[None]) @ R_GW
+            # pairs not considered get harmless stand-ins (no NaN in their derivatives)
+            PA = jnp.where(valid[:, None], PA, jnp.asarray([1e3, 0.0, 0.0], dtype)[None])
+            PB = jnp.where(valid[:, None], PB, jnp.asarray([0.0, 1e3, 1.0], dtype)[None])
+            code, r1, r2, arc = jax.vmap(lambda a, b, obj=obj: _wrap_segment(ws, obj, single, a, b))(PA, PB)
+            change = _norm(PA - r1) + arc + _norm(r2 - PB) - _norm(PB - PA)
+            mand = valid & (code == MANDATORY)
+            wrapped = valid & (code == WRAPPED)
+            any_mand = jnp.any(mand)
+            sel = jnp.where(any_mand, jnp.argmax(mand), jnp.argmin(jnp.where(wrapped, change, jnp.inf)))
+            found = any_mand | jnp.any(wrapped)
+            kA, kB = key[A[sel]], key[B[sel]]
+            pos = pos.at[s1].set(jnp.where(found, R_GW @ r1[sel] + o_GW, pos[s1]))
+            pos = pos.at[s2].set(jnp.where(found, R_GW @ r2[sel] + o_GW, pos[s2]))
+            key = key.at[s1].set(kA + (kB - kA) / 3.0).at[s2].set(kA + 2.0 * (kB - kA) / 3.0)
+            act = act.at[s1].set(found).at[s2].set(found)
+            arc_node = arc_node.at[s2].set(jnp.where(found, arc[sel], 0.0))
+        return pos, act, key, arc_node
+
+    pos0 = jnp.concatenate([x, jnp.zeros((2 * W, 3), dtype)])
+    act0 = jnp.concatenate([active, jnp.zeros(2 * W, bool)])
+    key0 = jnp.concatenate([jnp.arange(n, dtype=dtype), jnp.zeros(2 * W, dtype)])
+    carry = (pos0, act0, key0, jnp.zeros(N, dtype))
+    if single:
+        final = sweep(carry)
+        return (length(*final), final) if nodes else length(*final)
+
+    def body(_, c):
+        state, last, done = c
+        new = sweep(state)
+        L = length(*new)
+        state = jax.tree.map(lambda a, b: jnp.where(done, a, b), state, new)
+        return state, jnp.where(done, last, L), done | (jnp.abs(L - last) < 0.0005)
+
+    state, L, _ = jax.lax.fori_loop(0, 8, body, (carry, jnp.asarray(jnp.inf, dtype), jnp.array(False)))
+    return (L, state) if nodes else L

@@ -10,6 +10,8 @@ from .forces import Force as Force
 from .forces import PathSpring as PathSpring
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .paths import GeometryPath as GeometryPath
+from .paths import WrapCylinder as WrapCylinder
+from .paths import WrapSphere as WrapSphere
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem
 
