@@ -1,7 +1,8 @@
 """Paths (``sj.GeometryPath``, OpenSim's ``GeometryPath`` of path points): lengths,
 lengthening speeds and moment arms against OpenSim 4.6 on real models over their range of
 motion (gait14dof22musc: 22 muscle paths with conditional and moving points; arm26: its
-paths without wrapping; wrapped paths: test_wrapping.py), by hand on a small model, batched and differentiated; bad input.
+paths without wrapping; wrapped paths: test_wrapping.py), by hand on a small model, batched
+and differentiated; bad input.
 """
 
 from __future__ import annotations

@@ -29,27 +29,46 @@ def _load(path):
         return sj.io.load_osim(path)
 
 
+def _single_wrap_copy(path, tmp_path):
+    """The model without its forces whose paths wrap over two or more objects (compared
+    separately: see below), for both OpenSim and simjax."""
+    import re
+
+    text = open(path).read()
+
+    def keep(m):
+        return "" if len(re.findall(r"<PathWrap\b", m.group(0))) > 1 else m.group(0)
+
+    text = re.sub(r"<(\w+Muscle\w*) name=\"[^\"]+\">.*?</\1>", keep, text, flags=re.S)
+    out = tmp_path / "single_wraps.osim"
+    out.write_text(text)
+    return str(out)
+
+
 @pytest.mark.oracle
 @pytest.mark.parametrize("key", ["arm26", "GPK_generic"])
-def test_wrapped_lengths_and_moment_arms_equal_opensims(key):
+def test_wrapped_lengths_and_moment_arms_equal_opensims(key, tmp_path):
     """Every path with one wrap over a cylinder or a sphere (arm26: TRIlat, TRImed, BRA over
     WrapCylinders; GPK_generic: 50 paths over cylinders and spheres, quadrants "all", "y",
     "-y", "-x" among them) at random in-range poses, engaged and not: lengths equal
     OpenSim's getLength to 1e-12 m (measured 2e-16 arm26, 6e-16 GPK); moment arms
     (-dL/dq by autodiff) equal central differences of OpenSim's length to 1e-8 m (measured
-    1.5e-10 on arm26, the differences' own error).
+    1.1e-10 arm26, 1.7e-10 GPK: the differences' own error). About half the path-poses
+    sampled are wrapped (arm26 5 of 18, GPK 75 of 144 at three poses).
 
     OpenSim's computeMomentArm is *not* the derivative of its own length over a cylinder:
     it sums the tension's forces at its tangent points, and its cylinder construction
     places them off exact tangency (it slides them along the axis onto a plane through an
-    'apex' line rather than solving for the geodesic). Measured on arm26: up to 1.4e-4 m
-    (1%) apart from -dL/dq of its own length; compared here at 5e-4 m.
+    'apex' line rather than solving for the geodesic). Measured: up to 1.4e-4 m (1%) apart
+    from -dL/dq of its own length on arm26, 4.4e-4 m on GPK_generic; compared here at
+    1e-3 m (a bound on OpenSim's construction, not on simjax).
 
     Paths with two or more wraps (GPK's gastrocnemii: two cylinders each) are read and
     wrap, but their lengths differ from OpenSim's by up to 5e-3 m (measured): OpenSim then
     slides tangent points iteratively and repeats the sweep, and simjax's replica of that
-    does not yet reproduce it; they are reported, not compared."""
-    path = model_path(key)
+    does not yet reproduce it. Here they are removed from GPK_generic (both sides), and
+    test_multi_wrap_paths_stay_near_opensims bounds them."""
+    path = model_path(key) if key == "arm26" else _single_wrap_copy(model_path(key), tmp_path)
     m = _load(path)
     assert not any("WrapCylinder" in k or "WrapSphere" in k for k in m.ignored)
     om = osim.Model(path)
@@ -59,7 +78,7 @@ def test_wrapped_lengths_and_moment_arms_equal_opensims(key):
     paths = m.system.model_for(m.system.realize(st0, sj.Stage.POSITION)).paths
     ws = paths.wraps
     single = [k for k, pw in enumerate(ws.path_wraps) if len(pw) == 1]
-    assert len(single) == {"arm26": 3, "GPK_generic": 50}[key]
+    assert len(single) == {"arm26": 3, "GPK_generic": 48}[key]
     kinds = {ws.kind[pw[0][0]] for k in single for pw in [ws.path_wraps[k]]}
     assert kinds == ({"cylinder"} if key == "arm26" else {"cylinder", "sphere"})
     coords = [om.getCoordinateSet().get(i) for i in range(om.getCoordinateSet().getSize())]
@@ -71,7 +90,7 @@ def test_wrapped_lengths_and_moment_arms_equal_opensims(key):
     worst = {"L": 0.0, "r_fd": 0.0, "r_osim": 0.0}
     engaged = 0
     h = 1e-6
-    n_states = 6 if key == "arm26" else 3
+    n_states = 6 if key == "arm26" else 2
     for _ in range(n_states):
         for c in free:
             c.setValue(s, float(rng.uniform(max(c.getRangeMin(), -2.0), min(c.getRangeMax(), 2.0))), False)
@@ -91,15 +110,18 @@ def test_wrapped_lengths_and_moment_arms_equal_opensims(key):
                 ui = m.coordinates[c.getName()].u_index(st)
                 v = c.getValue(s)
                 c.setValue(s, v + h, False)
+                om.realizePosition(s)
                 Lp = gp.getLength(s)
                 c.setValue(s, v - h, False)
+                om.realizePosition(s)
                 Lm = gp.getLength(s)
                 c.setValue(s, v, False)
+                om.realizePosition(s)
                 worst["r_fd"] = max(worst["r_fd"], abs(r[j, ui] + (Lp - Lm) / (2 * h)))
                 worst["r_osim"] = max(worst["r_osim"], abs(r[j, ui] - gp.computeMomentArm(s, c)))
     print(key, {k: f"{v:.1e}" for k, v in worst.items()}, "engaged", engaged, "of", n_states * len(single))
     assert 0 < engaged < n_states * len(single)  # both regimes exercised
-    assert worst["L"] < 1e-12 and worst["r_fd"] < 1e-8 and worst["r_osim"] < 5e-4
+    assert worst["L"] < 1e-12 and worst["r_fd"] < 1e-8 and worst["r_osim"] < 1e-3
 
 
 def _pendulum(kind, quadrant="all"):
@@ -138,20 +160,28 @@ def test_a_pendulum_wraps_as_by_hand_batched_and_differentiated(kind):
     spring = sj.PathSpring(forces, path, stiffness=40.0, resting_length=0.3, dissipation=0.1)
     state = system.realize_topology()
     qs = jnp.array([-0.4, -0.126, -0.05, 1e-3, 0.03, 0.1, 0.125, 0.2, 1.0])  # q = 0: through the centre
-    L = jax.jit(
-        jax.vmap(lambda q: path.get_length(system.realize(state.with_q(q[None]), sj.Stage.POSITION)))
-    )(qs)
-    np.testing.assert_allclose(np.asarray(L), [_by_hand(float(q)) for q in qs], atol=1e-14, rtol=0)
-    for q, u in ((-0.05, 0.7), (0.1, -1.3), (0.5, 2.0)):
-        st = system.realize(rod.set_one_q(state, 0, q).with_u(jnp.array([u])), sj.Stage.VELOCITY)
-        fd = (_by_hand(q + 1e-6) - _by_hand(q - 1e-6)) / 2e-6
-        assert float(path.compute_moment_arm(st, (rod, 0))) == pytest.approx(-fd, abs=1e-8)
-        assert float(path.get_lengthening_speed(st)) == pytest.approx(u * fd, abs=1e-8)
-        T = float(spring.get_tension(st))
-        assert T > 0
-        assert float(spring.calc_power(st)) == pytest.approx(
-            -T * float(path.get_lengthening_speed(st)), rel=1e-12
+    us = jnp.linspace(-2.0, 2.0, len(qs))
+
+    @jax.jit
+    @jax.vmap
+    def quantities(q, u):
+        st = system.realize(state.with_q(q[None]).with_u(u[None]), sj.Stage.VELOCITY)
+        return (
+            path.get_length(st),
+            path.compute_moment_arm(st, (rod, 0)),
+            path.get_lengthening_speed(st),
+            spring.get_tension(st),
+            spring.calc_power(st),
         )
+
+    L, r, v, T, P = (np.asarray(a) for a in quantities(qs, us))
+    np.testing.assert_allclose(L, [_by_hand(float(q)) for q in qs], atol=1e-14, rtol=0)
+    fd = np.array([(_by_hand(float(q) + 1e-6) - _by_hand(float(q) - 1e-6)) / 2e-6 for q in qs])
+    far = np.abs(np.abs(np.asarray(qs)) - 0.1257) > 1e-3  # away from the engagement switch
+    np.testing.assert_allclose(r[far], -fd[far], atol=1e-8, rtol=0)
+    np.testing.assert_allclose(v[far], np.asarray(us)[far] * fd[far], atol=1e-8, rtol=0)
+    assert (T > 0).all()
+    np.testing.assert_allclose(P, -T * v, rtol=1e-12, atol=1e-14)
     g = jax.grad(lambda q: path.get_length(system.realize(state.with_q(q[None]), sj.Stage.POSITION)))(0.05)
     assert np.isfinite(g)
 

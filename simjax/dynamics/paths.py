@@ -88,8 +88,10 @@ def path_lengths(paths: PathSet, topo: Topology, q: jax.Array, R_GB: jax.Array, 
     seg = jnp.where(starts, _norm(x[nxt] - x), 0.0)
     lengths = jax.ops.segment_sum(seg, jnp.asarray(paths.path), num_segments=paths.num_paths)
     if paths.wraps is not None:
+        seg = _single_wraps(paths, x, nxt, starts, seg, R_GB, p_GB)
+        lengths = jax.ops.segment_sum(seg, jnp.asarray(paths.path), num_segments=paths.num_paths)
         for k, wraps in enumerate(paths.wraps.path_wraps):
-            if wraps:
+            if len(wraps) > 1:
                 lo, hi = int(paths.start[k]), int(paths.start[k + 1])
                 L = wrapped_path_length(paths.wraps, wraps, x[lo:hi], active[lo:hi], R_GB, p_GB)
                 lengths = lengths.at[k].set(L)
@@ -102,6 +104,77 @@ def wrapped_paths(paths: PathSet) -> np.ndarray:
     if paths.wraps is not None:
         w[:] = [bool(pw) for pw in paths.wraps.path_wraps]
     return w
+
+
+def _single_wraps(
+    paths: PathSet,
+    x: jax.Array,
+    nxt: jax.Array,
+    starts: jax.Array,
+    seg: jax.Array,
+    R_GB: jax.Array,
+    p_GB: jax.Array,
+) -> jax.Array:
+    """The segment lengths (P,) with every one-wrap path's wrap applied, all such paths at
+    once: each segment within its path's wrap range is tried on the path's wrap object
+    (vectorized over segments, per kind); per path the first segment the wrap must take
+    (mandatory) or else the wrapped one it lengthens least becomes tangent lines plus the
+    arc (OpenSim's choice for a single wrap)."""
+    ws = paths.wraps
+    assert ws is not None
+    P = len(paths.body)
+    obj = np.full(P, -1, dtype=int)
+    first = np.zeros(P, dtype=int)
+    last = np.full(P, -1, dtype=int)
+    for k, pw in enumerate(ws.path_wraps):
+        if len(pw) == 1:
+            lo, hi = int(paths.start[k]), int(paths.start[k + 1])
+            obj[lo:hi], first[lo:hi], last[lo:hi] = pw[0][0], lo + pw[0][1], lo + pw[0][2]
+    if not (obj >= 0).any():
+        return seg
+    dtype = x.dtype
+    idx = np.arange(P)
+    o = np.maximum(obj, 0)
+    valid = starts & jnp.asarray(obj >= 0) & jnp.asarray(idx >= first) & (nxt <= jnp.asarray(last))
+    b = ws.body[o]
+    R_GW = jnp.einsum("pij,pjk->pik", R_GB[b], jnp.asarray(ws.R[o], dtype))
+    o_GW = p_GB[b] + jnp.einsum("pij,pj->pi", R_GB[b], jnp.asarray(ws.p[o], dtype))
+    PA = jnp.einsum("pji,pj->pi", R_GW, x - o_GW)
+    PB = jnp.einsum("pji,pj->pi", R_GW, x[nxt] - o_GW)
+    PA = jnp.where(valid[:, None], PA, jnp.asarray([1e3, 0.0, 0.0], dtype)[None])
+    PB = jnp.where(valid[:, None], PB, jnp.asarray([0.0, 1e3, 1.0], dtype)[None])
+    radius, length = (jnp.asarray(ws.dims[o, j], dtype) for j in (0, 1))
+    axis, sign = (jnp.asarray(ws.quadrant[o, j]) for j in (0, 1))
+    code = jnp.zeros(P, int)
+    r1 = r2 = jnp.zeros((P, 3), dtype)
+    arc = jnp.zeros(P, dtype)
+    for kind in sorted(set(ws.kind[i] for i in set(obj[obj >= 0].tolist()))):
+        if kind == "cylinder":
+            res = jax.vmap(lambda a, b_, r, h, ax, s: cylinder_wrap(a, b_, r, h, ax, s, True))(
+                PA, PB, radius, length, axis, sign
+            )
+        else:
+            res = jax.vmap(sphere_wrap)(PA, PB, radius, axis, sign)
+        mine = jnp.asarray(np.array([ws.kind[i] == kind for i in o]) & (obj >= 0))
+        code = jnp.where(mine, res[0], code)
+        r1 = jnp.where(mine[:, None], res[1], r1)
+        r2 = jnp.where(mine[:, None], res[2], r2)
+        arc = jnp.where(mine, res[3], arc)
+    r1g = jnp.einsum("pij,pj->pi", R_GW, r1) + o_GW
+    r2g = jnp.einsum("pij,pj->pi", R_GW, r2) + o_GW
+    wrapped_len = _norm(r1g - x) + arc + _norm(x[nxt] - r2g)
+    change = wrapped_len - seg
+    path = jnp.asarray(paths.path)
+    n = paths.num_paths
+    mand = valid & (code == MANDATORY)
+    wrapped = valid & (code == WRAPPED)
+    first_mand = jax.ops.segment_min(jnp.where(mand, idx, P), path, num_segments=n)
+    best = jax.ops.segment_min(jnp.where(wrapped, change, jnp.inf), path, num_segments=n)
+    at_best = wrapped & (change == best[path])
+    first_best = jax.ops.segment_min(jnp.where(at_best, idx, P), path, num_segments=n)
+    sel = jnp.where(first_mand < P, first_mand, first_best)
+    chosen = jnp.asarray(idx) == sel[path]
+    return jnp.where(chosen, wrapped_len, seg)
 
 
 def _wrap_segment(ws: WrapSet, obj: int, single: bool, p1: jax.Array, p2: jax.Array):

@@ -101,6 +101,15 @@ def _pick(c, a, b):
     return jnp.where(c, a, b)
 
 
+def _by_quadrant(sign, unconstrained, constrained):
+    """The unconstrained case for sign 0, the constrained one otherwise (a Python sign picks
+    one statically; an array sign computes both and selects)."""
+    if isinstance(sign, int | np.integer):
+        return unconstrained() if sign == 0 else constrained()
+    u, c = unconstrained(), constrained()
+    return tuple(jnp.where(sign == 0, a, b) for a, b in zip(u, c, strict=True))
+
+
 _Z = np.array([0.0, 0.0, 1.0])
 
 
@@ -112,10 +121,10 @@ def _rot_z(angle: jax.Array, v: jax.Array) -> jax.Array:
 def cylinder_wrap(
     p1: jax.Array,
     p2: jax.Array,
-    radius: float,
-    length: float,
-    axis: int,
-    sign: int,
+    radius: float | jax.Array,
+    length: float | jax.Array,
+    axis: int | jax.Array,
+    sign: int | jax.Array,
     single: bool,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """OpenSim's ``WrapCylinder`` (axis z, centred at the origin, ``length`` long) on the
@@ -149,7 +158,7 @@ def cylinder_wrap(
     p11, d11, r1a, r1b = candidates(p1)
     p22, d22, r2a, r2b = candidates(p2)
 
-    if sign == 0:
+    def unconstrained():
         code = jnp.where(hits, MANDATORY, NO_WRAP)
         u1a, u1b, u2a, u2b = (_unit(v)[0] for v in (r1a - p11, r1b - p11, r2a - p22, r2b - p22))
         d1, d2, d3, d4 = (jnp.dot(a, b) for a, b in ((u1a, u2a), (u1a, u2b), (u1b, u2a), (u1b, u2b)))
@@ -160,7 +169,9 @@ def cylinder_wrap(
         w2 = _pick(c1 | c3, r2a, _pick(c2, r2b, _pick(c3, r2a, r2b)))
         far = jnp.array(False)
         long_wrap = jnp.array(False)
-    else:
+        return code, w1, w2, far, long_wrap
+
+    def constrained():
         s1, s2 = _sgn(p1[axis]) == sign, _sgn(p2[axis]) == sign
         either = s1 | s2
         code = jnp.where(
@@ -194,6 +205,9 @@ def cylinder_wrap(
         sum_musc = (w1 - p1) + (w2 - p2)
         sum_r = (w1 - p11) + (w2 - p22)
         long_wrap = jnp.dot(sum_r, sum_musc) < 0.0
+        return code, w1, w2, far, long_wrap
+
+    code, w1, w2, far, long_wrap = _by_quadrant(sign, unconstrained, constrained)
 
     # slide the tangent points along the axis onto the plane through p1, p2 and the apex
     t = d11 / (d11 + d22)
@@ -264,7 +278,7 @@ def cylinder_wrap(
 
 
 def sphere_wrap(
-    p1: jax.Array, p2: jax.Array, radius: float, axis: int, sign: int
+    p1: jax.Array, p2: jax.Array, radius: float | jax.Array, axis: int | jax.Array, sign: int | jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """OpenSim's ``WrapSphere`` (centred at the origin) on the segment ``p1``-``p2`` (wrap
     frame): the tangent points in the plane through both points and the centre, and the
@@ -303,9 +317,12 @@ def sphere_wrap(
     c3 = ~c1 & ~c2 & (j3 > j4)
     w1 = _pick(c1 | c2, r1a, r1b)
     w2 = _pick(c1 | c3, r2a, r2b)
-    code = jnp.where(crosses, WRAPPED, NO_WRAP)
-    far = jnp.array(False)
-    if sign != 0:
+    code0 = jnp.where(crosses, WRAPPED, NO_WRAP)
+
+    def unconstrained():
+        return code0, w1, w2, jnp.array(False)
+
+    def constrained():
         s1, s2 = _sgn(p1[axis]) == sign, _sgn(p2[axis]) == sign
         v1, mag = _unit(-p1)
         t = jnp.dot(v1, p1p2) * mag
@@ -314,9 +331,9 @@ def sphere_wrap(
         hits = (jnp.dot(mm, mm) < R * R) & (tt > 0.0) & (tt < 1.0)
         side = (_sgn(p1[axis]) != _sgn(p2[axis])) & (_sgn(mm[axis]) != sign)
         code = jnp.where(
-            crosses & (s1 | s2), jnp.where(hits, MANDATORY, jnp.where(side, WRAPPED, NO_WRAP)), code
+            crosses & (s1 | s2), jnp.where(hits, MANDATORY, jnp.where(side, WRAPPED, NO_WRAP)), code0
         )
-        wrapaxis = jnp.zeros(3).at[axis].set(float(sign))
+        wrapaxis = jnp.zeros(3, p1.dtype).at[axis].set(jnp.asarray(sign, p1.dtype))
         sm, _ = _unit(-p1 - p2)
         k1 = jnp.dot(u1a, sm) > jnp.dot(u1b, sm)
         k2 = jnp.dot(u2a, sm) > jnp.dot(u2b, sm)
@@ -327,8 +344,9 @@ def sphere_wrap(
         q1, q2 = _pick(flip, q11, q1), _pick(flip, q22, q2)
         far_c = jnp.dot(q1 + q2, (q1 - p1) + (q2 - p2)) < 0.0
         use = ~(s1 & s2)
-        w1, w2 = _pick(use, q1, w1), _pick(use, q2, w2)
-        far = use & far_c
+        return code, _pick(use, q1, w1), _pick(use, q2, w2), use & far_c
+
+    code, w1, w2, far = _by_quadrant(sign, unconstrained, constrained)
     code = jnp.where(inside, INSIDE_RADIUS, code)
     e1, _ = _unit(w1)
     e2, _ = _unit(w2)
