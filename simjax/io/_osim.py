@@ -15,8 +15,10 @@ OpenSim builds its Simbody system from the file in a fixed way, and so does this
   ``Constraint.Ball``; locked coordinates → ``Constraint.ConstantCoordinate``, prescribed
   ones → ``Constraint.PrescribedMotion``.
 
-Forces (muscles, actuators, springs, contact), geometry, wrap objects, controllers and probes
-are not modelled; they are counted in ``model.ignored`` and reported in one warning line.
+Paths (``GeometryPath`` with its points and its ``WrapCylinder``/``WrapSphere`` wraps),
+``PathSpring``, contact and the coordinate actuators and forces are read; what is not
+modelled (muscles, other wrap kinds, controllers, probes, ...) is counted in
+``model.ignored`` and reported in one warning line.
 """
 
 from __future__ import annotations
@@ -1002,8 +1004,11 @@ class _OsimReader:
         ligaments, path springs), named after its force, and each ``PathSpring`` on its
         path: ``PathPoint``,
         ``ConditionalPathPoint`` and ``MovingPathPoint`` on their frames (3.x ``<body>`` or
-        4.x ``socket_parent_frame``). A path with wrap objects is left out (counted): its
-        length would be wrong without them."""
+        4.x ``socket_parent_frame``), and its ``<PathWrapSet>``: each ``PathWrap``'s
+        ``wrap_object`` (a ``WrapCylinder`` or ``WrapSphere`` of a body's
+        ``<WrapObjectSet>``) and ``range``. A path over another kind of wrap object
+        (``WrapEllipsoid``, ``WrapTorus``, ...) is left out (counted by kind): its length
+        would be wrong without it."""
         doc = self.doc
         out: dict[str, GeometryPath] = {}
         wrap_objects: dict[str, Any] = {}  # name -> handle, or the unsupported kind's tag
