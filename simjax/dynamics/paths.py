@@ -222,7 +222,9 @@ def wrapped_path_length(
         ok = act[o]
         return o, ok[:-1] & ok[1:]
 
-    def length(pos, act, key, arc_node):
+    def length(pos, act, key, arc_node, frz=None, fz=None):
+        if frz is not None:  # the wrap points' Ground locations as OpenSim first cached them
+            pos = jnp.where(fz[:, None], frz, pos)
         o, valid = order(key, act)
         A, B = o[:-1], o[1:]
         same = jnp.asarray(same_obj)[A, B]
@@ -230,7 +232,8 @@ def wrapped_path_length(
         return jnp.sum(jnp.where(valid, seg, 0.0))
 
     def sweep(carry):
-        pos, act, key, arc_node = carry
+        pos, act, key, arc_node, frz, fz = carry
+        eff = jnp.where(fz[:, None], frz, pos)
         for i, (obj, first, last) in enumerate(wraps):
             s1, s2 = n + 2 * i, n + 2 * i + 1
             act = act.at[s1].set(False).at[s2].set(False)
@@ -248,7 +251,9 @@ def wrapped_path_length(
             PA = jnp.where(valid[:, None], PA, jnp.asarray([1e3, 0.0, 0.0], dtype)[None])
             PB = jnp.where(valid[:, None], PB, jnp.asarray([0.0, 1e3, 1.0], dtype)[None])
             code, r1, r2, arc = jax.vmap(lambda a, b, obj=obj: _wrap_segment(ws, obj, single, a, b))(PA, PB)
-            change = _norm(PA - r1) + arc + _norm(r2 - PB) - _norm(PB - PA)
+            r1g = jnp.einsum("ij,pj->pi", R_GW, r1) + o_GW[None]
+            r2g = jnp.einsum("ij,pj->pi", R_GW, r2) + o_GW[None]
+            change = _norm(eff[A] - r1g) + arc + _norm(r2g - eff[B]) - _norm(eff[B] - eff[A])
             mand = valid & (code == MANDATORY)
             wrapped = valid & (code == WRAPPED)
             any_mand = jnp.any(mand)
@@ -260,12 +265,16 @@ def wrapped_path_length(
             key = key.at[s1].set(kA + (kB - kA) / 3.0).at[s2].set(kA + 2.0 * (kB - kA) / 3.0)
             act = act.at[s1].set(found).at[s2].set(found)
             arc_node = arc_node.at[s2].set(jnp.where(found, arc[sel], 0.0))
-        return pos, act, key, arc_node
+        # OpenSim caches a point's Ground location the first time it is asked for (at the
+        # latest, by the length at the end of this sweep) and later sweeps' moves of its
+        # wrap points do not reach that cache: their straight segments keep the first one
+        frz = jnp.where((act & ~fz)[:, None], pos, frz)
+        return pos, act, key, arc_node, frz, fz | act
 
     pos0 = jnp.concatenate([x, jnp.zeros((2 * W, 3), dtype)])
     act0 = jnp.concatenate([active, jnp.zeros(2 * W, bool)])
     key0 = jnp.concatenate([jnp.arange(n, dtype=dtype), jnp.zeros(2 * W, dtype)])
-    carry = (pos0, act0, key0, jnp.zeros(N, dtype))
+    carry = (pos0, act0, key0, jnp.zeros(N, dtype), pos0, jnp.zeros(N, bool))
     if single:
         final = sweep(carry)
         return (length(*final), final) if nodes else length(*final)
