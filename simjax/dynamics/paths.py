@@ -203,7 +203,13 @@ def wrapped_path_length(
 
     Shapes are static: the current path is the original points plus two slots per wrap,
     ordered by a key (a wrap's points get keys between those of the segment it wraps) and
-    sorted; empty slots are masked."""
+    sorted; empty slots are masked.
+
+    Not replicated (rare, state-dependent in OpenSim): its swap of the first two wraps'
+    order when after the first sweep the first did not wrap and the second found a point
+    inside its surface; its fall back to the previous wrap's tangent points when a line
+    passes within 1e-5 of a sphere's centre; its early exit when a wrap's range has no
+    active point (here that wrap alone is skipped)."""
     n, W = x.shape[0], len(wraps)
     N = n + 2 * W
     dtype = x.dtype
