@@ -84,7 +84,7 @@ class WrapObject:
         name: str | None = None,
     ):
         self._matter = matter
-        objects = matter.__dict__.setdefault("_wrap_objects", [])
+        objects = matter._wrap_objects
         self.index = len(objects)
         self.name = name if name is not None else f"wrap{self.index}"
         who = f"{type(self).__name__} {self.name!r}"
@@ -265,7 +265,8 @@ class GeometryPath:
 
     def get_current_path(self, state: State) -> np.ndarray:
         """Ground locations of the active points, in order (k, 3): what a viewer draws
-        (needs Position; a host array, not for tracing)."""
+        (needs Position; a host array, not for tracing). The tangent points of wraps are
+        not among them yet."""
         state.require(Stage.POSITION, "get_current_path")
         model = self._matter._system.model_for(state)
         paths = model.paths
