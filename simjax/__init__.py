@@ -58,6 +58,8 @@ from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .system.muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
 from .system.muscles import equilibrate_muscles as equilibrate_muscles
 from .system.paths import GeometryPath as GeometryPath
+from .system.paths import WrapCylinder as WrapCylinder
+from .system.paths import WrapSphere as WrapSphere
 from .system.system import ForceSubsystem as ForceSubsystem
 from .system.system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system.system import MultibodySystem as MultibodySystem

@@ -1,7 +1,8 @@
 """Paths (``sj.GeometryPath``, OpenSim's ``GeometryPath`` of path points): lengths,
 lengthening speeds and moment arms against OpenSim 4.6 on real models over their range of
 motion (gait14dof22musc: 22 muscle paths with conditional and moving points; arm26: its
-paths without wrapping), by hand on a small model, batched and differentiated; bad input.
+paths without wrapping; wrapped paths: test_wrapping.py), by hand on a small model, batched
+and differentiated; bad input.
 """
 
 from __future__ import annotations
@@ -73,11 +74,13 @@ def test_lengths_speeds_and_moment_arms_equal_opensims(key):
         assert ours == names  # every path read: no wrap objects in this model
         edges = [("knee_angle_r", -0.558505), ("knee_angle_r", 0.174533), ("hip_flexion_r", 0.785398)]
         edges.append(("knee_angle_l", -0.558505))
-    else:  # arm26: the triceps' and biceps' wrapped paths are left out, and say so
-        assert 0 < len(ours) < len(names)
-        assert m.ignored["GeometryPath with wrap objects (wrapping not modelled yet: left out)"] == len(
+    else:  # arm26: the paths over its ellipsoids are left out, and say so; wrapped paths
+        # are compared in test_wrapping.py (OpenSim's moment arms there are not -dL/dq)
+        assert m.ignored["GeometryPath wrapping over a WrapEllipsoid (not modelled yet: left out)"] == len(
             names
         ) - len(ours)
+        ours = [n for n in ours if muscles.get(n).getGeometryPath().getWrapSet().getSize() == 0]
+        assert 0 < len(ours) < len(names)
         edges = []
     rng = np.random.default_rng(7)
     worst = {"L": 0.0, "v": 0.0, "r": 0.0}

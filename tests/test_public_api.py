@@ -58,6 +58,8 @@ SJ = [
     "Trajectory",
     "Transform",
     "TriggeredEvent",
+    "WrapCylinder",
+    "WrapSphere",
     "configure",
     "constraints",
     "debug_nans",

@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model.paths import PathSet
+from ..model.paths import PathSet, WrapSet
 from ..model.topology import Topology
+from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, sphere_wrap
 
 
 def _slot(topo: Topology, body: int, which: int) -> int:
@@ -85,4 +86,211 @@ def path_lengths(paths: PathSet, topo: Topology, q: jax.Array, R_GB: jax.Array, 
     x, active = point_locations(paths, topo, q, R_GB, p_GB)
     nxt, starts = segments(paths, active)
     seg = jnp.where(starts, _norm(x[nxt] - x), 0.0)
-    return jax.ops.segment_sum(seg, jnp.asarray(paths.path), num_segments=paths.num_paths)
+    lengths = jax.ops.segment_sum(seg, jnp.asarray(paths.path), num_segments=paths.num_paths)
+    if paths.wraps is not None:
+        seg = _single_wraps(paths, x, nxt, starts, seg, R_GB, p_GB)
+        lengths = jax.ops.segment_sum(seg, jnp.asarray(paths.path), num_segments=paths.num_paths)
+        for k, wraps in enumerate(paths.wraps.path_wraps):
+            if len(wraps) > 1:
+                lo, hi = int(paths.start[k]), int(paths.start[k + 1])
+                L = wrapped_path_length(paths.wraps, wraps, x[lo:hi], active[lo:hi], R_GB, p_GB)
+                lengths = lengths.at[k].set(L)
+    return lengths
+
+
+def wrapped_paths(paths: PathSet) -> np.ndarray:
+    """Which paths have wraps (n_paths,) bool."""
+    w = np.zeros(paths.num_paths, dtype=bool)
+    if paths.wraps is not None:
+        w[:] = [bool(pw) for pw in paths.wraps.path_wraps]
+    return w
+
+
+def _single_wraps(
+    paths: PathSet,
+    x: jax.Array,
+    nxt: jax.Array,
+    starts: jax.Array,
+    seg: jax.Array,
+    R_GB: jax.Array,
+    p_GB: jax.Array,
+) -> jax.Array:
+    """The segment lengths (P,) with every one-wrap path's wrap applied, all such paths at
+    once: each segment within its path's wrap range is tried on the path's wrap object
+    (vectorized over segments, per kind); per path the first segment the wrap must take
+    (mandatory) or else the wrapped one it lengthens least becomes tangent lines plus the
+    arc (OpenSim's choice for a single wrap)."""
+    ws = paths.wraps
+    assert ws is not None
+    P = len(paths.body)
+    obj = np.full(P, -1, dtype=int)
+    first = np.zeros(P, dtype=int)
+    last = np.full(P, -1, dtype=int)
+    for k, pw in enumerate(ws.path_wraps):
+        if len(pw) == 1:
+            lo, hi = int(paths.start[k]), int(paths.start[k + 1])
+            obj[lo:hi], first[lo:hi], last[lo:hi] = pw[0][0], lo + pw[0][1], lo + pw[0][2]
+    if not (obj >= 0).any():
+        return seg
+    dtype = x.dtype
+    idx = np.arange(P)
+    o = np.maximum(obj, 0)
+    valid = starts & jnp.asarray(obj >= 0) & jnp.asarray(idx >= first) & (nxt <= jnp.asarray(last))
+    b = ws.body[o]
+    R_GW = jnp.einsum("pij,pjk->pik", R_GB[b], jnp.asarray(ws.R[o], dtype))
+    o_GW = p_GB[b] + jnp.einsum("pij,pj->pi", R_GB[b], jnp.asarray(ws.p[o], dtype))
+    PA = jnp.einsum("pji,pj->pi", R_GW, x - o_GW)
+    PB = jnp.einsum("pji,pj->pi", R_GW, x[nxt] - o_GW)
+    PA = jnp.where(valid[:, None], PA, jnp.asarray([1e3, 0.0, 0.0], dtype)[None])
+    PB = jnp.where(valid[:, None], PB, jnp.asarray([0.0, 1e3, 1.0], dtype)[None])
+    radius, length = (jnp.asarray(ws.dims[o, j], dtype) for j in (0, 1))
+    axis, sign = (jnp.asarray(ws.quadrant[o, j]) for j in (0, 1))
+    code = jnp.zeros(P, int)
+    r1 = r2 = jnp.zeros((P, 3), dtype)
+    arc = jnp.zeros(P, dtype)
+    for kind in sorted(set(ws.kind[i] for i in set(obj[obj >= 0].tolist()))):
+        if kind == "cylinder":
+            res = jax.vmap(lambda a, b_, r, h, ax, s: cylinder_wrap(a, b_, r, h, ax, s, True))(
+                PA, PB, radius, length, axis, sign
+            )
+        else:
+            res = jax.vmap(sphere_wrap)(PA, PB, radius, axis, sign)
+        mine = jnp.asarray(np.array([ws.kind[i] == kind for i in o]) & (obj >= 0))
+        code = jnp.where(mine, res[0], code)
+        r1 = jnp.where(mine[:, None], res[1], r1)
+        r2 = jnp.where(mine[:, None], res[2], r2)
+        arc = jnp.where(mine, res[3], arc)
+    r1g = jnp.einsum("pij,pj->pi", R_GW, r1) + o_GW
+    r2g = jnp.einsum("pij,pj->pi", R_GW, r2) + o_GW
+    wrapped_len = _norm(r1g - x) + arc + _norm(x[nxt] - r2g)
+    change = wrapped_len - seg
+    path = jnp.asarray(paths.path)
+    n = paths.num_paths
+    mand = valid & (code == MANDATORY)
+    wrapped = valid & (code == WRAPPED)
+    first_mand = jax.ops.segment_min(jnp.where(mand, idx, P), path, num_segments=n)
+    best = jax.ops.segment_min(jnp.where(wrapped, change, jnp.inf), path, num_segments=n)
+    at_best = wrapped & (change == best[path])
+    first_best = jax.ops.segment_min(jnp.where(at_best, idx, P), path, num_segments=n)
+    sel = jnp.where(first_mand < P, first_mand, first_best)
+    chosen = jnp.asarray(idx) == sel[path]
+    return jnp.where(chosen, wrapped_len, seg)
+
+
+def _wrap_segment(ws: WrapSet, obj: int, single: bool, p1: jax.Array, p2: jax.Array):
+    kind = ws.kind[obj]
+    radius, length = (float(v) for v in ws.dims[obj])
+    axis, sign = (int(v) for v in ws.quadrant[obj])
+    if kind == "cylinder":
+        return cylinder_wrap(p1, p2, radius, length, axis, sign, single)
+    return sphere_wrap(p1, p2, radius, axis, sign)
+
+
+def wrapped_path_length(
+    ws: WrapSet,
+    wraps: tuple[tuple[int, int, int], ...],
+    x: jax.Array,
+    active: jax.Array,
+    R_GB: jax.Array,
+    p_GB: jax.Array,
+    nodes: bool = False,
+) -> jax.Array | tuple:
+    """One path's length with its wraps applied in order, as OpenSim's GeometryPath does:
+    ``x`` (n, 3) its points in Ground, ``active`` (n,) which are. Each wrap inserts its two
+    tangent points on the segment (within its range) that it must wrap (the first whose
+    straight line passes through it) or else on the one it lengthens least; with two or
+    more wraps the sweep repeats up to 8 times until the length changes by < 0.5 mm.
+
+    Shapes are static: the current path is the original points plus two slots per wrap,
+    ordered by a key (a wrap's points get keys between those of the segment it wraps) and
+    sorted; empty slots are masked.
+
+    Not replicated (rare, state-dependent in OpenSim): its swap of the first two wraps'
+    order when after the first sweep the first did not wrap and the second found a point
+    inside its surface; its fall back to the previous wrap's tangent points when a line
+    passes within 1e-5 of a sphere's centre; its early exit when a wrap's range has no
+    active point (here that wrap alone is skipped)."""
+    n, W = x.shape[0], len(wraps)
+    N = n + 2 * W
+    dtype = x.dtype
+    owner = np.array([-1] * n + [ws_obj for ws_obj, _, _ in wraps for _ in (0, 1)], dtype=int)
+    same_obj = (owner[:, None] == owner[None, :]) & (owner[:, None] >= 0)
+    frames = []
+    for obj, _, _ in wraps:
+        b = int(ws.body[obj])
+        R_GW = R_GB[b] @ jnp.asarray(ws.R[obj], dtype)
+        frames.append((R_GW, p_GB[b] + R_GB[b] @ jnp.asarray(ws.p[obj], dtype)))
+    single = W == 1
+    idx = np.arange(n)
+
+    def order(key, act):
+        o = jnp.argsort(jnp.where(act, key, jnp.inf))
+        ok = act[o]
+        return o, ok[:-1] & ok[1:]
+
+    def length(pos, act, key, arc_node, frz=None, fz=None):
+        if frz is not None:  # the wrap points' Ground locations as OpenSim first cached them
+            pos = jnp.where(fz[:, None], frz, pos)
+        o, valid = order(key, act)
+        A, B = o[:-1], o[1:]
+        same = jnp.asarray(same_obj)[A, B]
+        seg = jnp.where(same, arc_node[B], _norm(pos[B] - pos[A]))
+        return jnp.sum(jnp.where(valid, seg, 0.0))
+
+    def sweep(carry):
+        pos, act, key, arc_node, frz, fz = carry
+        eff = jnp.where(fz[:, None], frz, pos)
+        for i, (obj, first, last) in enumerate(wraps):
+            s1, s2 = n + 2 * i, n + 2 * i + 1
+            act = act.at[s1].set(False).at[s2].set(False)
+            rng = (idx >= first) & (idx <= last) & active
+            any_on = jnp.any(rng)
+            k_lo = jnp.min(jnp.where(rng, idx, n)).astype(dtype)
+            k_hi = jnp.max(jnp.where(rng, idx, -1)).astype(dtype)
+            o, valid = order(key, act)
+            A, B = o[:-1], o[1:]
+            valid = valid & (key[A] >= k_lo) & (key[B] <= k_hi) & ~jnp.asarray(same_obj)[A, B] & any_on
+            R_GW, o_GW = frames[i]
+            PA = (pos[A] - o_GW[None]) @ R_GW  # in the wrap frame
+            PB = (pos[B] - o_GW[None]) @ R_GW
+            # pairs not considered get harmless stand-ins (no NaN in their derivatives)
+            PA = jnp.where(valid[:, None], PA, jnp.asarray([1e3, 0.0, 0.0], dtype)[None])
+            PB = jnp.where(valid[:, None], PB, jnp.asarray([0.0, 1e3, 1.0], dtype)[None])
+            code, r1, r2, arc = jax.vmap(lambda a, b, obj=obj: _wrap_segment(ws, obj, single, a, b))(PA, PB)
+            r1g = jnp.einsum("ij,pj->pi", R_GW, r1) + o_GW[None]
+            r2g = jnp.einsum("ij,pj->pi", R_GW, r2) + o_GW[None]
+            change = _norm(eff[A] - r1g) + arc + _norm(r2g - eff[B]) - _norm(eff[B] - eff[A])
+            mand = valid & (code == MANDATORY)
+            wrapped = valid & (code == WRAPPED)
+            any_mand = jnp.any(mand)
+            sel = jnp.where(any_mand, jnp.argmax(mand), jnp.argmin(jnp.where(wrapped, change, jnp.inf)))
+            found = any_mand | jnp.any(wrapped)
+            kA, kB = key[A[sel]], key[B[sel]]
+            pos = pos.at[s1].set(jnp.where(found, R_GW @ r1[sel] + o_GW, pos[s1]))
+            pos = pos.at[s2].set(jnp.where(found, R_GW @ r2[sel] + o_GW, pos[s2]))
+            key = key.at[s1].set(kA + (kB - kA) / 3.0).at[s2].set(kA + 2.0 * (kB - kA) / 3.0)
+            act = act.at[s1].set(found).at[s2].set(found)
+            arc_node = arc_node.at[s2].set(jnp.where(found, arc[sel], 0.0))
+        # OpenSim caches a point's Ground location the first time it is asked for (at the
+        # latest, by the length at the end of this sweep) and later sweeps' moves of its
+        # wrap points do not reach that cache: their straight segments keep the first one
+        frz = jnp.where((act & ~fz)[:, None], pos, frz)
+        return pos, act, key, arc_node, frz, fz | act
+
+    pos0 = jnp.concatenate([x, jnp.zeros((2 * W, 3), dtype)])
+    act0 = jnp.concatenate([active, jnp.zeros(2 * W, bool)])
+    key0 = jnp.concatenate([jnp.arange(n, dtype=dtype), jnp.zeros(2 * W, dtype)])
+    carry = (pos0, act0, key0, jnp.zeros(N, dtype), pos0, jnp.zeros(N, bool))
+    if single:
+        final = sweep(carry)
+        return (length(*final), final) if nodes else length(*final)
+
+    def body(_, c):
+        state, last, done = c
+        new = sweep(state)
+        L = length(*new)
+        state = jax.tree.map(lambda a, b: jnp.where(done, a, b), state, new)
+        return state, jnp.where(done, last, L), done | (jnp.abs(L - last) < 0.0005)
+
+    state, L, _ = jax.lax.fori_loop(0, 8, body, (carry, jnp.asarray(jnp.inf, dtype), jnp.array(False)))
+    return (L, state) if nodes else L

@@ -15,8 +15,10 @@ OpenSim builds its Simbody system from the file in a fixed way, and so does this
   ``Constraint.Ball``; locked coordinates → ``Constraint.ConstantCoordinate``, prescribed
   ones → ``Constraint.PrescribedMotion``.
 
-Forces (muscles, actuators, springs, contact), geometry, wrap objects, controllers and probes
-are not modelled; they are counted in ``model.ignored`` and reported in one warning line.
+Paths (``GeometryPath`` with its points and its ``WrapCylinder``/``WrapSphere`` wraps),
+``PathSpring``, contact and the coordinate actuators and forces are read; what is not
+modelled (muscles, other wrap kinds, controllers, probes, ...) is counted in
+``model.ignored`` and reported in one warning line.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from ..system.contact import ContactGeometry, ContactSurface, registry
 from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
 from ..system.muscles import DeGrooteFregly2016Muscle
-from ..system.paths import GeometryPath
+from ..system.paths import GeometryPath, WrapCylinder, WrapSphere
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._paths import ModelFiles, model_folders
@@ -1006,20 +1008,43 @@ class _OsimReader:
         ligaments, path springs), named after its force, and each ``PathSpring`` on its
         path: ``PathPoint``,
         ``ConditionalPathPoint`` and ``MovingPathPoint`` on their frames (3.x ``<body>`` or
-        4.x ``socket_parent_frame``). A path with wrap objects is left out (counted): its
-        length would be wrong without them."""
+        4.x ``socket_parent_frame``), and its ``<PathWrapSet>``: each ``PathWrap``'s
+        ``wrap_object`` (a ``WrapCylinder`` or ``WrapSphere`` of a body's
+        ``<WrapObjectSet>``) and ``range``. A path over another kind of wrap object
+        (``WrapEllipsoid``, ``WrapTorus``, ...) is left out (counted by kind): its length
+        would be wrong without it."""
         doc = self.doc
         out: dict[str, GeometryPath] = {}
+        wrap_objects: dict[str, Any] = {}  # name -> handle, or the unsupported kind's tag
         for f in self._set_objects("ForceSet"):
             gp = f.find("GeometryPath")
             if gp is None:
                 continue
             name = f.get("name") or f.tag
             wraps = gp.find("PathWrapSet/objects")
-            if wraps is not None and len(wraps):
-                self.ignored["GeometryPath with wrap objects (wrapping not modelled yet: left out)"] += 1
+            path_wraps: list[tuple[Any, tuple[int, int]]] = []
+            left_out = None
+            for pw in wraps if wraps is not None else ():
+                if not wrap_objects:
+                    wrap_objects.update(self._read_wrap_objects(matter, bodies))
+                wname = (doc.text(pw, "wrap_object") or "").strip()
+                if wname not in wrap_objects:
+                    raise doc.error(
+                        pw,
+                        f"the path wrap {pw.get('name')!r} of {name!r} names wrap object {wname!r}, which no "
+                        f"body's <WrapObjectSet> has (known: {sorted(wrap_objects)}); fix <wrap_object>",
+                    )
+                wo = wrap_objects[wname]
+                if isinstance(wo, str):
+                    left_out = wo
+                    break
+                if wo is not None:  # None: an inactive wrap object, which OpenSim skips
+                    a, b = doc.floats(pw, "range", 2, [-1, -1])
+                    path_wraps.append((wo, (int(a), int(b))))
+            if left_out is not None:
+                self.ignored[f"GeometryPath wrapping over a {left_out} (not modelled yet: left out)"] += 1
                 if f.tag == "PathSpring":
-                    self.ignored["PathSpring (its path wraps: left out)"] += 1
+                    self.ignored["PathSpring (its path wraps over an unsupported object: left out)"] += 1
                 continue
             points = gp.find("PathPointSet/objects")
             if points is None or len(points) < 2:
@@ -1069,6 +1094,8 @@ class _OsimReader:
                             )
                         axes[ax] = (f_loc, coord)
                     path.append_moving_path_point(body, station, **axes)
+            for wo, rng in path_wraps:
+                path.add_path_wrap(wo, rng)
             out[name] = path
             if f.tag == "PathSpring":
                 try:
@@ -1121,7 +1148,7 @@ class _OsimReader:
             name = f.get("name") or f.tag
             path = paths.get(name)
             if path is None:
-                self.ignored[f"{f.tag} (its path wraps: left out)"] += 1
+                self.ignored[f"{f.tag} (its path wraps over an unsupported object: left out)"] += 1
                 continue
             kw: dict[str, Any] = {k: doc.float(f, k, d) for k, d in self._DGF_PROPERTIES}
             for flag in (
@@ -1140,6 +1167,56 @@ class _OsimReader:
             if doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True):
                 muscle.set_disabled_by_default(True)
             out[name] = muscle
+        return out
+
+    _WRAPS = {"WrapCylinder": WrapCylinder, "WrapSphere": WrapSphere}
+
+    def _read_wrap_objects(
+        self, matter: SimbodyMatterSubsystem, bodies: dict[str, MobilizedBody]
+    ) -> dict[str, Any]:
+        """Every body's (and Ground's) ``<WrapObjectSet>``: ``WrapCylinder`` and ``WrapSphere``
+        as handles on their bodies (``xyz_body_rotation``, ``translation``, ``quadrant``,
+        ``radius``, ``length``); an inactive one as None; another kind as its tag."""
+        doc = self.doc
+        owners = list(self.body_els.items())
+        ground = self.model.find("Ground")
+        if ground is not None:
+            owners.append((self.ground_name, ground))
+        out: dict[str, Any] = {}
+        for body_name, el in owners:
+            objs = el.find("WrapObjectSet/objects")
+            for w in objs if objs is not None else ():
+                wname = w.get("name") or w.tag
+                if w.tag not in self._WRAPS:
+                    out[wname] = w.tag
+                    continue
+                if not doc.bool(w, "active", True):
+                    out[wname] = None
+                    continue
+                body = bodies.get(body_name)
+                if body is None:
+                    raise doc.error(
+                        w, f"wrap object {wname!r} is on {body_name!r}, which is not a body of the model"
+                    )
+                quadrant = (doc.text(w, "quadrant") or "all").strip() or "all"
+                quadrant = "all" if quadrant.lower() == "unassigned" else quadrant
+                dims = {"radius": doc.float(w, "radius", math.nan)}
+                if w.tag == "WrapCylinder":
+                    dims["length"] = doc.float(w, "length", 1.0)
+                try:
+                    out[wname] = self._WRAPS[w.tag](
+                        matter,
+                        body,
+                        **dims,
+                        xyz_body_rotation=doc.floats(w, "xyz_body_rotation", 3, [0, 0, 0]),
+                        translation=doc.floats(w, "translation", 3, [0, 0, 0]),
+                        quadrant=quadrant,
+                        name=wname,
+                    )
+                except ValueError as err:
+                    raise doc.error(
+                        w, f"{err} (fix <radius>/<length>/<quadrant> of {w.tag} {wname!r})"
+                    ) from None
         return out
 
     def _count_ignored(self) -> None:

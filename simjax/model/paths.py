@@ -23,6 +23,34 @@ class MovingPoint:
 
 
 @dataclass(frozen=True, eq=False)
+class WrapSet:
+    """The wrap objects paths wrap over (OpenSim's ``WrapCylinder``, ``WrapSphere``) and
+    which path uses which (static NumPy).
+
+    Per object: ``names``, ``kind`` ("cylinder" or "sphere"), ``body`` (O,) the body it is
+    fixed on, ``R`` (O, 3, 3) and ``p`` (O, 3) its frame in the body (X_BW), ``dims`` (O,
+    2): (radius, length) of a cylinder, (radius, 0) of a sphere, ``quadrant`` (O, 2): (axis,
+    sign) with sign 0 for all. ``path_wraps`` per path, its wraps in order: ``(object,
+    first, last)`` with ``first``/``last`` the 0-based indices, within the path, of the
+    point range the wrap applies to (OpenSim's ``range``, resolved)."""
+
+    names: tuple[str, ...]
+    kind: tuple[str, ...]
+    body: np.ndarray
+    R: np.ndarray
+    p: np.ndarray
+    dims: np.ndarray
+    quadrant: np.ndarray
+    path_wraps: tuple[tuple[tuple[int, int, int], ...], ...]
+
+    @property
+    def key(self) -> tuple:
+        """What a compiled program depends on (the kernel holds all of it as constants)."""
+        arrays = (self.body, self.R, self.p, self.dims, self.quadrant)
+        return (self.kind, tuple((a.shape, a.tobytes()) for a in arrays), self.path_wraps)
+
+
+@dataclass(frozen=True, eq=False)
 class PathSet:
     """Every path of a Model, points stacked path after path (``P`` points, static NumPy).
 
@@ -31,7 +59,7 @@ class PathSet:
     ``station`` (P, 3) where each point is fixed; ``cond_point`` (C,) the conditional
     points (OpenSim's ``ConditionalPathPoint``), active while the coordinate ``cond_coord``
     (C, 2: body, slot in its mobilizer's q) lies in ``cond_range`` (C, 2), bounds
-    included; ``moving`` the moving points.
+    included; ``moving`` the moving points; ``wraps`` the wrap objects (None without).
     """
 
     names: tuple[str, ...]
@@ -43,6 +71,7 @@ class PathSet:
     cond_coord: np.ndarray
     cond_range: np.ndarray
     moving: tuple[MovingPoint, ...]
+    wraps: WrapSet | None = None
 
     @property
     def num_paths(self) -> int:
@@ -58,4 +87,5 @@ class PathSet:
             len(self.names),
             tuple((a.shape, a.dtype.str, a.tobytes()) for a in arrays),
             tuple((m.point, m.axes) for m in self.moving),
+            None if self.wraps is None else self.wraps.key,
         )

@@ -12,6 +12,8 @@ from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
 from .muscles import equilibrate_muscles as equilibrate_muscles
 from .paths import GeometryPath as GeometryPath
+from .paths import WrapCylinder as WrapCylinder
+from .paths import WrapSphere as WrapSphere
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem
 

@@ -42,6 +42,7 @@ class SimbodyMatterSubsystem(Subsystem):
         self._constraints: list[Any] = []
         self._limits: list[Any] = []  # Constraint.CoordinateLimit, in order of creation
         self._paths: list[Any] = []  # GeometryPath, in order of creation
+        self._wrap_objects: list[Any] = []  # WrapCylinder, WrapSphere, in order of creation
         self._penetration_tol: float | None = None
         self._rotary_limit_tol: float | None = None
         super().__init__(system, name)

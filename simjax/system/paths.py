@@ -5,7 +5,9 @@ loader builds, and the frozen :class:`simjax.model.paths.PathSet` it becomes at
 A path's length, lengthening speed and moment arms are evaluated for every path at once
 (:mod:`simjax.dynamics.paths`); the moment arms come from autodiff, ``r = -dL/dq`` (per
 generalized speed: ``-dL/dq N(q)``, which is ``dL/dq`` negated for a coordinate with
-``qdot = u``). Wrapping surfaces are not modelled yet.
+``qdot = u``). A path wraps over cylinders and spheres fixed on bodies
+(:class:`WrapCylinder`, :class:`WrapSphere`; OpenSim's wrap objects), added to it with
+:meth:`GeometryPath.add_path_wrap`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .. import _spatial as sp
 from .._stage import Stage
 from ..dynamics.paths import path_lengths, point_locations
-from ..model.paths import MovingPoint, PathSet
+from ..model.paths import MovingPoint, PathSet, WrapSet
 from ..model.state import State
 from ._compiled import reads_cache
 from .bodies import MobilizedBody
@@ -54,6 +57,99 @@ def _station(station: Any, who: str) -> np.ndarray:
     return s
 
 
+_QUADRANTS = {
+    "all": (0, 0), "x": (0, 1), "+x": (0, 1), "-x": (0, -1), "y": (1, 1), "+y": (1, 1),
+    "-y": (1, -1), "z": (2, 1), "+z": (2, 1), "-z": (2, -1),
+}  # fmt: skip
+
+
+class WrapObject:
+    """A surface fixed on a body that paths wrap over (OpenSim's ``WrapObject``): its frame
+    W on ``body`` given by ``transform`` (an ``sj.Transform`` X_BW) or OpenSim's
+    ``xyz_body_rotation`` (body-fixed X-Y-Z angles, radians) and ``translation``, and its
+    ``quadrant`` ("all", "+x", "-x", "+y", "-y", "+z", "-z": the side of W's axis that a path
+    may wrap on). A topology change."""
+
+    kind = ""
+
+    def __init__(
+        self,
+        matter: Any,
+        body: MobilizedBody | int,
+        *,
+        transform: Any = None,
+        xyz_body_rotation: Any = (0.0, 0.0, 0.0),
+        translation: Any = (0.0, 0.0, 0.0),
+        quadrant: str = "all",
+        name: str | None = None,
+    ):
+        self._matter = matter
+        objects = matter._wrap_objects
+        self.index = len(objects)
+        self.name = name if name is not None else f"wrap{self.index}"
+        who = f"{type(self).__name__} {self.name!r}"
+        self.body = _body_index(body, who)
+        if not 0 <= self.body < matter.get_num_bodies():
+            raise ValueError(f"{who}: body {self.body} is not a body of this matter subsystem")
+        if transform is not None:
+            self.R = np.asarray(transform.R, dtype=float)
+            self.p = np.asarray(transform.p, dtype=float)
+        else:
+            a = _station(xyz_body_rotation, f"{who}: xyz_body_rotation")
+            self.R = np.asarray(sp.rot_x(a[0]) @ sp.rot_y(a[1]) @ sp.rot_z(a[2]), dtype=float)
+            self.p = _station(translation, f"{who}: translation")
+        q = str(quadrant).strip().lower()
+        if q not in _QUADRANTS:
+            raise ValueError(f"{who}: quadrant must be one of {sorted(set(_QUADRANTS))}, got {quadrant!r}")
+        self.quadrant = q
+        objects.append(self)
+        matter._system.invalidate_topology()
+
+    def _dims(self) -> tuple[float, float]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _positive(value: Any, what: str, who: str) -> float:
+        v = float(value)
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{who}: {what} must be finite and > 0 (metres), got {value!r}")
+        return v
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, body {self.body}, quadrant {self.quadrant!r})"
+
+
+class WrapCylinder(WrapObject):
+    """A cylinder about the z axis of its frame, centred on its origin (OpenSim's
+    ``WrapCylinder``): ``radius`` and ``length`` (a path wraps where its tangent points lie
+    within the length). See :class:`WrapObject` for the frame and quadrant."""
+
+    kind = "cylinder"
+
+    def __init__(self, matter: Any, body: MobilizedBody | int, radius: float, length: float, **kw: Any):
+        who = f"WrapCylinder {kw.get('name')!r}"
+        self.radius = self._positive(radius, "radius", who)
+        self.length = self._positive(length, "length", who)
+        super().__init__(matter, body, **kw)
+
+    def _dims(self) -> tuple[float, float]:
+        return self.radius, self.length
+
+
+class WrapSphere(WrapObject):
+    """A sphere centred on its frame's origin (OpenSim's ``WrapSphere``) of ``radius``.
+    See :class:`WrapObject` for the frame and quadrant."""
+
+    kind = "sphere"
+
+    def __init__(self, matter: Any, body: MobilizedBody | int, radius: float, **kw: Any):
+        self.radius = self._positive(radius, "radius", f"WrapSphere {kw.get('name')!r}")
+        super().__init__(matter, body, **kw)
+
+    def _dims(self) -> tuple[float, float]:
+        return self.radius, 0.0
+
+
 class GeometryPath:
     """A path through points fixed on bodies (OpenSim's ``GeometryPath`` with its
     ``PathPoint``, ``ConditionalPathPoint`` and ``MovingPathPoint``).
@@ -72,6 +168,7 @@ class GeometryPath:
         self.name = name if name is not None else f"path{self.index}"
         # (kind, body, station, extra): extra None, (coordinate, lo, hi) or the moving axes
         self._points: list[tuple[str, int, np.ndarray, Any]] = []
+        self._wraps: list[tuple[WrapObject, int, int]] = []
         matter._paths.append(self)
         matter._system.invalidate_topology()
 
@@ -129,6 +226,20 @@ class GeometryPath:
         self._matter._system.invalidate_topology()
         return len(self._points) - 1
 
+    def add_path_wrap(self, wrap_object: WrapObject, range: Any = (-1, -1)) -> None:
+        """Wrap the path over ``wrap_object`` (OpenSim's ``PathWrap``), after the wraps
+        added before it. ``range = (first, last)``: the 1-based path points between which
+        it may wrap, -1 (or anything < 1) for the first / the last point (OpenSim's
+        convention)."""
+        who = f"GeometryPath {self.name!r}: add_path_wrap"
+        if not isinstance(wrap_object, WrapObject):
+            raise TypeError(f"{who}: expected an sj.WrapCylinder or sj.WrapSphere, got {wrap_object!r}")
+        if wrap_object._matter is not self._matter:
+            raise ValueError(f"{who}: {wrap_object.name!r} belongs to another matter subsystem")
+        a, b = (int(v) for v in range)
+        self._wraps.append((wrap_object, a, b))
+        self._matter._system.invalidate_topology()
+
     def get_num_path_points(self) -> int:
         """Number of points (active or not)."""
         return len(self._points)
@@ -154,7 +265,8 @@ class GeometryPath:
 
     def get_current_path(self, state: State) -> np.ndarray:
         """Ground locations of the active points, in order (k, 3): what a viewer draws
-        (needs Position; a host array, not for tracing)."""
+        (needs Position; a host array, not for tracing). The tangent points of wraps are
+        not among them yet."""
         state.require(Stage.POSITION, "get_current_path")
         model = self._matter._system.model_for(state)
         paths = model.paths
@@ -239,6 +351,33 @@ def build_path_set(matter: Any) -> PathSet | None:
             elif kind == "moving":
                 moving.append(MovingPoint(i, extra))
         start.append(len(body))
+    objects: list[WrapObject] = list(getattr(matter, "_wrap_objects", ()))
+    wraps = None
+    if any(h._wraps for h in handles):
+        path_wraps = []
+        for h in handles:
+            n = len(h._points)
+            row = []
+            for wo, a, b in h._wraps:
+                first = 0 if a < 1 else a - 1
+                last = n - 1 if b < 1 else b - 1
+                if not (0 <= first <= last < n):
+                    raise ValueError(
+                        f"GeometryPath {h.name!r}: the range ({a}, {b}) of its wrap over {wo.name!r} is "
+                        f"not within its {n} points (1-based first <= last, or -1 for the ends)"
+                    )
+                row.append((wo.index, first, last))
+            path_wraps.append(tuple(row))
+        wraps = WrapSet(
+            names=tuple(o.name for o in objects),
+            kind=tuple(o.kind for o in objects),
+            body=np.asarray([o.body for o in objects], dtype=int),
+            R=np.asarray([o.R for o in objects], dtype=float).reshape(-1, 3, 3),
+            p=np.asarray([o.p for o in objects], dtype=float).reshape(-1, 3),
+            dims=np.asarray([o._dims() for o in objects], dtype=float).reshape(-1, 2),
+            quadrant=np.asarray([_QUADRANTS[o.quadrant] for o in objects], dtype=int).reshape(-1, 2),
+            path_wraps=tuple(path_wraps),
+        )
     return PathSet(
         names=tuple(h.name for h in handles),
         start=np.asarray(start, dtype=int),
@@ -249,4 +388,5 @@ def build_path_set(matter: Any) -> PathSet | None:
         cond_coord=np.asarray(cond_coord, dtype=int).reshape(-1, 2),
         cond_range=np.asarray(cond_range, dtype=float).reshape(-1, 2),
         moving=tuple(moving),
+        wraps=wraps,
     )

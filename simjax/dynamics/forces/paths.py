@@ -5,7 +5,12 @@ Statics per element: the index of its path in the Model's ``PathSet``. The tensi
 as point forces at the active points (each point pulled along its two segments), plus,
 at a moving point, the generalized force on the coordinates that move its station
 (virtual work of the point force through the station's derivative). Together they are
-``-T dL/dq``: the tension times the path's moment arms.
+``-T dL/dq``: the tension times the path's moment arms. A path that wraps (over
+``sj.WrapCylinder`` / ``sj.WrapSphere``) gets the same ``-T dL/dq`` from the reverse-mode
+derivative of its length with respect to the body poses (each body's force and moment
+are the tension's virtual work per unit translation and rotation of that body) and to the
+moving stations' coordinates: exact for whatever the wrap does, its tangent points and the
+bodies the wrap objects are on included.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 from ... import _spatial as sp
 from ...model.context import Context
 from ...model.paths import PathSet
-from ..paths import path_lengths, point_activity, point_stations, segments
+from ..paths import path_lengths, point_activity, point_stations, segments, wrapped_paths
 from .kernel import ForceKernel, Params, scatter_point_forces
 
 
@@ -67,6 +72,17 @@ def path_geometry(paths: PathSet, ctx: Context) -> PathGeometry:
     length = jax.ops.segment_sum(seg_len, ids, num_segments=paths.num_paths)
     speed = jax.ops.segment_sum(seg_speed, ids, num_segments=paths.num_paths)
     e = jnp.where(starts[:, None], e, 0.0)
+    wrapped = wrapped_paths(paths)
+    if wrapped.any():  # their lengths and speeds through the wraps
+        R_GB, p_GB = pc.R_GB, pc.p_GB
+        dR = jnp.einsum("bij,bjk->bik", jax.vmap(sp.skew)(V[:, :3]), R_GB)
+        L, dL = jax.jvp(
+            lambda q_, R_, p_: path_lengths(paths, topo, q_, R_, p_),
+            (q, R_GB, p_GB),
+            (state.velocity_cache.qdot, dR, V[:, 3:]),
+        )
+        length = jnp.where(wrapped, L, length)
+        speed = jnp.where(wrapped, dL, speed)
     return PathGeometry(length, speed, e, nxt, starts, r)
 
 
@@ -76,6 +92,9 @@ def apply_tensions(
     """Body forces (nb, 6) and mobility forces (nu,) of tensions ``T`` (n_paths,) in the
     paths: ``-T dL/dq`` as point forces plus the moving stations' generalized forces."""
     state = ctx.state
+    wrapped = wrapped_paths(paths)
+    T_wrapped = jnp.where(wrapped, T, 0.0)
+    T = jnp.where(wrapped, 0.0, T)
     t = T[paths.path]  # each point's path tension
     pull = t[:, None] * g.e  # on each segment's start, toward its end
     P = len(paths.body)
@@ -99,6 +118,37 @@ def apply_tensions(
         )
         qi, ui = (np.asarray(s, dtype=int) for s in zip(*slots, strict=True))
         tau = tau.at[ui].add(Q_q[qi])
+    if wrapped.any():
+        F_w, Q_w = _wrapped_forces(paths, ctx, T_wrapped)
+        F = F + F_w
+        tau = tau + Q_w
+    return F, tau
+
+
+def _wrapped_forces(paths: PathSet, ctx: Context, T: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``-T dL/dq`` of the wrapped paths as body forces (nb, 6: moment about the body
+    origin and force, in Ground) and mobility forces on the moving stations' coordinates."""
+    state = ctx.state
+    topo = ctx._model.topology(state.use_euler_angles)
+    pc = state.position_cache
+    _, vjp = jax.vjp(lambda q_, R_, p_: path_lengths(paths, topo, q_, R_, p_), state.q, pc.R_GB, pc.p_GB)
+    G_q, G_R, G_p = vjp(-T)
+    M = jnp.einsum("bij,bkj->bik", pc.R_GB, G_R)  # R G^T per body
+    moment = jnp.stack([M[:, 1, 2] - M[:, 2, 1], M[:, 2, 0] - M[:, 0, 2], M[:, 0, 1] - M[:, 1, 0]], axis=1)
+    F = jnp.concatenate([moment, G_p], axis=1)
+    tau = jnp.zeros(ctx.nu, state.q.dtype)
+    slots = sorted(
+        {
+            (int(topo.q_start[b]) + w, int(topo.u_start[b]) + w)
+            for m in paths.moving
+            for spec in m.axes
+            if spec is not None
+            for (_, b, w, _, _) in [spec]
+        }
+    )
+    if slots:
+        qi, ui = (np.asarray(s, dtype=int) for s in zip(*slots, strict=True))
+        tau = tau.at[ui].add(G_q[qi])
     return F, tau
 
 
