@@ -53,6 +53,7 @@ from .system.forces import Force as Force
 from .system.forces import HuntCrossleyForce as HuntCrossleyForce
 from .system.forces import PathSpring as PathSpring
 from .system.forces import SmoothSphereHalfSpaceForce as SmoothSphereHalfSpaceForce
+from .system.forces import TendonSpringDamper as TendonSpringDamper
 from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .system.paths import GeometryPath as GeometryPath
 from .system.system import ForceSubsystem as ForceSubsystem
@@ -60,5 +61,6 @@ from .system.system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system.system import MultibodySystem as MultibodySystem
 from .system.system import Subsystem as Subsystem
 from .system.system import TopologyError as TopologyError
+from .system.tendons import Tendon as Tendon
 
 __version__ = "0.1.0"

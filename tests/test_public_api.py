@@ -51,6 +51,8 @@ SJ = [
     "StageError",
     "State",
     "Subsystem",
+    "Tendon",
+    "TendonSpringDamper",
     "TimeStepper",
     "TopologyError",
     "Trajectory",

@@ -198,6 +198,9 @@ class LoadedModel:
         paths: ``sj.GeometryPath`` handles by the name of the force that owns them (an
             OpenSim muscle's, ligament's or path actuator's path; the force itself may be
             left out): ``get_length``, ``get_lengthening_speed``, ``compute_moment_arm``.
+        tendons: ``sj.Tendon`` handles by name (MuJoCo's tendons, MJCF models):
+            ``get_length``, ``get_lengthening_speed``, ``get_jacobian``,
+            ``compute_moment_arm``.
         contact_forces: Compliant contact force elements (``sj.HuntCrossleyForce``,
             ``sj.SmoothSphereHalfSpaceForce``) by name (OpenSim models).
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
@@ -216,6 +219,7 @@ class LoadedModel:
     constraints: dict[str, Any] = field(default_factory=dict)
     actuators: dict[str, Any] = field(default_factory=dict)
     paths: dict[str, Any] = field(default_factory=dict)
+    tendons: dict[str, Any] = field(default_factory=dict)
     contact_forces: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -64,7 +64,15 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
   equals MuJoCo's ``qacc`` with contacts and limits active.
 
-Everything else (tendons, sensors, joint stiffness of ball and
+- ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
+  ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,
+  ``<pulley divisor>``) as ``sj.Tendon`` handles (``model.tendons``), with ``stiffness``,
+  ``springlength`` (-1: the length at ``qpos_spring``; two values: a deadband) and
+  ``damping`` as ``sj.TendonSpringDamper`` (``passive=True``); ``default`` classes. Not
+  modelled, and named in the warning: tendon ``frictionloss``, ``armature``, limits
+  (``range``), actuators on tendons and ``<equality><tendon>``.
+
+Everything else (sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
 keyframes, cameras, lights, assets, ...) is counted in ``LoadedModel.ignored``; one warning
 lists what carries physics that simjax leaves out. ``<composite>``, ``<flexcomp>``,
@@ -177,7 +185,7 @@ _COLLIDING_MESH = "colliding mesh/hfield/sdf geom (no contact geometry for it ye
 #: MuJoCo's equalities are soft (solref/solimp); simjax's are exact.
 _SOFT_EQ = "equality solref/solimp (soft in MuJoCo, an exact constraint here)"
 #: Top-level sections read or expanded by the loader.
-_READ = {"compiler", "option", "default", "worldbody", "equality", "actuator"}
+_READ = {"compiler", "option", "default", "worldbody", "equality", "actuator", "tendon"}
 _UNSUPPORTED = {
     "composite": "a <composite> is a macro MuJoCo expands when compiling",
     "flexcomp": "a <flexcomp> is a deformable body",
@@ -1469,7 +1477,7 @@ def load_mjcf(
             gravity, off, act_off = _read_option(el, gravity, ignored, notes)
             eq_off = eq_off or off
             actuation_off = actuation_off or act_off
-        elif el.tag in ("tendon", "deformable", "asset", "keyframe", "sensor", "custom"):
+        elif el.tag in ("deformable", "asset", "keyframe", "sensor", "custom"):
             _count(ignored, el.tag, len(el.children))
         elif el.tag == "contact":
             for c in el.children:
@@ -1534,6 +1542,8 @@ def load_mjcf(
 
     _auto_spring_damper(system, matter, reader.joints, joint_mobods, ignored)
     _add_passive_forces(sj, forces, reader.joints, joint_mobods)
+    tendons = _add_tendons(sj, root, reader, defaults, comp, meshes, matter, by_id, coordinates, notes)
+    _add_tendon_forces(sj, system, forces, tendons, passive, contact, ignored, reader.joints, coordinates)
     actuators = _add_actuators(
         sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off
     )
@@ -1567,6 +1577,7 @@ def load_mjcf(
         markers=markers,
         constraints=constraints,
         actuators=actuators,
+        tendons={name: t.handle for name, t in tendons.items()},
         ignored=ignored,
         notes=notes,
         geometry=_visuals(bodies, by_id, comp, meshes, root, defaults, notes),
@@ -2348,3 +2359,164 @@ def _joint_coupler(
         return q[0] - y0 - (c0 + d * (c1 + d * (c2 + d * (c3 + d * c4))))
 
     return sj.Constraint.CoordinateCoupler(matter, f, [joint_mobods[j1.name], joint_mobods[j2.name]], [0, 0])
+
+
+# ----------------------------------------------------------------------------- tendons
+
+
+class _TendonSpec:
+    """A ``<tendon>`` child's attributes (defaults applied) next to its ``sj.Tendon``."""
+
+    __slots__ = ("el", "name", "handle", "stiffness", "damping", "springlength", "limited", "range",
+                 "margin", "solreflimit", "solimplimit", "frictionloss", "armature")  # fmt: skip
+
+    def __init__(self, el: _El, name: str, handle: Any, attrs: dict[str, str], comp: _Compiler):
+        self.el, self.name, self.handle = el, name, handle
+        self.stiffness = _number(el, attrs, "stiffness", 0.0)
+        self.damping = _number(el, attrs, "damping", 0.0)
+        if self.stiffness < 0 or self.damping < 0:
+            raise _error(el, f"tendon {name!r}: stiffness and damping must be >= 0")
+        sl = _floats(el, attrs, "springlength", 2, (-1.0, -1.0), at_most=True)
+        if "springlength" in attrs and len(attrs["springlength"].split()) == 1:
+            sl = sl[:1]
+        self.springlength = (float(sl[0]), float(sl[-1]))
+        if self.springlength[0] != -1 and self.springlength[0] > self.springlength[1]:
+            raise _error(el, f"tendon {name!r}: springlength's lower value exceeds its upper one")
+        self.range = tuple(float(x) for x in _floats(el, attrs, "range", 2, (0.0, 0.0)))
+        lim = attrs.get("limited", "auto")
+        if lim == "auto":
+            self.limited = bool(comp.autolimits) and "range" in attrs
+        else:
+            self.limited = _flag(el, attrs, "limited", False)
+        self.margin = _number(el, attrs, "margin", 0.0)
+        self.solreflimit = _floats(el, attrs, "solreflimit", 2, (0.02, 1.0))
+        self.solimplimit = _floats(el, attrs, "solimplimit", 5, (0.9, 0.95, 0.001, 0.5, 2.0))
+        self.frictionloss = _number(el, attrs, "frictionloss", 0.0)
+        self.armature = _number(el, attrs, "armature", 0.0)
+
+
+def _add_tendons(
+    sj: Any, root: _El, reader: _Reader, defaults: _Defaults, comp: _Compiler, meshes: _Meshes,
+    matter: Any, by_id: list[MobilizedBody], coordinates: dict[str, Coordinate], notes: list[str],
+) -> dict[str, _TendonSpec]:  # fmt: skip
+    """MuJoCo's ``<tendon>`` section: an ``sj.Tendon`` per ``<fixed>`` (joint terms) and
+    ``<spatial>`` (sites, wrap geoms with side sites, pulleys), in file order. A side site
+    outside its wrap geom gets a note: simjax wraps as MuJoCo's published ``mju_wrap``
+    does, and MuJoCo 4.0.1 decides some of those wraps differently (measured: about a
+    quarter of random planar poses)."""
+    sites: dict[str, tuple[int, np.ndarray]] = {}
+    geoms: dict[str, tuple[int, _El, dict[str, str], dict[str, str], _Frame]] = {}
+    for body in reader.bodies:
+        for name, pos, _, _ in body.sites:
+            sites[name] = (body.id, np.asarray(pos, float))
+        for el, own, dflt, X_frame in body.geoms:
+            if own.get("name"):
+                geoms[own["name"]] = (body.id, el, own, dflt, X_frame)
+    joints = {j.name: j for j in reader.joints}
+    specs: dict[str, _TendonSpec] = {}
+    for sec in (c for c in root.children if c.tag == "tendon"):
+        for el in sec.children:
+            if el.tag not in ("fixed", "spatial"):
+                raise _error(el, f"unknown tendon element <{el.tag}> (MuJoCo has <fixed> and <spatial>)")
+            own = el.attrib
+            attrs = {**defaults.of(el, "tendon", own.get("class", "main")), **own}
+            name = own.get("name") or f"tendon#{len(specs)}"
+            if name in specs:
+                raise _error(el, f"repeated tendon name {name!r}")
+            h = sj.Tendon(matter, name)
+            for c in el.children:
+                who = f"tendon {name!r} <{c.tag}>"
+                if el.tag == "fixed":
+                    if c.tag != "joint":
+                        raise _error(c, f"{who}: a fixed tendon holds <joint joint coef> elements only")
+                    j = joints.get(c.get("joint") or "")
+                    if j is None:
+                        raise _error(c, f"{who}: no joint named {c.get('joint')!r}")
+                    if j.type not in ("hinge", "slide"):
+                        raise _error(
+                            c,
+                            f"{who}: joint {j.name!r} is a {j.type} joint; "
+                            "a fixed tendon needs hinge or slide joints",
+                        )
+                    h.append_joint(coordinates[j.name], _number(c, c.attrib, "coef", 1.0))
+                elif c.tag == "site":
+                    if c.get("site") not in sites:
+                        raise _error(c, f"{who}: no site named {c.get('site')!r}")
+                    b, pos = sites[c.get("site") or ""]
+                    h.append_site(by_id[b], pos)
+                elif c.tag == "geom":
+                    if c.get("geom") not in geoms:
+                        raise _error(c, f"{who}: no geom named {c.get('geom')!r}")
+                    b, gel, gown, gdflt, X_frame = geoms[c.get("geom") or ""]
+                    gtype, size, R, pos = _geom_placement(gel, gown, gdflt, X_frame, comp, meshes)
+                    if gtype not in ("sphere", "cylinder"):
+                        raise _error(
+                            c,
+                            f"{who}: geom {c.get('geom')!r} is a {gtype}; "
+                            "tendons wrap spheres and cylinders only",
+                        )
+                    side = None
+                    if c.get("sidesite"):
+                        if c.get("sidesite") not in sites:
+                            raise _error(c, f"{who}: no site named {c.get('sidesite')!r} (sidesite)")
+                        sb, spos = sites[c.get("sidesite") or ""]
+                        side = (by_id[sb], spos)
+                        if sb != b or np.linalg.norm(R.T @ (spos - pos)) >= size[0]:
+                            notes.append(
+                                f"tendon {name!r}: side site {c.get('sidesite')!r} of wrap geom "
+                                f"{c.get('geom')!r} lies outside the geom (or on another body): wrapped as "
+                                "MuJoCo's published mju_wrap does; MuJoCo 4.0.1 wraps some poses "
+                                "differently (side sites inside the geom, and geoms without one, agree)"
+                            )
+                    h.append_geom(by_id[b], gtype, float(size[0]), position=pos, rotation=R, side=side)
+                elif c.tag == "pulley":
+                    divisor = _number(c, c.attrib, "divisor", 0.0)
+                    if not divisor > 0:
+                        raise _error(c, f"{who}: a pulley's divisor must be > 0")
+                    h.append_pulley(divisor)
+                else:
+                    raise _error(c, f"{who}: a spatial tendon holds <site>, <geom> and <pulley> elements")
+            try:
+                h._check()
+            except ValueError as e:
+                raise _error(el, str(e)) from None
+            specs[name] = _TendonSpec(el, name, h, attrs, comp)
+    return specs
+
+
+def _add_tendon_forces(
+    sj: Any, system: Any, forces: Any, specs: dict[str, _TendonSpec], passive: bool, contact: bool,
+    ignored: dict[str, int], joints: list[_Joint], coordinates: dict[str, Coordinate],
+) -> None:  # fmt: skip
+    """MuJoCo's tendon ``stiffness``/``springlength``/``damping`` as ``sj.TendonSpringDamper``
+    (a ``springlength`` of -1: the tendon's length at MuJoCo's ``qpos_spring``, hinge and
+    slide joints at their ``springref``, as MuJoCo's compiler sets it);
+    what is not modelled is counted in ``ignored``, naming the part."""
+    springs = [s for s in specs.values() if s.stiffness > 0 or s.damping > 0]
+    for s in specs.values():
+        if s.frictionloss > 0:
+            _count(ignored, "tendon frictionloss (MuJoCo's friction-loss row)")
+        if s.armature > 0:
+            _count(ignored, "tendon armature (inertia along the tendon)")
+        if s.limited and not contact:
+            _count(ignored, "tendon range (MuJoCo's soft limit row; load_mjcf(..., contact=True))")
+    if not springs:
+        return
+    if not passive:
+        _count(ignored, "tendon stiffness/damping (passive=False)", len(springs))
+        return
+    lengths = None
+    if any(s.springlength[0] == -1 for s in springs):
+        state = system.realize_topology()
+        q = np.array(state.q)
+        for j in joints:
+            if j.type in ("hinge", "slide"):
+                q[coordinates[j.name].q_index(state)] = j.springref
+        state = system.realize(state.with_q(q), Stage.POSITION)
+        lengths = np.asarray(system.get_matter_subsystem().calc_tendon_lengths(state))
+    for s in springs:
+        lo, hi = s.springlength
+        if lo == -1:
+            assert lengths is not None
+            lo = hi = float(lengths[s.handle.index])
+        sj.TendonSpringDamper(forces, s.handle, s.stiffness, (lo, hi), s.damping)

@@ -8,9 +8,11 @@ from .contact import ContactGeometry as ContactGeometry
 from .contact import ContactSurface as ContactSurface
 from .forces import Force as Force
 from .forces import PathSpring as PathSpring
+from .forces import TendonSpringDamper as TendonSpringDamper
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .paths import GeometryPath as GeometryPath
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem
+from .tendons import Tendon as Tendon
 
 Transform = _sp.Transform

@@ -32,6 +32,7 @@ from ..dynamics.forces import gravity as _gravity
 from ..dynamics.forces import limits as _limits
 from ..dynamics.forces import paths as _path_forces
 from ..dynamics.forces import springs as _springs
+from ..dynamics.forces import tendons as _tendon_forces
 from ..dynamics.forces.kernel import ForceKernel, calc_group, group_params, potential_group
 from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model
@@ -40,6 +41,7 @@ from . import contact as _ct
 from ._compiled import reads_cache
 from .paths import GeometryPath
 from .system import GeneralForceSubsystem
+from .tendons import Tendon
 
 
 def _bi(x: Any) -> int:
@@ -1376,3 +1378,64 @@ Force.CoordinateLimitForce = CoordinateLimitForce
 Force.LinearBushing = LinearBushing
 Force.DiscreteForces = DiscreteForces
 Force.Custom = Custom
+
+
+# ---------------------------------------------------------------------- forces along tendons
+
+
+class TendonSpringDamper(Force):
+    """MuJoCo's tendon ``stiffness``, ``springlength`` and ``damping``: the force
+    ``stiffness (l0 - L) - damping dL/dt`` along an ``sj.Tendon`` (``J^T f`` on the
+    generalized speeds), ``l0`` the nearer end of the deadband ``spring_length = (lower,
+    upper)`` (a number: no deadband) and no spring force while ``lower <= L <= upper``."""
+
+    kernel = _tendon_forces.TendonSpringDamper()
+
+    def __init__(
+        self, forces: Any, tendon: Tendon, stiffness: float, spring_length: Any, damping: float = 0.0
+    ):
+        if not isinstance(tendon, Tendon):
+            raise TypeError(f"TendonSpringDamper: tendon must be an sj.Tendon, got {type(tendon).__name__}")
+        who = f"TendonSpringDamper on {tendon.name!r}"
+        lo, hi = (float(v) for v in np.broadcast_to(np.asarray(spring_length, dtype=float), (2,)))
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ValueError(
+                f"{who}: spring_length must be finite with lower <= upper, got {spring_length!r}"
+            )
+        for name, v in (("stiffness", stiffness), ("damping", damping)):
+            if not (math.isfinite(float(v)) and float(v) >= 0):
+                raise ValueError(f"{who}: {name} must be finite and >= 0, got {v}")
+        self._tendon = tendon
+        self._v = {
+            "stiffness": float(stiffness),
+            "spring_lower": lo,
+            "spring_upper": hi,
+            "damping": float(damping),
+        }
+        super().__init__(forces)
+
+    def _values(self) -> dict[str, Any]:
+        return dict(self._v)
+
+    def _static(self) -> Any:
+        return self._tendon.index
+
+    def get_tendon(self) -> Tendon:
+        """The tendon the force acts along."""
+        return self._tendon
+
+    def set_stiffness(self, state: State, k: Any) -> State:
+        """New State with the stiffness changed (N/m)."""
+        return self._set(state, "stiffness", k)
+
+    def set_damping(self, state: State, b: Any) -> State:
+        """New State with the damping changed (N s/m)."""
+        return self._set(state, "damping", b)
+
+    def get_tension(self, state: State) -> jax.Array:
+        """The force along the tendon (positive lengthens; needs Velocity)."""
+        L = self._tendon.get_length(state)
+        v = self._tendon.get_lengthening_speed(state)
+        lo, hi = self._get(state, "spring_lower"), self._get(state, "spring_upper")
+        spring = jnp.where(L > hi, hi - L, jnp.where(L < lo, lo - L, 0.0))
+        return self._get(state, "stiffness") * spring - self._get(state, "damping") * v
