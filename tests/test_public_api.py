@@ -90,6 +90,7 @@ FORCE = [
     "MobilityLinearDamper",
     "MobilityLinearSpring",
     "MobilityLinearStop",
+    "TendonActuator",
     "TwoPointConstantForce",
     "TwoPointLinearDamper",
     "TwoPointLinearSpring",

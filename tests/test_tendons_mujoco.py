@@ -83,6 +83,11 @@ HANGING = """<mujoco model="hanging">
       <joint joint="hinge" coef="1.5"/>
     </fixed>
   </tendon>
+  <actuator>
+    <motor name="pull" tendon="rope" gear="2" ctrlrange="-1 1"/>
+    <position name="hold" tendon="pulleyed" kp="40" kv="3"/>
+    <general name="slow" tendon="coupler" dyntype="filter" dynprm="0.1" gainprm="5"/>
+  </actuator>
 </mujoco>
 """
 
@@ -274,3 +279,45 @@ def test_tendon_handle_errors():
     s.append_site(body, [0.1, 0, 0])
     with pytest.raises(ValueError, match="at least two sites"):
         system.realize_topology()
+
+
+@pytest.mark.oracle
+def test_tendon_actuators_equal_mujoco(paths, mujoco):
+    """Motor, position and filtered general actuators on spatial (wrapped, pulley) and fixed
+    tendons: ``actuator_force``, ``act_dot`` and ``qacc`` at random controls and activations,
+    to 1e-10."""
+    c = _case("hanging", paths["hanging"], mujoco)
+    m = c.m
+    m.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
+    d = mujoco.MjData(m)
+    lm = c.lm
+    assert lm.control_names == ["pull", "hold", "slow"]
+    acts = [lm.actuators[n] for n in lm.control_names]
+    assert all(isinstance(a, sj.Force.TendonActuator) for a in acts)
+    system = lm.system
+
+    @jax.jit
+    def f(q, u, z, ctrl):
+        s = system.set_controls(c.state.with_q(q).with_u(u).with_z(z), ctrl)
+        s = system.realize(s, sj.Stage.ACCELERATION)
+        return s.dynamics_cache.mobility_forces, jnp.stack([a.get_actuation(s) for a in acts]), s.zdot, s.udot
+
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        q, u = c.random_state(rng)
+        qpos, T = c.to_mujoco(q)
+        ctrl = rng.uniform(-1.5, 1.5, 3)
+        d.qpos[:], d.qvel[:], d.ctrl[:] = qpos, T @ u, ctrl
+        d.act[:] = rng.uniform(-1, 1, m.na)
+        mujoco.mj_forward(m, d)
+        tau, force, zdot, udot = (
+            np.asarray(x) for x in f(jnp.asarray(q), jnp.asarray(u), jnp.asarray(d.act), ctrl)
+        )
+        # body forces of spatial tendons do not show in mobility_forces: compare through qacc
+        np.testing.assert_allclose(
+            force, d.actuator_force, rtol=0, atol=1e-10 * max(1, np.abs(d.actuator_force).max())
+        )
+        np.testing.assert_allclose(zdot, d.act_dot, rtol=0, atol=1e-12)
+        a_mj = np.linalg.solve(T, d.qacc)
+        assert np.abs(udot - a_mj).max() <= 1e-10 * max(1.0, np.abs(a_mj).max())
+        assert np.abs(T.T @ d.qfrc_actuator).max() > 1.0  # the actuators do push

@@ -50,7 +50,9 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``intvelocity``'s activation range, is the joint's ``range`` scaled about its midpoint, as
   MuJoCo's compiler sets it) and default classes, each a
   ``Force.CoordinateActuator`` whose control is in the State (``model.actuators``, in the
-  file's order; ``<flag actuation="disable">`` disables them). An actuator on a tendon, site,
+  file's order; ``<flag actuation="disable">`` disables them); the same on a tendon
+  (``tendon=``) is a ``Force.TendonActuator`` (length and velocity the tendon's times
+  ``gear``, force along the tendon; no ``inheritrange``). An actuator on a site,
   body or ball/free joint, a muscle, cylinder or adhesion actuator, ``dampratio``,
   ``actearly``, an actuator's own ``damping``, ``armature`` or ``delay``, and any attribute
   simjax does not know are not modelled: the warning names each one (attributes that do not
@@ -70,7 +72,7 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``springlength`` (-1: the length at ``qpos_spring``; two values: a deadband) and
   ``damping`` as ``sj.TendonSpringDamper`` (``passive=True``); ``default`` classes. Not
   modelled, and named in the warning: tendon ``frictionloss``, ``armature``, limits
-  (``range``), actuators on tendons and ``<equality><tendon>``.
+  (``range``) and ``<equality><tendon>``.
 
 Everything else (sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
@@ -1545,7 +1547,7 @@ def load_mjcf(
     tendons = _add_tendons(sj, root, reader, defaults, comp, meshes, matter, by_id, coordinates, notes)
     _add_tendon_forces(sj, system, forces, tendons, passive, contact, ignored, reader.joints, coordinates)
     actuators = _add_actuators(
-        sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off
+        sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off, tendons
     )
     constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
     for con in constraints.values():
@@ -2126,9 +2128,12 @@ def _add_actuators(
     ignored: dict[str, int],
     notes: list[str],
     off: bool,
+    tendons: dict[str, _TendonSpec] | None = None,
 ) -> dict[str, Any]:
-    """MuJoCo's actuators on hinge and slide joints as ``Force.CoordinateActuator``s, in the
-    file's order; the others are named in a note and counted as ignored."""
+    """MuJoCo's actuators on hinge and slide joints as ``Force.CoordinateActuator``s and on
+    tendons as ``Force.TendonActuator``s, in the file's order; the others are named in a
+    note and counted as ignored."""
+    tendons = tendons or {}
     joints = {j.name: j for j in reader.joints}
     out: dict[str, Any] = {}
     skipped: list[str] = []
@@ -2151,13 +2156,22 @@ def _add_actuators(
                     _apply_actuator(tag, el, attrs, p)
             _apply_actuator(el.tag, el, el.attrib, p)
             a = p["attrs"]
-            target = next((k for k in ("joint", "jointinparent") if k in el.attrib), None)
+            target = next((k for k in ("joint", "jointinparent", "tendon") if k in el.attrib), None)
             if target is None:
-                kind = next(
-                    (k for k in ("tendon", "site", "cranksite", "body") if k in el.attrib), "no target"
-                )
+                kind = next((k for k in ("site", "cranksite", "body") if k in el.attrib), "no target")
                 _count(ignored, f"actuator on a {kind}")
-                skipped.append(f"{name} (transmission through a {kind}; only joints are modelled)")
+                skipped.append(f"{name} (transmission through a {kind}; joints and tendons are modelled)")
+                continue
+            if target == "tendon":
+                tname = el.attrib["tendon"]
+                if tname not in tendons:
+                    raise _error(el, f"{who}: unknown tendon {tname!r}")
+                problem = _tendon_actuator_problem(el, a, p)
+                if problem:
+                    _count(ignored, "actuator (unmodelled parameters)")
+                    skipped.append(f"{name} ({problem})")
+                    continue
+                out[name] = _tendon_actuator(sj, el, a, p, comp, forces, tendons[tname].handle, name, off)
                 continue
             jname = el.attrib[target]
             if jname not in joints:
@@ -2520,3 +2534,54 @@ def _add_tendon_forces(
             assert lengths is not None
             lo = hi = float(lengths[s.handle.index])
         sj.TendonSpringDamper(forces, s.handle, s.stiffness, (lo, hi), s.damping)
+
+
+def _tendon_actuator_problem(el: _El, a: dict[str, str], p: dict[str, Any]) -> str | None:
+    """Why an actuator on a tendon is not modelled (None: it is)."""
+    if p["gaintype"] not in ("fixed", "affine") or p["biastype"] not in ("none", "affine"):
+        return f"gaintype {p['gaintype']!r} / biastype {p['biastype']!r}; fixed and affine are modelled"
+    if p["dyntype"] not in ("none", "integrator", "filter", "filterexact"):
+        return f"dyntype {p['dyntype']!r}; none, integrator, filter and filterexact are modelled"
+    if p["dampratio"]:
+        return "dampratio (give kv instead)"
+    if _flag(el, a, "actearly", False):
+        return 'actearly="true"'
+    if int(_number(el, a, "actdim", -1)) > 1:
+        return "actdim > 1"
+    if unknown := sorted(set(a) - _ACTUATOR_ATTRS - _ACTUATOR_ATTRS_NO_EFFECT):
+        return f"attribute{'s' * (len(unknown) > 1)} {', '.join(unknown)} not modelled"
+    if _number(el, a, "delay", 0.0) > 0:
+        return "delay (a delayed control is not modelled)"
+    if any(_floats(el, a, "damping", 3, np.zeros(3), at_most=True) != 0) or _number(el, a, "armature", 0.0):
+        return "actuator damping/armature on a tendon"
+    if _number(el, a, "inheritrange", 0.0):
+        return "inheritrange on a tendon actuator"
+    return None
+
+
+def _tendon_actuator(
+    sj: Any, el: _El, a: dict[str, str], p: dict[str, Any], comp: _Compiler, forces: Any, tendon: Any,
+    name: str, off: bool,
+) -> Any:  # fmt: skip
+    """``Force.TendonActuator`` of a ``general``-like actuator on a tendon."""
+    who = f"actuator {name!r}"
+    gain = p["gainprm"][:3] if p["gaintype"] == "affine" else np.array([p["gainprm"][0], 0.0, 0.0])
+    bias = p["biasprm"][:3] if p["biastype"] == "affine" else np.zeros(3)
+    dyn = p["dyntype"]
+    act = _limited(el, a, "act", comp, who) if dyn != "none" else None
+    element = sj.Force.TendonActuator(
+        forces,
+        tendon,
+        gear=float(p["gear"][0]),
+        gain=gain,
+        bias=bias,
+        control_range=_limited(el, a, "ctrl", comp, who),
+        force_range=_limited(el, a, "force", comp, who),
+        dynamics=dyn,
+        time_constant=max(float(p["dynprm"][0]), _MINVAL) if dyn in ("filter", "filterexact") else 1.0,
+        activation_range=act,
+        name=name,
+    )
+    if off:
+        element.set_disabled_by_default(True)
+    return element

@@ -67,6 +67,7 @@ class Force:
     MobilityConstantForce: ClassVar[type[MobilityConstantForce]]
     MobilityLinearStop: ClassVar[type[MobilityLinearStop]]
     CoordinateActuator: ClassVar[type[CoordinateActuator]]
+    TendonActuator: ClassVar[type[TendonActuator]]
     CoordinateLimitForce: ClassVar[type[CoordinateLimitForce]]
     LinearBushing: ClassVar[type[LinearBushing]]
     DiscreteForces: ClassVar[type[DiscreteForces]]
@@ -617,13 +618,17 @@ class CoordinateActuator(_Mobility):
     ):
         what = f"Force.CoordinateActuator {name!r}" if name else "Force.CoordinateActuator"
         g3, b3 = _three(gain, "gain", what), _three(bias, "bias", what)
-        try:
-            _check_q_is_u(body, which, "CoordinateActuator")
-            self._q_is_u = True
-        except ValueError:
-            if g3[1] or b3[1]:
-                raise
-            self._q_is_u = False  # no length: the actuator acts on the speed alone
+        tendon = getattr(self, "_tendon", None)
+        if tendon is not None:
+            self._q_is_u = True  # the length is the tendon's
+        else:
+            try:
+                _check_q_is_u(body, which, "CoordinateActuator")
+                self._q_is_u = True
+            except ValueError:
+                if g3[1] or b3[1]:
+                    raise
+                self._q_is_u = False  # no length: the actuator acts on the speed alone
         if dynamics not in self._DYNAMICS:
             raise ValueError(f"{what}: dynamics must be one of {list(self._DYNAMICS)}, got {dynamics!r}")
         self.name = name or f"actuator{sum(isinstance(e, CoordinateActuator) for e in forces._elements)}"
@@ -639,7 +644,11 @@ class CoordinateActuator(_Mobility):
         }
         if self._dyn == 2 and not float(time_constant) > 0:
             raise ValueError(f"{what}: a filter needs time_constant > 0, got {time_constant}")
-        super().__init__(forces, body, which)
+        if tendon is not None:
+            self._body, self._which = body, 0
+            Force.__init__(self, forces)
+        else:
+            super().__init__(forces, body, which)
 
     def _values(self):
         return dict(self._v)
@@ -649,7 +658,9 @@ class CoordinateActuator(_Mobility):
         if self._dyn:
             acts = [e for e in self._subsystem._elements if isinstance(e, CoordinateActuator) and e._dyn]
             z_slot = acts.index(self)
-        return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u))
+        tendon = getattr(self, "_tendon", None)
+        t = -1 if tendon is None else tendon.index
+        return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u), t)
 
     def _declare(self, sub: GeneralForceSubsystem) -> None:
         acts = [e for e in sub._elements if isinstance(e, CoordinateActuator)]
@@ -683,6 +694,32 @@ class CoordinateActuator(_Mobility):
         model, g = self._model_grp(state)
         ctx = Context(model, state, g.subsystem)
         return _actuators.actuation(group_params(ctx, g), ctx, g.statics)[self._slot_index()]
+
+
+class TendonActuator(CoordinateActuator):
+    """MuJoCo's actuator on a tendon: a ``CoordinateActuator`` (the same controls,
+    activation dynamics, gain and bias) whose length and velocity are ``gear`` times the
+    ``sj.Tendon``'s length and lengthening speed, and whose force ``s`` pulls along the
+    tendon: generalized forces ``J^T gear s`` (``J = dL/du``, MuJoCo's ``actuator_moment``
+    over ``gear``). Its controls share the subsystem's control vector with the other
+    actuators, in the order of creation."""
+
+    def __init__(self, forces: Any, tendon: Tendon, **kwargs: Any):
+        if not isinstance(tendon, Tendon):
+            raise TypeError(f"TendonActuator: tendon must be an sj.Tendon, got {type(tendon).__name__}")
+        self._tendon = tendon
+        super().__init__(forces, tendon._matter.Ground(), 0, **kwargs)
+
+    def _group_key(self) -> Any:
+        return CoordinateActuator  # one group with the joint actuators: one control vector
+
+    @classmethod
+    def _key_name(cls, key: Any) -> str:
+        return CoordinateActuator.__name__
+
+    def get_tendon(self) -> Tendon:
+        """The tendon the actuator pulls along."""
+        return self._tendon
 
 
 class CoordinateLimitForce(_Mobility):
@@ -1374,6 +1411,7 @@ Force.MobilityLinearDamper = MobilityLinearDamper
 Force.MobilityConstantForce = MobilityConstantForce
 Force.MobilityLinearStop = MobilityLinearStop
 Force.CoordinateActuator = CoordinateActuator
+Force.TendonActuator = TendonActuator
 Force.CoordinateLimitForce = CoordinateLimitForce
 Force.LinearBushing = LinearBushing
 Force.DiscreteForces = DiscreteForces
