@@ -20,6 +20,7 @@ input: an unknown joint, site or geom, a tendon on a ball joint, a wrap geom tha
 sphere or cylinder, a tendon mixing joints and sites: errors naming the element.
 """
 
+import dataclasses
 import warnings
 
 import jax
@@ -321,3 +322,52 @@ def test_tendon_actuators_equal_mujoco(paths, mujoco):
         a_mj = np.linalg.solve(T, d.qacc)
         assert np.abs(udot - a_mj).max() <= 1e-10 * max(1.0, np.abs(a_mj).max())
         assert np.abs(T.T @ d.qfrc_actuator).max() > 1.0  # the actuators do push
+
+
+@pytest.mark.oracle
+def test_tendon_limit_rows_equal_mujoco(paths, mujoco):
+    """``load_mjcf(..., contact=True)``: ball_in_cup's string (a spatial tendon limited to
+    0.3 m) is MuJoCo's tendon limit row (``mjCNSTR_LIMIT_TENDON``, ``tendon_invweight0``):
+    ``qacc`` to 1e-9 relative and the row's ``efc_force`` to 1e-9 of the largest force, at
+    states with the string slack and taut (contacts off on both sides)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = load_mjcf(paths["ball_in_cup"], contact=True)
+    m = mujoco.MjModel.from_xml_path(str(paths["ball_in_cup"]))
+    opt = lm.system.model_for(lm.default_state).mujoco
+    np.testing.assert_allclose(opt.tendon_invweight, m.tendon_invweight0, rtol=1e-12)
+    # contacts off on both sides: with the ball pressed into the cup as well, qacc differs
+    # by ~1% (ball_in_cup's sphere-capsule contacts are not among the checked contact pairs)
+    m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+    d = mujoco.MjData(m)
+    lm.matter.set_mujoco_constraints(dataclasses.replace(opt, contact=False))
+    st = lm.system.realize_topology()
+    nl = 2 * opt.limit_q.size
+    assert np.allclose(np.asarray(st.q), m.qpos0)  # slide joints: q = qpos
+
+    @jax.jit
+    def f(q, u):
+        s = lm.system.realize(st.with_q(q).with_u(u), sj.Stage.ACCELERATION)
+        return s.udot, s.acceleration_cache.efc_force
+
+    rng = np.random.default_rng(2)
+    taut = 0
+    for _ in range(6):
+        q = m.qpos0 + rng.normal(0.0, 0.2, m.nq)
+        u = rng.normal(0.0, 1.0, m.nv)
+        d.qpos[:], d.qvel[:] = q, u
+        mujoco.mj_forward(m, d)
+        udot, force = (np.asarray(x) for x in f(jnp.asarray(q), jnp.asarray(u)))
+        scale = max(1.0, np.abs(d.qacc).max())
+        np.testing.assert_allclose(udot, d.qacc, rtol=0, atol=1e-9 * scale)
+        rows = np.flatnonzero(d.efc_type == mujoco.mjtConstraint.mjCNSTR_LIMIT_TENDON)
+        fscale = max(1.0, np.abs(d.efc_force).max(initial=0.0))
+        mine = force[nl : nl + 2]  # lower, upper rows of the string
+        if len(rows):
+            taut += 1
+            upper = d.ten_length[0] > 0.15
+            np.testing.assert_allclose(mine[int(upper)], d.efc_force[rows[0]], rtol=0, atol=1e-9 * fscale)
+            assert mine[1 - int(upper)] == 0.0
+        else:
+            assert not np.any(mine)
+    assert 0 < taut < 6

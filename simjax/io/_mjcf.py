@@ -71,8 +71,10 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``<pulley divisor>``) as ``sj.Tendon`` handles (``model.tendons``), with ``stiffness``,
   ``springlength`` (-1: the length at ``qpos_spring``; two values: a deadband) and
   ``damping`` as ``sj.TendonSpringDamper`` (``passive=True``); ``default`` classes. Not
-  modelled, and named in the warning: tendon ``frictionloss``, ``armature``, limits
-  (``range``) and ``<equality><tendon>``.
+  modelled, and named in the warning: tendon ``frictionloss``, ``armature``,
+  ``<equality><tendon>``, and limits (``range``) without ``contact=True`` (with it, a
+  limited tendon has MuJoCo's soft limit rows: ``solreflimit``, ``solimplimit``,
+  ``margin``, ``tendon_invweight0``).
 
 Everything else (sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
@@ -1415,7 +1417,8 @@ def load_mjcf(
             that collide (pyramidal or elliptic cones from ``<option cone>``, ``impratio``,
             ``condim`` 1, 3, 4, 6, ``solref``/``solimp``/``margin``/``gap``) and, with
             ``limits``, its soft limit rows for limited hinge and slide joints
-            (``solreflimit``, ``solimplimit``, ``margin``) instead of hard limits, by
+            (``solreflimit``, ``solimplimit``, ``margin``) instead of hard limits, and
+            limited tendons' limit rows, by
             MuJoCo's primal Newton solve at the Acceleration stage
             (``sj.MujocoConstraintOptions``, ``simjax.constraints.soft``); ``udot`` then
             equals MuJoCo's ``qacc``. Off by default: geoms are then detected only
@@ -1567,7 +1570,7 @@ def load_mjcf(
                 "simjax's exact constraints is not supported yet (load without contact=True)"
             )
         state = _solve_mujoco_way(sj, root, system, matter, state, reader.joints, coordinates, limits,
-                                  contact_flags, ignored, notes)  # fmt: skip
+                                  contact_flags, ignored, notes, tendons)  # fmt: skip
     model = LoadedModel(
         system=system,
         matter=matter,
@@ -1601,7 +1604,7 @@ def load_mjcf(
 def _solve_mujoco_way(
     sj: Any, root: _El, system: Any, matter: Any, state: Any, joints: list[_Joint],
     coordinates: dict[str, Any], limits: bool, flags: dict[str, bool], ignored: dict[str, int],
-    notes: list[str],
+    notes: list[str], tendons: dict[str, Any] | None = None,
 ) -> Any:  # fmt: skip
     """``load_mjcf(..., contact=True)``: MuJoCo's options (``<option timestep cone impratio
     iterations>``, ``<flag limit refsafe>``), the invweights at qpos0 and the limit rows
@@ -1638,6 +1641,17 @@ def _solve_mujoco_way(
             lo, hi = j.range
             rows.append((c.q_index(state), ui, lo, hi, j.margin, j.solreflimit, j.solimplimit, dof_iw[ui]))
     cols: list[Any] = list(zip(*rows)) if rows else [[] for _ in range(8)]
+    trows: list[tuple] = []
+    limited = [t for t in (tendons or {}).values() if t.limited]
+    if limits and "limit" not in off and limited:
+        # MuJoCo's tendon_invweight0: J M^-1 J^T at qpos0
+        Jt = np.asarray(matter.calc_tendon_jacobians(pos_state))
+        Minv = np.linalg.inv(np.asarray(matter.calc_mass_matrix(pos_state)))
+        for t in limited:
+            k = t.handle.index
+            iw = float(Jt[k] @ Minv @ Jt[k])
+            trows.append((k, *t.range, t.margin, t.solreflimit, t.solimplimit, iw))
+    tcols: list[Any] = list(zip(*trows)) if trows else [[] for _ in range(7)]
     options = MujocoConstraintOptions(
         body_invweight=body_iw,
         cone=cone,
@@ -1654,6 +1668,13 @@ def _solve_mujoco_way(
         limit_solref=np.asarray(cols[5], float).reshape(-1, 2),
         limit_solimp=np.asarray(cols[6], float).reshape(-1, 5),
         limit_invweight=np.asarray(cols[7], float),
+        tendon_index=np.asarray(tcols[0], int),
+        tendon_lower=np.asarray(tcols[1], float),
+        tendon_upper=np.asarray(tcols[2], float),
+        tendon_margin=np.asarray(tcols[3], float),
+        tendon_solref=np.asarray(tcols[4], float).reshape(-1, 2),
+        tendon_solimp=np.asarray(tcols[5], float).reshape(-1, 5),
+        tendon_invweight=np.asarray(tcols[6], float),
     )
     matter.set_mujoco_constraints(options)
     new = system.realize_topology()
