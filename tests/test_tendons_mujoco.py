@@ -250,12 +250,19 @@ def test_bad_tendons_name_the_element(tendon, message):
 def test_what_is_not_modelled_is_named():
     """Frictionloss, armature and limits (without contact=True) are listed; a side site
     outside its geom gets a note."""
-    t = """<spatial name="t" frictionloss="1" armature="0.1" limited="true" range="0 2">
+    t = """<spatial name="t" frictionloss="1" armature="0.1" limited="true" range="0 2"
+             actuatorfrclimited="true" actuatorfrcrange="-1 1">
              <site site="w"/><geom geom="g" sidesite="w"/><site site="s"/></spatial>"""
     with pytest.warns(UserWarning) as rec:
         lm = load_mjcf(_xml(t))
     msg = " ".join(str(r.message) for r in rec)
-    for part in ("tendon frictionloss", "tendon armature", "tendon range", "side site 'w'"):
+    for part in (
+        "tendon frictionloss",
+        "tendon armature",
+        "tendon range",
+        "tendon actuatorfrcrange",
+        "side site 'w'",
+    ):
         assert part in msg, part
     assert list(lm.tendons) == ["t"]
     with warnings.catch_warnings():

@@ -2403,7 +2403,8 @@ class _TendonSpec:
     """A ``<tendon>`` child's attributes (defaults applied) next to its ``sj.Tendon``."""
 
     __slots__ = ("el", "name", "handle", "stiffness", "damping", "springlength", "limited", "range",
-                 "margin", "solreflimit", "solimplimit", "frictionloss", "armature")  # fmt: skip
+                 "margin", "solreflimit", "solimplimit", "frictionloss", "armature",
+                 "force_limited")  # fmt: skip
 
     def __init__(self, el: _El, name: str, handle: Any, attrs: dict[str, str], comp: _Compiler):
         self.el, self.name, self.handle = el, name, handle
@@ -2428,6 +2429,11 @@ class _TendonSpec:
         self.solimplimit = _floats(el, attrs, "solimplimit", 5, (0.9, 0.95, 0.001, 0.5, 2.0))
         self.frictionloss = _number(el, attrs, "frictionloss", 0.0)
         self.armature = _number(el, attrs, "armature", 0.0)
+        frc = _floats(el, attrs, "actuatorfrcrange", 2, (0.0, 0.0))
+        flim = attrs.get("actuatorfrclimited", "auto")
+        self.force_limited = flim == "true" or (
+            flim == "auto" and bool(comp.autolimits) and bool(np.any(frc))
+        )
 
 
 def _add_tendons(
@@ -2533,6 +2539,8 @@ def _add_tendon_forces(
             _count(ignored, "tendon frictionloss (MuJoCo's friction-loss row)")
         if s.armature > 0:
             _count(ignored, "tendon armature (inertia along the tendon)")
+        if s.force_limited:
+            _count(ignored, "tendon actuatorfrcrange (the clamp of its actuators' total force)")
         if s.limited and not contact:
             _count(ignored, "tendon range (MuJoCo's soft limit row; load_mjcf(..., contact=True))")
     if not springs:
