@@ -54,6 +54,7 @@ from .system.forces import Force as Force
 from .system.forces import HuntCrossleyForce as HuntCrossleyForce
 from .system.forces import PathSpring as PathSpring
 from .system.forces import SmoothSphereHalfSpaceForce as SmoothSphereHalfSpaceForce
+from .system.forces import TendonSpringDamper as TendonSpringDamper
 from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .system.muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
 from .system.muscles import equilibrate_muscles as equilibrate_muscles
@@ -65,5 +66,6 @@ from .system.system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system.system import MultibodySystem as MultibodySystem
 from .system.system import Subsystem as Subsystem
 from .system.system import TopologyError as TopologyError
+from .system.tendons import Tendon as Tendon
 
 __version__ = "0.1.0"

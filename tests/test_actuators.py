@@ -78,8 +78,7 @@ def _oracle(mujoco, path, lm):
     m.opt.disableflags |= off.mjDSBL_CONSTRAINT | off.mjDSBL_CONTACT
     ball_or_free = (m.jnt_type == mujoco.mjtJoint.mjJNT_BALL) | (m.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
     m.jnt_stiffness[ball_or_free] = 0.0
-    m.tendon_stiffness[:] = 0.0
-    m.tendon_damping[:] = 0.0
+    m.tendon_armature[:] = 0.0  # tendon armature (listed as ignored); springs and dampers on
     m.body_gravcomp[:] = 0.0
     m.opt.density = m.opt.viscosity = 0.0  # fluid forces (listed as ignored)
     ids = []

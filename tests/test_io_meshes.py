@@ -222,14 +222,16 @@ def test_fitted_primitives_and_mesh_options_equal_mujoco(compiler, tmp_path, muj
 
 @pytest.mark.oracle
 def test_robotiq_2f85_as_shipped_closes_its_loops_and_falls_as_mujoco(mujoco):
-    """Gravity only (the tendon actuator is not modelled; contacts and limits off on both
-    sides): simjax's exact loop constraints against MuJoCo's connect and joint equalities
+    """Gravity only (its tendon actuator, contacts and limits off on both sides): simjax's
+    exact loop constraints against MuJoCo's connect and joint equalities
     made stiff (solref time constant 2e-4 s at a 1e-4 s RK4 step)."""
     path = _model_path("robotiq_2f85")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lm = load_mjcf(path, limits=False)
     st = lm.state
+    for act in lm.actuators.values():  # the tendon actuator's bias pulls at zero control
+        st = act.disable(st)
     assert len(lm.constraints) == 3
     perr, _ = lm.system.calc_constraint_error_norms(lm.system.realize(st, sj.Stage.VELOCITY))
     assert float(perr) < 1e-12  # the loops close at qpos0

@@ -203,8 +203,7 @@ def _oracle(mujoco, path):
     # nor the stiffness of ball and free joints (a quaternion spring; listed as ignored)
     ball_or_free = (m.jnt_type == mujoco.mjtJoint.mjJNT_BALL) | (m.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
     m.jnt_stiffness[ball_or_free] = 0.0
-    m.tendon_stiffness[:] = 0.0  # tendons are not modelled (listed as ignored)
-    m.tendon_damping[:] = 0.0
+    m.tendon_armature[:] = 0.0  # tendon armature: not modelled (listed as ignored)
     m.body_gravcomp[:] = 0.0
     return m, mujoco.MjData(m)
 
@@ -412,11 +411,12 @@ def test_pendula_structure(written, mujoco):
     np.testing.assert_allclose(lm.coordinates["joint3"].range, np.radians([-35, 50]))
     mocap = [i for i in range(m.nbody) if m.body_mocapid[i] >= 0]
     assert len(mocap) == 2 and all(lm.bodies[c.body_names[i]].mobilizer.kind == "Weld" for i in mocap)
-    assert lm.ignored["tendon"] == 2 and lm.ignored["camera"] == 7
-    # 11 actuators: 5 on hinges and slides modelled, the others named and counted
-    assert lm.control_names == ["act4", "act5", "act6", "act7", "act8"]
+    assert lm.ignored["camera"] == 7 and list(lm.tendons) == ["tendon_1", "tendon_2"]
+    assert lm.ignored["tendon range (MuJoCo's soft limit row; load_mjcf(..., contact=True))"] == 2
+    # 11 actuators: 5 on hinges and slides and 1 on a tendon modelled, the others named and counted
+    assert lm.control_names == ["act4", "act5", "act6", "act7", "act8", "actuator#8"]
     assert lm.ignored["actuator on a ball joint"] == 4 and lm.ignored["actuator on a free joint"] == 1
-    assert lm.ignored["actuator on a tendon"] == 1
+    assert isinstance(lm.actuators["actuator#8"], sj.Force.TendonActuator)
     assert lm.ignored["gravcomp (gravity compensation)"] == 3 and not lm.constraints
 
 
@@ -816,21 +816,25 @@ def test_what_simjax_does_not_model_is_said_not_dropped(tmp_path):
 def test_joint_damping_and_springs_equal_mujoco_passive_forces(written, mujoco):
     """Issue 19's passive joint properties: MJX's pendula (default class damping 0.25 and
     stiffness 0.1 on every joint, 0.5/0.75 on some; ball, hinge, slide and stacked joints)
-    loaded with its joint dampers and springs gives MuJoCo's ``qfrc_passive`` (tendons and
-    ball-joint springs off in the oracle: not modelled, and listed as ignored) to 1e-12;
+    loaded with its joint dampers and springs gives MuJoCo's ``qfrc_passive`` (ball-joint
+    springs off in the oracle: not modelled, and listed as ignored; its two fixed tendons'
+    springs and dampers on, issue 64) to 1e-12;
     ``passive=False`` leaves them out and lists them."""
     import warnings
 
     c = _case("pendula", str(_path("pendula", written)))
     m, d = c.m, c.d
     system = c.lm.system
+    s0 = c.state
+    for act in c.lm.actuators.values():  # actuation is off in the oracle (a position servo's bias pulls)
+        s0 = act.disable(s0)
     rng = np.random.default_rng(3)
     for _ in range(3):
         q, u = c.random_state(rng)
         qp, T = c.to_mujoco(q)
         d.qpos[:], d.qvel[:] = qp, T @ u
         mujoco.mj_forward(m, d)
-        s = system.realize(c.state.with_q(jnp.asarray(q)).with_u(jnp.asarray(u)), sj.Stage.DYNAMICS)
+        s = system.realize(s0.with_q(jnp.asarray(q)).with_u(jnp.asarray(u)), sj.Stage.DYNAMICS)
         _check(np.asarray(s.dynamics_cache.mobility_forces), T.T @ d.qfrc_passive, ("pendula", "passive"))
     assert "joint damping" not in c.lm.ignored and c.lm.ignored.get("joint stiffness on a ball joint")
     with warnings.catch_warnings():

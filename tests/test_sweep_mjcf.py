@@ -6,8 +6,8 @@ and ant models, its test assets), of ``mujoco-mjx`` 3.17.0's test data and of
 ``tests/data_fetch.py``. A file is a model if MuJoCo compiles it on its own and it has
 degrees of freedom (the others are fragments meant to be included, or scenes without a
 joint). Each model is loaded with ``sj.io.load_mjcf`` and compared with MuJoCo, the oracle
-of ``test_io_mjcf`` (contacts, constraints, actuation, fluid forces, tendon stiffness,
-damping and armature off; joint springs, dampers and armature on):
+of ``test_io_mjcf`` (contacts, constraints, actuation, fluid forces and tendon armature
+off; joint and tendon springs, dampers and armature on):
 
 - each body's mass and centre of mass to 1e-12, its inertia to 1e-6 of its largest
   principal moment (MuJoCo's compiler resolves principal axes to ~1e-7 rad);

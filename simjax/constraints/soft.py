@@ -41,6 +41,7 @@ import numpy as np
 
 from ..dynamics import stages as rz
 from ..dynamics.detection import Contacts, find_contacts
+from ..dynamics.tendons import fixed_terms, tendon_body_gradients
 
 MINVAL = 1e-15  # MuJoCo's mjMINVAL
 MINIMP = 0.0001  # mjMINIMP
@@ -643,6 +644,14 @@ def model_rows(
     )  # fmt: skip
     nl = 2 * ll.q.size
     parts = [(limit_rows(ll, state.q, state.u), Layout(nl, tuple(range(nl))))]
+    if len(opt.tendon_index):
+        tl = limit_layout(
+            opt.tendon_index, opt.tendon_index, opt.tendon_lower, opt.tendon_upper, opt.tendon_margin,
+            opt.tendon_solref, opt.tendon_solimp, opt.tendon_invweight, opt.timestep, opt.refsafe,
+        )  # fmt: skip
+        L, Jt = tendon_jacobians(model, state, pos)
+        nt = 2 * tl.q.size
+        parts.append((tendon_limit_rows(tl, L, Jt, state.u), Layout(nt, tuple(range(nt)))))
     cl = ct = None
     cand = model.contact
     if opt.contact and cand is not None and cand.groups:
@@ -659,6 +668,43 @@ def model_rows(
         parts.append((rows, Layout(cl.slot.size, cl.layout_uni, cl.layout_cones)))
     rows, layout = stack_rows(parts)
     return rows, layout, cl, ct
+
+
+def tendon_jacobians(model: Any, state: Any, pos: Any) -> tuple[jax.Array, jax.Array]:
+    """Every tendon's length (n_t,) and Jacobian ``dL/du`` (n_t, nu) at a State realized to
+    Position (``pos`` its cache): the length's body gradients through the bodies'
+    Jacobians, plus the fixed tendons' coefficients (MuJoCo's ``ten_length``, ``ten_J``)."""
+    tendons = model.tendons
+    topo = model.topology(state.use_euler_angles)
+    L, G = tendon_body_gradients(tendons, topo, state.q, pos.R_GB, pos.p_GB)
+    nb = pos.p_GB.shape[0]
+    Jb = rz.frame_jacobians(model, state, np.arange(nb))  # (nb, 6, nu), [w; v of the origin]
+    J = jnp.einsum("tbk,bkn->tn", G, Jb)
+    ten, u, coef = fixed_terms(tendons, topo)
+    if len(ten):
+        J = J.at[np.asarray(ten), u].add(jnp.asarray(coef, J.dtype))
+    return L, J
+
+
+def tendon_limit_rows(tl: LimitLayout, L: jax.Array, Jt: jax.Array, u: jax.Array) -> Rows:
+    """MuJoCo's tendon limit rows: ``2i`` (lower: ``dist = L - lower``, ``J = +J_t``) and
+    ``2i+1`` (upper: ``dist = upper - L``, ``J = -J_t``) of limited tendon ``i`` (``tl.q``
+    holds the tendon indices)."""
+    n = tl.q.size
+    dt = L.dtype
+    v = L[tl.q]
+    lower, upper = jnp.asarray(tl.lower, dt), jnp.asarray(tl.upper, dt)
+    dist = jnp.stack([v - lower, upper - v], axis=1).reshape(-1)
+    sign = jnp.asarray(np.tile([1.0, -1.0], n), dt)
+    J = sign[:, None] * Jt[np.repeat(tl.q, 2)]
+    margin = jnp.asarray(np.repeat(tl.margin, 2), dt)
+    on = dist < margin
+    imp = impedance(jnp.asarray(np.repeat(tl.solimp, 2, axis=0), dt), dist, margin)
+    R = jnp.maximum(MINVAL, (1.0 - imp) * jnp.asarray(np.repeat(tl.invweight, 2), dt) / imp)
+    B, K = (jnp.asarray(np.repeat(x, 2), dt) for x in (tl.B, tl.K))
+    aref = -B * (J @ u) - K * imp * (dist - margin)
+    D = jnp.where(on, 1.0 / R, 0.0)
+    return Rows(J, aref, R, D, on, (), ())
 
 
 def model_solve(model: Any, state: Any, pos: Any, M: jax.Array, a0: jax.Array) -> Solution:

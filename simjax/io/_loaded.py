@@ -203,6 +203,9 @@ class LoadedModel:
             ``get_fiber_length``, ``get_tendon_force``, ``get_activation``, ... (OpenSim's
             names in snake_case); they are also in ``actuators``, after the coordinate
             actuators (control order).
+        tendons: ``sj.Tendon`` handles by name (MuJoCo's tendons, MJCF models):
+            ``get_length``, ``get_lengthening_speed``, ``get_jacobian``,
+            ``compute_moment_arm``.
         contact_forces: Compliant contact force elements (``sj.HuntCrossleyForce``,
             ``sj.SmoothSphereHalfSpaceForce``) by name (OpenSim models).
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
@@ -222,6 +225,7 @@ class LoadedModel:
     actuators: dict[str, Any] = field(default_factory=dict)
     paths: dict[str, Any] = field(default_factory=dict)
     muscles: dict[str, Any] = field(default_factory=dict)
+    tendons: dict[str, Any] = field(default_factory=dict)
     contact_forces: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -50,7 +50,9 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``intvelocity``'s activation range, is the joint's ``range`` scaled about its midpoint, as
   MuJoCo's compiler sets it) and default classes, each a
   ``Force.CoordinateActuator`` whose control is in the State (``model.actuators``, in the
-  file's order; ``<flag actuation="disable">`` disables them). An actuator on a tendon, site,
+  file's order; ``<flag actuation="disable">`` disables them); the same on a tendon
+  (``tendon=``) is a ``Force.TendonActuator`` (length and velocity the tendon's times
+  ``gear``, force along the tendon; no ``inheritrange``). An actuator on a site,
   body or ball/free joint, a muscle, cylinder or adhesion actuator, ``dampratio``,
   ``actearly``, an actuator's own ``damping``, ``armature`` or ``delay``, and any attribute
   simjax does not know are not modelled: the warning names each one (attributes that do not
@@ -64,7 +66,17 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
   equals MuJoCo's ``qacc`` with contacts and limits active.
 
-Everything else (tendons, sensors, joint stiffness of ball and
+- ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
+  ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,
+  ``<pulley divisor>``) as ``sj.Tendon`` handles (``model.tendons``), with ``stiffness``,
+  ``springlength`` (-1: the length at ``qpos_spring``; two values: a deadband) and
+  ``damping`` as ``sj.TendonSpringDamper`` (``passive=True``); ``default`` classes. Not
+  modelled, and named in the warning: tendon ``frictionloss``, ``armature``,
+  ``<equality><tendon>``, and limits (``range``) without ``contact=True`` (with it, a
+  limited tendon has MuJoCo's soft limit rows: ``solreflimit``, ``solimplimit``,
+  ``margin``, ``tendon_invweight0``).
+
+Everything else (sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
 keyframes, cameras, lights, assets, ...) is counted in ``LoadedModel.ignored``; one warning
 lists what carries physics that simjax leaves out. ``<composite>``, ``<flexcomp>``,
@@ -177,7 +189,7 @@ _COLLIDING_MESH = "colliding mesh/hfield/sdf geom (no contact geometry for it ye
 #: MuJoCo's equalities are soft (solref/solimp); simjax's are exact.
 _SOFT_EQ = "equality solref/solimp (soft in MuJoCo, an exact constraint here)"
 #: Top-level sections read or expanded by the loader.
-_READ = {"compiler", "option", "default", "worldbody", "equality", "actuator"}
+_READ = {"compiler", "option", "default", "worldbody", "equality", "actuator", "tendon"}
 _UNSUPPORTED = {
     "composite": "a <composite> is a macro MuJoCo expands when compiling",
     "flexcomp": "a <flexcomp> is a deformable body",
@@ -1396,7 +1408,8 @@ def load_mjcf(
             that collide (pyramidal or elliptic cones from ``<option cone>``, ``impratio``,
             ``condim`` 1, 3, 4, 6, ``solref``/``solimp``/``margin``/``gap``) and, with
             ``limits``, its soft limit rows for limited hinge and slide joints
-            (``solreflimit``, ``solimplimit``, ``margin``) instead of hard limits, by
+            (``solreflimit``, ``solimplimit``, ``margin``) instead of hard limits, and
+            limited tendons' limit rows, by
             MuJoCo's primal Newton solve at the Acceleration stage
             (``sj.MujocoConstraintOptions``, ``simjax.constraints.soft``); ``udot`` then
             equals MuJoCo's ``qacc``. Off by default: geoms are then detected only
@@ -1460,7 +1473,7 @@ def load_mjcf(
             gravity, off, act_off = _read_option(el, gravity, ignored, notes)
             eq_off = eq_off or off
             actuation_off = actuation_off or act_off
-        elif el.tag in ("tendon", "deformable", "asset", "keyframe", "sensor", "custom"):
+        elif el.tag in ("deformable", "asset", "keyframe", "sensor", "custom"):
             _count(ignored, el.tag, len(el.children))
         elif el.tag == "contact":
             for c in el.children:
@@ -1525,8 +1538,10 @@ def load_mjcf(
 
     _auto_spring_damper(system, matter, reader.joints, joint_mobods, ignored)
     _add_passive_forces(sj, forces, reader.joints, joint_mobods)
+    tendons = _add_tendons(sj, root, reader, defaults, comp, meshes, matter, by_id, coordinates, notes)
+    _add_tendon_forces(sj, system, forces, tendons, passive, contact, ignored, reader.joints, coordinates)
     actuators = _add_actuators(
-        sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off
+        sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off, tendons
     )
     constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
     for con in constraints.values():
@@ -1546,7 +1561,7 @@ def load_mjcf(
                 "simjax's exact constraints is not supported yet (load without contact=True)"
             )
         state = _solve_mujoco_way(sj, root, system, matter, state, reader.joints, coordinates, limits,
-                                  contact_flags, ignored, notes)  # fmt: skip
+                                  contact_flags, ignored, notes, tendons)  # fmt: skip
     model = LoadedModel(
         system=system,
         matter=matter,
@@ -1558,6 +1573,7 @@ def load_mjcf(
         markers=markers,
         constraints=constraints,
         actuators=actuators,
+        tendons={name: t.handle for name, t in tendons.items()},
         ignored=ignored,
         notes=notes,
         geometry=_visuals(bodies, by_id, comp, meshes, root, defaults, notes),
@@ -1579,7 +1595,7 @@ def load_mjcf(
 def _solve_mujoco_way(
     sj: Any, root: _El, system: Any, matter: Any, state: Any, joints: list[_Joint],
     coordinates: dict[str, Any], limits: bool, flags: dict[str, bool], ignored: dict[str, int],
-    notes: list[str],
+    notes: list[str], tendons: dict[str, Any] | None = None,
 ) -> Any:  # fmt: skip
     """``load_mjcf(..., contact=True)``: MuJoCo's options (``<option timestep cone impratio
     iterations>``, ``<flag limit refsafe>``), the invweights at qpos0 and the limit rows
@@ -1616,6 +1632,17 @@ def _solve_mujoco_way(
             lo, hi = j.range
             rows.append((c.q_index(state), ui, lo, hi, j.margin, j.solreflimit, j.solimplimit, dof_iw[ui]))
     cols: list[Any] = list(zip(*rows)) if rows else [[] for _ in range(8)]
+    trows: list[tuple] = []
+    limited = [t for t in (tendons or {}).values() if t.limited]
+    if limits and "limit" not in off and limited:
+        # MuJoCo's tendon_invweight0: J M^-1 J^T at qpos0
+        Jt = np.asarray(matter.calc_tendon_jacobians(pos_state))
+        Minv = np.linalg.inv(np.asarray(matter.calc_mass_matrix(pos_state)))
+        for t in limited:
+            k = t.handle.index
+            iw = float(Jt[k] @ Minv @ Jt[k])
+            trows.append((k, *t.range, t.margin, t.solreflimit, t.solimplimit, iw))
+    tcols: list[Any] = list(zip(*trows)) if trows else [[] for _ in range(7)]
     options = MujocoConstraintOptions(
         body_invweight=body_iw,
         cone=cone,
@@ -1632,6 +1659,13 @@ def _solve_mujoco_way(
         limit_solref=np.asarray(cols[5], float).reshape(-1, 2),
         limit_solimp=np.asarray(cols[6], float).reshape(-1, 5),
         limit_invweight=np.asarray(cols[7], float),
+        tendon_index=np.asarray(tcols[0], int),
+        tendon_lower=np.asarray(tcols[1], float),
+        tendon_upper=np.asarray(tcols[2], float),
+        tendon_margin=np.asarray(tcols[3], float),
+        tendon_solref=np.asarray(tcols[4], float).reshape(-1, 2),
+        tendon_solimp=np.asarray(tcols[5], float).reshape(-1, 5),
+        tendon_invweight=np.asarray(tcols[6], float),
     )
     matter.set_mujoco_constraints(options)
     new = system.realize_topology()
@@ -2106,9 +2140,12 @@ def _add_actuators(
     ignored: dict[str, int],
     notes: list[str],
     off: bool,
+    tendons: dict[str, _TendonSpec] | None = None,
 ) -> dict[str, Any]:
-    """MuJoCo's actuators on hinge and slide joints as ``Force.CoordinateActuator``s, in the
-    file's order; the others are named in a note and counted as ignored."""
+    """MuJoCo's actuators on hinge and slide joints as ``Force.CoordinateActuator``s and on
+    tendons as ``Force.TendonActuator``s, in the file's order; the others are named in a
+    note and counted as ignored."""
+    tendons = tendons or {}
     joints = {j.name: j for j in reader.joints}
     out: dict[str, Any] = {}
     skipped: list[str] = []
@@ -2131,13 +2168,22 @@ def _add_actuators(
                     _apply_actuator(tag, el, attrs, p)
             _apply_actuator(el.tag, el, el.attrib, p)
             a = p["attrs"]
-            target = next((k for k in ("joint", "jointinparent") if k in el.attrib), None)
+            target = next((k for k in ("joint", "jointinparent", "tendon") if k in el.attrib), None)
             if target is None:
-                kind = next(
-                    (k for k in ("tendon", "site", "cranksite", "body") if k in el.attrib), "no target"
-                )
+                kind = next((k for k in ("site", "cranksite", "body") if k in el.attrib), "no target")
                 _count(ignored, f"actuator on a {kind}")
-                skipped.append(f"{name} (transmission through a {kind}; only joints are modelled)")
+                skipped.append(f"{name} (transmission through a {kind}; joints and tendons are modelled)")
+                continue
+            if target == "tendon":
+                tname = el.attrib["tendon"]
+                if tname not in tendons:
+                    raise _error(el, f"{who}: unknown tendon {tname!r}")
+                problem = _tendon_actuator_problem(el, a, p)
+                if problem:
+                    _count(ignored, "actuator (unmodelled parameters)")
+                    skipped.append(f"{name} ({problem})")
+                    continue
+                out[name] = _tendon_actuator(sj, el, a, p, comp, forces, tendons[tname].handle, name, off)
                 continue
             jname = el.attrib[target]
             if jname not in joints:
@@ -2339,3 +2385,223 @@ def _joint_coupler(
         return q[0] - y0 - (c0 + d * (c1 + d * (c2 + d * (c3 + d * c4))))
 
     return sj.Constraint.CoordinateCoupler(matter, f, [joint_mobods[j1.name], joint_mobods[j2.name]], [0, 0])
+
+
+# ----------------------------------------------------------------------------- tendons
+
+
+class _TendonSpec:
+    """A ``<tendon>`` child's attributes (defaults applied) next to its ``sj.Tendon``."""
+
+    __slots__ = ("el", "name", "handle", "stiffness", "damping", "springlength", "limited", "range",
+                 "margin", "solreflimit", "solimplimit", "frictionloss", "armature",
+                 "force_limited")  # fmt: skip
+
+    def __init__(self, el: _El, name: str, handle: Any, attrs: dict[str, str], comp: _Compiler):
+        self.el, self.name, self.handle = el, name, handle
+        self.stiffness = _number(el, attrs, "stiffness", 0.0)
+        self.damping = _number(el, attrs, "damping", 0.0)
+        if self.stiffness < 0 or self.damping < 0:
+            raise _error(el, f"tendon {name!r}: stiffness and damping must be >= 0")
+        sl = _floats(el, attrs, "springlength", 2, (-1.0, -1.0), at_most=True)
+        if "springlength" in attrs and len(attrs["springlength"].split()) == 1:
+            sl = sl[:1]
+        self.springlength = (float(sl[0]), float(sl[-1]))
+        if self.springlength[0] != -1 and self.springlength[0] > self.springlength[1]:
+            raise _error(el, f"tendon {name!r}: springlength's lower value exceeds its upper one")
+        self.range = tuple(float(x) for x in _floats(el, attrs, "range", 2, (0.0, 0.0)))
+        lim = attrs.get("limited", "auto")
+        if lim == "auto":
+            self.limited = bool(comp.autolimits) and "range" in attrs
+        else:
+            self.limited = _flag(el, attrs, "limited", False)
+        self.margin = _number(el, attrs, "margin", 0.0)
+        self.solreflimit = _floats(el, attrs, "solreflimit", 2, (0.02, 1.0))
+        self.solimplimit = _floats(el, attrs, "solimplimit", 5, (0.9, 0.95, 0.001, 0.5, 2.0))
+        self.frictionloss = _number(el, attrs, "frictionloss", 0.0)
+        self.armature = _number(el, attrs, "armature", 0.0)
+        frc = _floats(el, attrs, "actuatorfrcrange", 2, (0.0, 0.0))
+        flim = attrs.get("actuatorfrclimited", "auto")
+        self.force_limited = flim == "true" or (
+            flim == "auto" and bool(comp.autolimits) and bool(np.any(frc))
+        )
+
+
+def _add_tendons(
+    sj: Any, root: _El, reader: _Reader, defaults: _Defaults, comp: _Compiler, meshes: _Meshes,
+    matter: Any, by_id: list[MobilizedBody], coordinates: dict[str, Coordinate], notes: list[str],
+) -> dict[str, _TendonSpec]:  # fmt: skip
+    """MuJoCo's ``<tendon>`` section: an ``sj.Tendon`` per ``<fixed>`` (joint terms) and
+    ``<spatial>`` (sites, wrap geoms with side sites, pulleys), in file order. A side site
+    outside its wrap geom gets a note: simjax wraps as MuJoCo's published ``mju_wrap``
+    does, and MuJoCo 4.0.1 decides some of those wraps differently (measured: about a
+    quarter of random planar poses)."""
+    sites: dict[str, tuple[int, np.ndarray]] = {}
+    geoms: dict[str, tuple[int, _El, dict[str, str], dict[str, str], _Frame]] = {}
+    for body in reader.bodies:
+        for name, pos, _, _ in body.sites:
+            sites[name] = (body.id, np.asarray(pos, float))
+        for el, own, dflt, X_frame in body.geoms:
+            if own.get("name"):
+                geoms[own["name"]] = (body.id, el, own, dflt, X_frame)
+    joints = {j.name: j for j in reader.joints}
+    specs: dict[str, _TendonSpec] = {}
+    for sec in (c for c in root.children if c.tag == "tendon"):
+        for el in sec.children:
+            if el.tag not in ("fixed", "spatial"):
+                raise _error(el, f"unknown tendon element <{el.tag}> (MuJoCo has <fixed> and <spatial>)")
+            own = el.attrib
+            attrs = {**defaults.of(el, "tendon", own.get("class", "main")), **own}
+            name = own.get("name") or f"tendon#{len(specs)}"
+            if name in specs:
+                raise _error(el, f"repeated tendon name {name!r}")
+            h = sj.Tendon(matter, name)
+            for c in el.children:
+                who = f"tendon {name!r} <{c.tag}>"
+                if el.tag == "fixed":
+                    if c.tag != "joint":
+                        raise _error(c, f"{who}: a fixed tendon holds <joint joint coef> elements only")
+                    j = joints.get(c.get("joint") or "")
+                    if j is None:
+                        raise _error(c, f"{who}: no joint named {c.get('joint')!r}")
+                    if j.type not in ("hinge", "slide"):
+                        raise _error(
+                            c,
+                            f"{who}: joint {j.name!r} is a {j.type} joint; "
+                            "a fixed tendon needs hinge or slide joints",
+                        )
+                    h.append_joint(coordinates[j.name], _number(c, c.attrib, "coef", 1.0))
+                elif c.tag == "site":
+                    if c.get("site") not in sites:
+                        raise _error(c, f"{who}: no site named {c.get('site')!r}")
+                    b, pos = sites[c.get("site") or ""]
+                    h.append_site(by_id[b], pos)
+                elif c.tag == "geom":
+                    if c.get("geom") not in geoms:
+                        raise _error(c, f"{who}: no geom named {c.get('geom')!r}")
+                    b, gel, gown, gdflt, X_frame = geoms[c.get("geom") or ""]
+                    gtype, size, R, pos = _geom_placement(gel, gown, gdflt, X_frame, comp, meshes)
+                    if gtype not in ("sphere", "cylinder"):
+                        raise _error(
+                            c,
+                            f"{who}: geom {c.get('geom')!r} is a {gtype}; "
+                            "tendons wrap spheres and cylinders only",
+                        )
+                    side = None
+                    if c.get("sidesite"):
+                        if c.get("sidesite") not in sites:
+                            raise _error(c, f"{who}: no site named {c.get('sidesite')!r} (sidesite)")
+                        sb, spos = sites[c.get("sidesite") or ""]
+                        side = (by_id[sb], spos)
+                        if sb != b or np.linalg.norm(R.T @ (spos - pos)) >= size[0]:
+                            notes.append(
+                                f"tendon {name!r}: side site {c.get('sidesite')!r} of wrap geom "
+                                f"{c.get('geom')!r} lies outside the geom (or on another body): wrapped as "
+                                "MuJoCo's published mju_wrap does; MuJoCo 4.0.1 wraps some poses "
+                                "differently (side sites inside the geom, and geoms without one, agree)"
+                            )
+                    h.append_geom(by_id[b], gtype, float(size[0]), position=pos, rotation=R, side=side)
+                elif c.tag == "pulley":
+                    divisor = _number(c, c.attrib, "divisor", 0.0)
+                    if not divisor > 0:
+                        raise _error(c, f"{who}: a pulley's divisor must be > 0")
+                    h.append_pulley(divisor)
+                else:
+                    raise _error(c, f"{who}: a spatial tendon holds <site>, <geom> and <pulley> elements")
+            try:
+                h._check()
+            except ValueError as e:
+                raise _error(el, str(e)) from None
+            specs[name] = _TendonSpec(el, name, h, attrs, comp)
+    return specs
+
+
+def _add_tendon_forces(
+    sj: Any, system: Any, forces: Any, specs: dict[str, _TendonSpec], passive: bool, contact: bool,
+    ignored: dict[str, int], joints: list[_Joint], coordinates: dict[str, Coordinate],
+) -> None:  # fmt: skip
+    """MuJoCo's tendon ``stiffness``/``springlength``/``damping`` as ``sj.TendonSpringDamper``
+    (a ``springlength`` of -1: the tendon's length at MuJoCo's ``qpos_spring``, hinge and
+    slide joints at their ``springref``, as MuJoCo's compiler sets it);
+    what is not modelled is counted in ``ignored``, naming the part."""
+    springs = [s for s in specs.values() if s.stiffness > 0 or s.damping > 0]
+    for s in specs.values():
+        if s.frictionloss > 0:
+            _count(ignored, "tendon frictionloss (MuJoCo's friction-loss row)")
+        if s.armature > 0:
+            _count(ignored, "tendon armature (inertia along the tendon)")
+        if s.force_limited:
+            _count(ignored, "tendon actuatorfrcrange (the clamp of its actuators' total force)")
+        if s.limited and not contact:
+            _count(ignored, "tendon range (MuJoCo's soft limit row; load_mjcf(..., contact=True))")
+    if not springs:
+        return
+    if not passive:
+        _count(ignored, "tendon stiffness/damping (passive=False)", len(springs))
+        return
+    lengths = None
+    if any(s.springlength[0] == -1 for s in springs):
+        state = system.realize_topology()
+        q = np.array(state.q)
+        for j in joints:
+            if j.type in ("hinge", "slide"):
+                q[coordinates[j.name].q_index(state)] = j.springref
+        state = system.realize(state.with_q(q), Stage.POSITION)
+        lengths = np.asarray(system.get_matter_subsystem().calc_tendon_lengths(state))
+    for s in springs:
+        lo, hi = s.springlength
+        if lo == -1:
+            assert lengths is not None
+            lo = hi = float(lengths[s.handle.index])
+        sj.TendonSpringDamper(forces, s.handle, s.stiffness, (lo, hi), s.damping)
+
+
+def _tendon_actuator_problem(el: _El, a: dict[str, str], p: dict[str, Any]) -> str | None:
+    """Why an actuator on a tendon is not modelled (None: it is)."""
+    if p["gaintype"] not in ("fixed", "affine") or p["biastype"] not in ("none", "affine"):
+        return f"gaintype {p['gaintype']!r} / biastype {p['biastype']!r}; fixed and affine are modelled"
+    if p["dyntype"] not in ("none", "integrator", "filter", "filterexact"):
+        return f"dyntype {p['dyntype']!r}; none, integrator, filter and filterexact are modelled"
+    if p["dampratio"]:
+        return "dampratio (give kv instead)"
+    if _flag(el, a, "actearly", False):
+        return 'actearly="true"'
+    if int(_number(el, a, "actdim", -1)) > 1:
+        return "actdim > 1"
+    if unknown := sorted(set(a) - _ACTUATOR_ATTRS - _ACTUATOR_ATTRS_NO_EFFECT):
+        return f"attribute{'s' * (len(unknown) > 1)} {', '.join(unknown)} not modelled"
+    if _number(el, a, "delay", 0.0) > 0:
+        return "delay (a delayed control is not modelled)"
+    if any(_floats(el, a, "damping", 3, np.zeros(3), at_most=True) != 0) or _number(el, a, "armature", 0.0):
+        return "actuator damping/armature on a tendon"
+    if _number(el, a, "inheritrange", 0.0):
+        return "inheritrange on a tendon actuator"
+    return None
+
+
+def _tendon_actuator(
+    sj: Any, el: _El, a: dict[str, str], p: dict[str, Any], comp: _Compiler, forces: Any, tendon: Any,
+    name: str, off: bool,
+) -> Any:  # fmt: skip
+    """``Force.TendonActuator`` of a ``general``-like actuator on a tendon."""
+    who = f"actuator {name!r}"
+    gain = p["gainprm"][:3] if p["gaintype"] == "affine" else np.array([p["gainprm"][0], 0.0, 0.0])
+    bias = p["biasprm"][:3] if p["biastype"] == "affine" else np.zeros(3)
+    dyn = p["dyntype"]
+    act = _limited(el, a, "act", comp, who) if dyn != "none" else None
+    element = sj.Force.TendonActuator(
+        forces,
+        tendon,
+        gear=float(p["gear"][0]),
+        gain=gain,
+        bias=bias,
+        control_range=_limited(el, a, "ctrl", comp, who),
+        force_range=_limited(el, a, "force", comp, who),
+        dynamics=dyn,
+        time_constant=max(float(p["dynprm"][0]), _MINVAL) if dyn in ("filter", "filterexact") else 1.0,
+        activation_range=act,
+        name=name,
+    )
+    if off:
+        element.set_disabled_by_default(True)
+    return element

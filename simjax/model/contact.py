@@ -123,6 +123,15 @@ class MujocoConstraintOptions:
     limit_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     limit_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
     limit_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: MuJoCo's tendon limit rows: per limited tendon its index in the Model's TendonSet,
+    #: range, margin, solref, solimp and ``tendon_invweight0``
+    tendon_index: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    tendon_lower: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tendon_upper: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tendon_margin: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tendon_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    tendon_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    tendon_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         if self.cone not in ("pyramidal", "elliptic"):
@@ -143,4 +152,6 @@ class MujocoConstraintOptions:
             float(self.tolerance), bool(self.refsafe), bool(self.contact), arr(self.body_invweight),
             *(arr(getattr(self, f"limit_{k}")) for k in
               ("q", "u", "lower", "upper", "margin", "solref", "solimp", "invweight")),
+            *(arr(getattr(self, f"tendon_{k}")) for k in
+              ("index", "lower", "upper", "margin", "solref", "solimp", "invweight")),
         )  # fmt: skip

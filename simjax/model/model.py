@@ -19,6 +19,7 @@ from .contact import ContactCandidates, MujocoConstraintOptions
 from .mobilizers import AbstractMobilizer
 from .paths import PathSet
 from .state import Cache, State
+from .tendons import TendonSet
 from .topology import Topology
 
 
@@ -171,6 +172,7 @@ class Model:
     limits: tuple[LimitRecord, ...] = ()  # unilateral rows (coordinate limits, couplings')
     contact: ContactCandidates | None = None  # the static contact candidate list
     paths: PathSet | None = None  # every GeometryPath's points, stacked
+    tendons: TendonSet | None = None  # every MuJoCo tendon (sj.Tendon)
     mujoco: MujocoConstraintOptions | None = None  # MuJoCo's soft contact and limit rows
 
     # ------------------------------------------------------------------ equality
@@ -200,6 +202,7 @@ class Model:
             tuple(lim.key for lim in self.limits),
             None if self.contact is None else self.contact.key,
             None if self.paths is None else self.paths.key,
+            None if self.tendons is None else self.tendons.key,
             None if self.mujoco is None else self.mujoco.key,
         )
         try:

@@ -8,6 +8,7 @@ from .contact import ContactGeometry as ContactGeometry
 from .contact import ContactSurface as ContactSurface
 from .forces import Force as Force
 from .forces import PathSpring as PathSpring
+from .forces import TendonSpringDamper as TendonSpringDamper
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
 from .muscles import equilibrate_muscles as equilibrate_muscles
@@ -16,5 +17,6 @@ from .paths import WrapCylinder as WrapCylinder
 from .paths import WrapSphere as WrapSphere
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem
+from .tendons import Tendon as Tendon
 
 Transform = _sp.Transform

@@ -32,6 +32,7 @@ from ..dynamics.forces import gravity as _gravity
 from ..dynamics.forces import limits as _limits
 from ..dynamics.forces import paths as _path_forces
 from ..dynamics.forces import springs as _springs
+from ..dynamics.forces import tendons as _tendon_forces
 from ..dynamics.forces.kernel import ForceKernel, calc_group, group_params, potential_group
 from ..model.context import Context
 from ..model.model import ForceGroup, Identity, Model
@@ -40,6 +41,7 @@ from . import contact as _ct
 from ._compiled import reads_cache
 from .paths import GeometryPath
 from .system import GeneralForceSubsystem
+from .tendons import Tendon
 
 
 def _bi(x: Any) -> int:
@@ -65,6 +67,7 @@ class Force:
     MobilityConstantForce: ClassVar[type[MobilityConstantForce]]
     MobilityLinearStop: ClassVar[type[MobilityLinearStop]]
     CoordinateActuator: ClassVar[type[CoordinateActuator]]
+    TendonActuator: ClassVar[type[TendonActuator]]
     CoordinateLimitForce: ClassVar[type[CoordinateLimitForce]]
     LinearBushing: ClassVar[type[LinearBushing]]
     DiscreteForces: ClassVar[type[DiscreteForces]]
@@ -615,13 +618,17 @@ class CoordinateActuator(_Mobility):
     ):
         what = f"Force.CoordinateActuator {name!r}" if name else "Force.CoordinateActuator"
         g3, b3 = _three(gain, "gain", what), _three(bias, "bias", what)
-        try:
-            _check_q_is_u(body, which, "CoordinateActuator")
-            self._q_is_u = True
-        except ValueError:
-            if g3[1] or b3[1]:
-                raise
-            self._q_is_u = False  # no length: the actuator acts on the speed alone
+        tendon = getattr(self, "_tendon", None)
+        if tendon is not None:
+            self._q_is_u = True  # the length is the tendon's
+        else:
+            try:
+                _check_q_is_u(body, which, "CoordinateActuator")
+                self._q_is_u = True
+            except ValueError:
+                if g3[1] or b3[1]:
+                    raise
+                self._q_is_u = False  # no length: the actuator acts on the speed alone
         if dynamics not in self._DYNAMICS:
             raise ValueError(f"{what}: dynamics must be one of {list(self._DYNAMICS)}, got {dynamics!r}")
         self.name = name or f"actuator{sum(isinstance(e, CoordinateActuator) for e in forces._elements)}"
@@ -637,7 +644,11 @@ class CoordinateActuator(_Mobility):
         }
         if self._dyn == 2 and not float(time_constant) > 0:
             raise ValueError(f"{what}: a filter needs time_constant > 0, got {time_constant}")
-        super().__init__(forces, body, which)
+        if tendon is not None:
+            self._body, self._which = body, 0
+            Force.__init__(self, forces)
+        else:
+            super().__init__(forces, body, which)
 
     def _values(self):
         return dict(self._v)
@@ -649,7 +660,9 @@ class CoordinateActuator(_Mobility):
         if self._dyn:
             acts = [e for e in self._subsystem._elements if isinstance(e, CoordinateActuator) and e._dyn]
             z_slot = self._subsystem._actuator_z_offset + acts.index(self)
-        return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u))
+        tendon = getattr(self, "_tendon", None)
+        t = -1 if tendon is None else tendon.index
+        return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u), t)
 
     def _declare(self, sub: GeneralForceSubsystem) -> None:
         acts = [e for e in sub._elements if isinstance(e, CoordinateActuator)]
@@ -682,6 +695,32 @@ class CoordinateActuator(_Mobility):
         model, g = self._model_grp(state)
         ctx = Context(model, state, g.subsystem)
         return _actuators.actuation(group_params(ctx, g), ctx, g.statics)[self._slot_index()]
+
+
+class TendonActuator(CoordinateActuator):
+    """MuJoCo's actuator on a tendon: a ``CoordinateActuator`` (the same controls,
+    activation dynamics, gain and bias) whose length and velocity are ``gear`` times the
+    ``sj.Tendon``'s length and lengthening speed, and whose force ``s`` pulls along the
+    tendon: generalized forces ``J^T gear s`` (``J = dL/du``, MuJoCo's ``actuator_moment``
+    over ``gear``). Its controls share the subsystem's control vector with the other
+    actuators, in the order of creation."""
+
+    def __init__(self, forces: Any, tendon: Tendon, **kwargs: Any):
+        if not isinstance(tendon, Tendon):
+            raise TypeError(f"TendonActuator: tendon must be an sj.Tendon, got {type(tendon).__name__}")
+        self._tendon = tendon
+        super().__init__(forces, tendon._matter.Ground(), 0, **kwargs)
+
+    def _group_key(self) -> Any:
+        return CoordinateActuator  # one group with the joint actuators: one control vector
+
+    @classmethod
+    def _key_name(cls, key: Any) -> str:
+        return CoordinateActuator.__name__
+
+    def get_tendon(self) -> Tendon:
+        """The tendon the actuator pulls along."""
+        return self._tendon
 
 
 class CoordinateLimitForce(_Mobility):
@@ -1373,7 +1412,69 @@ Force.MobilityLinearDamper = MobilityLinearDamper
 Force.MobilityConstantForce = MobilityConstantForce
 Force.MobilityLinearStop = MobilityLinearStop
 Force.CoordinateActuator = CoordinateActuator
+Force.TendonActuator = TendonActuator
 Force.CoordinateLimitForce = CoordinateLimitForce
 Force.LinearBushing = LinearBushing
 Force.DiscreteForces = DiscreteForces
 Force.Custom = Custom
+
+
+# ---------------------------------------------------------------------- forces along tendons
+
+
+class TendonSpringDamper(Force):
+    """MuJoCo's tendon ``stiffness``, ``springlength`` and ``damping``: the force
+    ``stiffness (l0 - L) - damping dL/dt`` along an ``sj.Tendon`` (``J^T f`` on the
+    generalized speeds), ``l0`` the nearer end of the deadband ``spring_length = (lower,
+    upper)`` (a number: no deadband) and no spring force while ``lower <= L <= upper``."""
+
+    kernel = _tendon_forces.TendonSpringDamper()
+
+    def __init__(
+        self, forces: Any, tendon: Tendon, stiffness: float, spring_length: Any, damping: float = 0.0
+    ):
+        if not isinstance(tendon, Tendon):
+            raise TypeError(f"TendonSpringDamper: tendon must be an sj.Tendon, got {type(tendon).__name__}")
+        who = f"TendonSpringDamper on {tendon.name!r}"
+        lo, hi = (float(v) for v in np.broadcast_to(np.asarray(spring_length, dtype=float), (2,)))
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ValueError(
+                f"{who}: spring_length must be finite with lower <= upper, got {spring_length!r}"
+            )
+        for name, v in (("stiffness", stiffness), ("damping", damping)):
+            if not (math.isfinite(float(v)) and float(v) >= 0):
+                raise ValueError(f"{who}: {name} must be finite and >= 0, got {v}")
+        self._tendon = tendon
+        self._v = {
+            "stiffness": float(stiffness),
+            "spring_lower": lo,
+            "spring_upper": hi,
+            "damping": float(damping),
+        }
+        super().__init__(forces)
+
+    def _values(self) -> dict[str, Any]:
+        return dict(self._v)
+
+    def _static(self) -> Any:
+        return self._tendon.index
+
+    def get_tendon(self) -> Tendon:
+        """The tendon the force acts along."""
+        return self._tendon
+
+    def set_stiffness(self, state: State, k: Any) -> State:
+        """New State with the stiffness changed (N/m)."""
+        return self._set(state, "stiffness", k)
+
+    def set_damping(self, state: State, b: Any) -> State:
+        """New State with the damping changed (N s/m)."""
+        return self._set(state, "damping", b)
+
+    def get_tension(self, state: State) -> jax.Array:
+        """The force along the tendon (positive lengthens; needs Velocity)."""
+        L = self._tendon.get_length(state)
+        v = self._tendon.get_lengthening_speed(state)
+        lo, hi = self._get(state, "spring_lower"), self._get(state, "spring_upper")
+        spring = jnp.where(L > hi, hi - L, jnp.where(L < lo, lo - L, 0.0))
+        return self._get(state, "stiffness") * spring - self._get(state, "damping") * v

@@ -22,6 +22,7 @@ from ..model.topology import Topology
 from ..tree import traversal as _tree
 from . import contact as ct
 from . import paths as pa
+from . import tendons as tn
 from ._compiled import compiled_outside_traces, reads_cache
 from .bodies import Ground, MobilizedBody
 from .system import MultibodySystem, Subsystem
@@ -43,6 +44,7 @@ class SimbodyMatterSubsystem(Subsystem):
         self._limits: list[Any] = []  # Constraint.CoordinateLimit, in order of creation
         self._paths: list[Any] = []  # GeometryPath, in order of creation
         self._wrap_objects: list[Any] = []  # WrapCylinder, WrapSphere, in order of creation
+        self._tendons: list[Any] = []  # Tendon (MuJoCo's), in order of creation
         self._penetration_tol: float | None = None
         self._rotary_limit_tol: float | None = None
         super().__init__(system, name)
@@ -115,6 +117,33 @@ class SimbodyMatterSubsystem(Subsystem):
         """Every path's moment arms about every generalized speed (n_paths, nu):
         ``-dL/dq N(q)``, i.e. ``-dL/dq`` for a coordinate with ``qdot = u`` (needs only q)."""
         return pa.calc_path_moment_arms(self, state)
+
+    # ------------------------------------------------------------------ tendons
+    def get_num_tendons(self) -> int:
+        """Number of tendons (``sj.Tendon``)."""
+        return len(self._tendons)
+
+    def get_tendon(self, index: int) -> Any:
+        """A tendon by its index (order of creation)."""
+        return self._tendons[index]
+
+    @compiled_outside_traces
+    def calc_tendon_lengths(self, state: State) -> jax.Array:
+        """Every tendon's length (n_tendons,) in order of creation (needs Position;
+        MuJoCo's ``ten_length``)."""
+        return tn.calc_tendon_lengths(self, state)
+
+    @compiled_outside_traces
+    def calc_tendon_lengthening_speeds(self, state: State) -> jax.Array:
+        """Every tendon's lengthening speed (n_tendons,) (needs Velocity; MuJoCo's
+        ``ten_velocity``)."""
+        return tn.calc_tendon_lengthening_speeds(self, state)
+
+    @compiled_outside_traces
+    def calc_tendon_jacobians(self, state: State) -> jax.Array:
+        """Every tendon's ``dL/du`` (n_tendons, nu): MuJoCo's ``ten_J`` in simjax's speeds
+        (needs only q)."""
+        return tn.calc_tendon_jacobians(self, state)
 
     # ------------------------------------------------------------------ structure
     def Ground(self) -> MobilizedBody:  # noqa: N802 (Simbody name)

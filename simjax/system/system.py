@@ -35,6 +35,7 @@ from . import diagnose as dg
 from ._compiled import compiled_outside_traces, reads_cache
 from .contact import contact_candidates, registry
 from .paths import build_path_set
+from .tendons import build_tendon_set
 
 _uids = itertools.count(1)
 
@@ -210,6 +211,7 @@ class MultibodySystem:
                 mass,
             ),
             paths=build_path_set(matter),
+            tendons=build_tendon_set(matter),
             mujoco=registry(matter).mujoco,
         )
 
