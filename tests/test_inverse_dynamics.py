@@ -252,9 +252,6 @@ def test_bad_setups_and_loads_are_refused_clearly(trial, tmp_path):
         data = table.data.copy()
         data[3, 2] = np.nan
         idt.coordinate_trajectories(model, table.replace(data=data))
-    uneven = table.replace(time=table.time + np.where(np.arange(len(table)) > 50, 0.001, 0.0))
-    with pytest.raises(ModelFileError, match="uniformly sampled"):
-        idt.coordinate_trajectories(model, uneven, cutoff=6.0)
     with pytest.raises(ModelFileError, match="holds no frame"):
         idt.coordinate_trajectories(model, table, time_range=(3.0, 4.0))
     with pytest.warns(UserWarning, match="could not find a force or group named 'nope'"):

@@ -117,6 +117,10 @@ def _run_blocks(tmp_path, monkeypatch):
     result = chained["result"]  # OpenSim's IK tool, from its setup: 100 frames in its time range
     assert len(result.time) == 100 and Path(result.files["motion"]).exists()
     assert Path("subject.osim").exists() and Path("Model_Pose2Sim_Body25b_scaled.osim").exists()
+    # inverse dynamics of that IK motion (a real model and trial): every frame, written
+    tau = chained["id_result"].generalized_forces
+    # (no time range and a filter: the padded rows too, 200, as OpenSim's output has them)
+    assert len(tau.time) == 200 and Path(chained["id_result"].files["generalized_forces"]).exists()
 
 
 def test_set_up_command_1_example_runs_and_leaves_the_readmes_figure_alone(tmp_path):

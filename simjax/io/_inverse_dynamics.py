@@ -5,8 +5,10 @@ The tool, as OpenSim runs it:
 
 1. the coordinates file (an IK ``.mot``) is, when ``lowpass_cutoff_frequency_for_coordinates``
    is non-negative, padded at both ends by half its length (mirrored and negated, so value
-   and slope carry on) and low-pass filtered by OpenSim's third-order Butterworth filter run
-   forwards and backwards (zero lag); rotations in degrees become radians;
+   and slope carry on), resampled at its smallest time step where its steps differ (by a
+   quintic spline, as OpenSim's ``Storage::resample``) and low-pass filtered by OpenSim's
+   third-order Butterworth filter run forwards and backwards (zero lag); rotations in
+   degrees become radians;
 2. each coordinate becomes an interpolating natural quintic spline of its samples
    (OpenSim's ``GCVSplineSet(5, ...)`` with zero error variance), giving q, u = dq/dt and
    udot = d2q/dt2 at each frame; coordinates the file lacks keep their default values;
@@ -493,15 +495,19 @@ def coordinate_trajectories(
         rot = [k for k, n in enumerate(names) if model.coordinates[n].motion_type == "rotational"]
         cols[:, rot] = np.deg2rad(cols[:, rot])
     if cutoff >= 0:
-        dt = float(dts.min())
-        if float(t[-1] - t[0]) / (t.size - 1) - dt > 2.220446049250313e-16:
-            raise ModelFileError(
-                f"{who}: filtering needs uniformly sampled coordinates (time steps {dts.min():g}.."
-                f"{dts.max():g} s); resample the motion first"
-            )
         n = t.size // 2
         t = pad_signal(t, n)
-        cols = lowpass_iir(pad_signal(cols, n), dt, cutoff)
+        cols = pad_signal(cols, n)
+        dt = float(np.diff(t).min())
+        if float(t[-1] - t[0]) / (t.size - 1) - dt > 2.220446049250313e-16:
+            # samples not evenly spaced (to the last bit, e.g. 60 Hz times written to a few
+            # decimals): OpenSim resamples at the smallest step with quintic splines first
+            times = [float(t[0])]
+            while times[-1] + dt <= t[-1]:
+                times.append(times[-1] + dt)
+            cols = np.asarray(natural_spline(t, cols, 5)(np.asarray(times)))
+            t = np.asarray(times)
+        cols = lowpass_iir(cols, dt, cutoff)
     lo, hi = time_range
     start = max(float(t[0]), lo)
     final = min(float(t[-1]), hi)
