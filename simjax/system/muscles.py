@@ -129,21 +129,22 @@ class DeGrooteFregly2016Muscle(Force):
     :mod:`simjax.dynamics.forces.muscles`. Every number is an Instance-stage parameter of
     the State (differentiable, settable per State) but the ``ignore_*`` flags and
     ``tendon_compliance_dynamics_mode`` (only OpenSim's ``"explicit"``), which set the
-    State's layout, and ``default_*``, the initial values of the states.
+    State's layout, and ``default_*``, the initial values of the states. The keyword
+    arguments after ``name`` are OpenSim's properties, with OpenSim's defaults:
+    ``max_isometric_force``, ``optimal_fiber_length``, ``tendon_slack_length``,
+    ``pennation_angle_at_optimal``, ``max_contraction_velocity`` (optimal fibre lengths per
+    second), ``activation_time_constant``, ``deactivation_time_constant``,
+    ``default_activation``, ``default_normalized_tendon_force``,
+    ``active_force_width_scale``, ``fiber_damping``,
+    ``passive_fiber_strain_at_one_norm_force``, ``tendon_strain_at_one_norm_force``,
+    ``activation_dynamics_smoothing``, ``ignore_passive_fiber_force``,
+    ``ignore_tendon_compliance``, ``ignore_activation_dynamics``,
+    ``tendon_compliance_dynamics_mode``.
 
     Args:
         forces: The ``GeneralForceSubsystem``.
         path: The ``sj.GeometryPath`` it acts along.
         name: Its name (as in the .osim file).
-        max_isometric_force, optimal_fiber_length, tendon_slack_length,
-            pennation_angle_at_optimal, max_contraction_velocity (optimal fibre lengths per
-            second), activation_time_constant, deactivation_time_constant,
-            default_activation, default_normalized_tendon_force, active_force_width_scale,
-            fiber_damping, passive_fiber_strain_at_one_norm_force,
-            tendon_strain_at_one_norm_force, activation_dynamics_smoothing,
-            ignore_passive_fiber_force, ignore_tendon_compliance,
-            ignore_activation_dynamics, tendon_compliance_dynamics_mode: OpenSim's
-            properties, with OpenSim's defaults.
 
     Raises:
         ValueError: A property outside its range (the message names the muscle).
