@@ -60,22 +60,13 @@ class InverseDynamicsSolver:
         dc = s.dynamics_cache
         body = dc.body_forces
         mob = dc.mobility_forces
-        if applied_body_forces is not None:
-            extra = jnp.asarray(applied_body_forces, dtype=body.dtype)
-            if extra.shape != body.shape:
-                raise ValueError(
-                    f"InverseDynamicsSolver.solve: applied_body_forces must have shape {body.shape} "
-                    f"(one [torque; force] row per body, Ground first), got {extra.shape}"
-                )
-            body = body + extra
-        if applied_mobility_forces is not None:
-            extra = jnp.asarray(applied_mobility_forces, dtype=mob.dtype)
-            if extra.shape != mob.shape:
-                raise ValueError(
-                    f"InverseDynamicsSolver.solve: applied_mobility_forces must have shape {mob.shape}, "
-                    f"got {extra.shape}"
-                )
-            mob = mob + extra
+        body = _plus(
+            body,
+            applied_body_forces,
+            "applied_body_forces",
+            " (one [torque; force] row per body, Ground first)",
+        )
+        mob = _plus(mob, applied_mobility_forces, "applied_mobility_forces", "")
         a = jnp.asarray(udot, dtype=s.u.dtype)
         if a.shape != s.u.shape:
             raise ValueError(f"InverseDynamicsSolver.solve: udot must have shape {s.u.shape}, got {a.shape}")
@@ -94,3 +85,15 @@ class InverseDynamicsSolver:
         return jax.vmap(
             lambda qq, uu, aa, ff: self.solve(state.with_q(qq).with_u(uu), aa, applied_body_forces=ff)
         )(q, u, udot, applied_body_forces)
+
+
+def _plus(base: jax.Array, extra: Any, name: str, hint: str) -> jax.Array:
+    """``base + extra`` (``extra`` None: ``base``), refusing an ``extra`` of another shape."""
+    if extra is None:
+        return base
+    x = jnp.asarray(extra, dtype=base.dtype)
+    if x.shape != base.shape:
+        raise ValueError(
+            f"InverseDynamicsSolver.solve: {name} must have shape {base.shape}{hint}, got {x.shape}"
+        )
+    return base + x

@@ -16,6 +16,7 @@ bodies the wrap objects are on included.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -107,16 +108,7 @@ def apply_tensions(
         f_body = jnp.einsum("pji,pj->pi", R, f)  # the point forces in their bodies' frames
         _, vjp = jax.vjp(lambda q_: point_stations(paths, topo, q_), state.q)
         (Q_q,) = vjp(f_body)
-        slots = sorted(
-            {
-                (int(topo.q_start[b]) + w, int(topo.u_start[b]) + w)
-                for m in paths.moving
-                for spec in m.axes
-                if spec is not None
-                for (_, b, w, _, _) in [spec]
-            }
-        )
-        qi, ui = (np.asarray(s, dtype=int) for s in zip(*slots, strict=True))
+        qi, ui = _moving_slots(paths, topo)
         tau = tau.at[ui].add(Q_q[qi])
     if wrapped.any():
         F_w, Q_w = _wrapped_forces(paths, ctx, T_wrapped)
@@ -137,6 +129,15 @@ def _wrapped_forces(paths: PathSet, ctx: Context, T: jax.Array) -> tuple[jax.Arr
     moment = jnp.stack([M[:, 1, 2] - M[:, 2, 1], M[:, 2, 0] - M[:, 0, 2], M[:, 0, 1] - M[:, 1, 0]], axis=1)
     F = jnp.concatenate([moment, G_p], axis=1)
     tau = jnp.zeros(ctx.nu, state.q.dtype)
+    if paths.moving:
+        qi, ui = _moving_slots(paths, topo)
+        tau = tau.at[ui].add(G_q[qi])
+    return F, tau
+
+
+def _moving_slots(paths: PathSet, topo: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The q and u slots of the coordinates that move the moving points' stations
+    (static), where their generalized forces go."""
     slots = sorted(
         {
             (int(topo.q_start[b]) + w, int(topo.u_start[b]) + w)
@@ -146,10 +147,8 @@ def _wrapped_forces(paths: PathSet, ctx: Context, T: jax.Array) -> tuple[jax.Arr
             for (_, b, w, _, _) in [spec]
         }
     )
-    if slots:
-        qi, ui = (np.asarray(s, dtype=int) for s in zip(*slots, strict=True))
-        tau = tau.at[ui].add(G_q[qi])
-    return F, tau
+    qi, ui = (np.asarray(x, dtype=int) for x in zip(*slots, strict=True))
+    return qi, ui
 
 
 @dataclass(frozen=True)
