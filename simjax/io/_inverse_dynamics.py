@@ -45,8 +45,7 @@ from .._stage import Stage
 from ..studies.inverse_dynamics import InverseDynamicsSolver
 from ._loaded import LoadedModel, ModelFileError, _coordinate_label
 from ._motion import CoordinateTable, read_mot, write_sto
-from ._osim import load_osim
-from ._setup import _bool, _file, _float, _text, _time_range, _tool_root
+from ._setup import _bool, _file, _float, _text, _time_range, _tool_root, tool_model
 
 # ------------------------------------------------------------------------------ signals
 
@@ -395,12 +394,7 @@ class IDSetup:
         generalized forces at every frame, written to ``<results_directory>/
         <output_gen_force_file>`` (relative to the setup's folder; ``output_dir``
         overrides) unless ``write=False``."""
-        if model is None:
-            if self.model_file is None:
-                raise ModelFileError(f"{self.path}: the setup names no <model_file>; pass run(model=...)")
-            model = self.model_file
-        if not isinstance(model, LoadedModel):
-            model = load_osim(model)
+        model = tool_model(self.path, self.model_file, model)
         if self.coordinates_file is None:
             raise ModelFileError(f"{self.path}: the setup names no <coordinates_file> (the IK motion)")
         everything = any(n.strip().upper() == "ALL" for n in self.forces_to_exclude)

@@ -191,12 +191,7 @@ class IKSetup:
         the setup file's folder, or all files go to ``output_dir`` when given. ``write=False``
         writes nothing. Frames whose solve did not succeed are named in a warning (their
         ``infos``' status says why)."""
-        if model is None:
-            if self.model_file is None:
-                raise ModelFileError(f"{self.path}: the setup names no <model_file>; pass run(model=...)")
-            model = self.model_file
-        if not isinstance(model, LoadedModel):
-            model = load_osim(model)
+        model = tool_model(self.path, self.model_file, model)
         if self.marker_file is None:
             raise ModelFileError(f"{self.path}: the setup names no <marker_file>: nothing to fit")
         trc = read_trc(self.marker_file).in_units("m")
@@ -277,6 +272,16 @@ class IKResult:
     motion: CoordinateTable
     marker_errors: CoordinateTable
     files: dict[str, str]
+
+
+def tool_model(setup_path: str, model_file: str | None, model: Any) -> LoadedModel:
+    """The model a tool's ``run(model)`` works on: ``model`` if loaded, else loaded from
+    it (a path) or from the setup's ``<model_file>``."""
+    if model is None:
+        if model_file is None:
+            raise ModelFileError(f"{setup_path}: the setup names no <model_file>; pass run(model=...)")
+        model = model_file
+    return model if isinstance(model, LoadedModel) else load_osim(model)
 
 
 def _task_name(name: str) -> str:
