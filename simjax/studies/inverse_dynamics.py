@@ -9,6 +9,11 @@ Constraints are ignored, as OpenSim's inverse dynamics ignores them: ``tau`` are
 forces the mobilities must supply. A pure function of the State and ``udot``: ``jit``,
 ``vmap`` over the frames of a trial and ``grad`` with respect to q, u, udot, the
 loads or any parameter in the State apply.
+
+``C`` is exact (autodiff of each mobilizer's transform). OpenSim's differs on CustomJoints
+whose rotations share a coordinate, e.g. Pose2Sim's walker knee: Simbody's
+``FunctionBased`` mobilizer's derivative of H is exact only when rotation k is a function
+of the joint's k-th coordinate alone (the guide's inverse dynamics section has the numbers).
 """
 
 from __future__ import annotations
