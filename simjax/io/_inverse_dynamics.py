@@ -34,9 +34,9 @@ splines of the knee angle). OpenSim's Coriolis terms there come from Simbody's
 function of the joint's k-th coordinate alone; otherwise it adds ``th2' th3' u^2 (W3 x W2)``
 to the child's angular acceleration. simjax's equal Lagrange's equations from OpenSim's own
 mass matrix and gravity (to 1e-11 of the largest on a synthetic motion, where OpenSim's
-tool is 1.4e-4 off, ``tests/test_inverse_dynamics.py``; 5e-9 against 4e-3 on OpenSim's IK
-motion of Pose2Sim's demo), so on such a model the knee, ankle and hip moments differ from
-OpenSim's by up to 0.6% of their largest value while the knees move.
+tool is 1.4e-4 off, ``tests/test_inverse_dynamics.py``; 9e-9 against 4e-3 on the IK
+motion of Pose2Sim's demo), so on such a model the ankle, knee and hip moments differ from
+OpenSim's by up to 0.7% of their largest value while the knees move.
 """
 
 from __future__ import annotations
