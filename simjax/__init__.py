@@ -40,6 +40,8 @@ from .studies.simulate import TimeStepper as TimeStepper
 from .studies.simulate import Trajectory as Trajectory
 from .studies.simulate import TriggeredEvent as TriggeredEvent
 from .studies.simulate import simulate as simulate
+from .studies.static_optimization import StaticOptimization as StaticOptimization
+from .studies.static_optimization import StaticOptimizationSolution as StaticOptimizationSolution
 from .system.bodies import Body as Body
 from .system.bodies import MobilizedBody as MobilizedBody
 from .system.constraints import Constraint as Constraint

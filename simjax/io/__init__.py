@@ -1,5 +1,6 @@
 """Read models and motion data made elsewhere (OpenSim, URDF, MJCF; .trc, .mot/.sto, .c3d) and
-run OpenSim's tools on them (IK, scaling, inverse dynamics with external loads).
+run OpenSim's tools on them (IK, scaling, inverse dynamics with external loads, static
+optimization).
 
 ``load_osim`` (and the other model loaders) return a :class:`LoadedModel`: a System with
 handles by name and a default State; the motion readers return plain tables of NumPy arrays.
@@ -48,4 +49,8 @@ from ._setup import IKSetup as IKSetup
 from ._setup import marker_error_table as marker_error_table
 from ._setup import marker_errors as marker_errors
 from ._setup import read_ik_setup as read_ik_setup
+from ._static_optimization import SOResult as SOResult
+from ._static_optimization import SOSetup as SOSetup
+from ._static_optimization import read_so_setup as read_so_setup
+from ._static_optimization import static_optimization as static_optimization
 from ._urdf import load_urdf as load_urdf

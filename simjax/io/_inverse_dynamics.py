@@ -471,11 +471,15 @@ def coordinate_trajectories(
     cutoff: float = -1.0,
     time_range: tuple[float, float] = (-math.inf, math.inf),
     who: str = "inverse dynamics",
+    speeds_spline: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
     """The frames' ``(time, q, u, udot, state)`` from a coordinates table as OpenSim's
     inverse dynamics makes them (padding and filtering when ``cutoff >= 0``, natural
     quintic splines; see the module docstring). ``state`` is the model's default State in
-    Euler-angle form (in which each coordinate has one q and one u)."""
+    Euler-angle form (in which each coordinate has one q and one u). With
+    ``speeds_spline`` udot is instead the slope of a second quintic spline through the
+    speeds at every row, as OpenSim's ``AnalyzeTool`` and ``StaticOptimization`` make
+    their states and target accelerations."""
     t = np.asarray(table.time, dtype=float)
     if t.size < 6:
         raise ModelFileError(
@@ -526,7 +530,10 @@ def coordinate_trajectories(
     spline = natural_spline(t, cols, 5)
     Q = np.asarray(spline(frames))
     dQ = np.asarray(spline.derivative(1)(frames))
-    ddQ = np.asarray(spline.derivative(2)(frames))
+    if speeds_spline:
+        ddQ = np.asarray(natural_spline(t, np.asarray(spline.derivative(1)(t)), 5).derivative(1)(frames))
+    else:
+        ddQ = np.asarray(spline.derivative(2)(frames))
     q0 = np.asarray(state.q, dtype=float)
     if state.q.size != state.u.size:
         raise ModelFileError(

@@ -206,6 +206,9 @@ class LoadedModel:
         tendons: ``sj.Tendon`` handles by name (MuJoCo's tendons, MJCF models):
             ``get_length``, ``get_lengthening_speed``, ``get_jacobian``,
             ``compute_moment_arm``.
+        control_ranges: Each actuator's ``(min_control, max_control)`` from the file, by
+            name (OpenSim's bounds, which its static optimization uses; [0, 1] for a
+            muscle, unbounded for a coordinate actuator unless the file says otherwise).
         contact_forces: Compliant contact force elements (``sj.HuntCrossleyForce``,
             ``sj.SmoothSphereHalfSpaceForce``) by name (OpenSim models).
         ignored: Parts of the file simjax does not model, ``{kind: count}``.
@@ -226,6 +229,7 @@ class LoadedModel:
     paths: dict[str, Any] = field(default_factory=dict)
     muscles: dict[str, Any] = field(default_factory=dict)
     tendons: dict[str, Any] = field(default_factory=dict)
+    control_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     contact_forces: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -226,6 +226,7 @@ class _OsimReader:
         self.ignored: Counter[str] = Counter()
         self.notes: list[str] = []
         self.contact_forces: dict[str, Any] = {}
+        self.control_ranges: dict[str, tuple[float, float]] = {}
         self.frames: dict[str, tuple[ET.Element, str | None, _X]] = {}  # path -> (el, parent path, X)
         self.body_els: dict[str, ET.Element] = {}
         self.ground_name = "ground"
@@ -823,6 +824,7 @@ class _OsimReader:
             actuators=actuators,
             paths=paths,
             muscles=muscles,
+            control_ranges=self.control_ranges,
             contact_forces=self.contact_forces,
             ignored=dict(sorted(self.ignored.items())),
             notes=self.notes,
@@ -970,6 +972,10 @@ class _OsimReader:
                     )
                 )
                 actuators[name] = made[0]
+                self.control_ranges[name] = (
+                    doc.float(f, "min_control", -math.inf),
+                    doc.float(f, "max_control", math.inf),
+                )
             elif f.tag == "CoordinateLimitForce":
                 made.append(
                     Force.CoordinateLimitForce(
@@ -1167,6 +1173,7 @@ class _OsimReader:
             if doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True):
                 muscle.set_disabled_by_default(True)
             out[name] = muscle
+            self.control_ranges[name] = (doc.float(f, "min_control", 0.0), doc.float(f, "max_control", 1.0))
         return out
 
     _WRAPS = {"WrapCylinder": WrapCylinder, "WrapSphere": WrapSphere}

@@ -72,9 +72,9 @@ class Context:
         return self.state.instance[subsystem or self._subsystem][name]  # type: ignore[index]
 
     def get_z(self, subsystem: str | None = None) -> jax.Array:
-        """The z block of this (or the named) subsystem."""
-        sl = self._model.z_slices[subsystem or self._subsystem]  # type: ignore[index]
-        return self.state.z[sl]
+        """The z block of this (or the named) subsystem (empty when it has none)."""
+        sl = self._model.z_slices.get(subsystem or self._subsystem)  # type: ignore[arg-type]
+        return self.state.z[sl] if sl is not None else self.state.z[:0]
 
     def mobilizer_q(self, body: Any) -> jax.Array:
         """q block of a mobilized body (a handle or an index)."""

@@ -85,6 +85,7 @@ class InverseDynamicsSolver:
         call): ``q`` (T, nq), ``u`` and ``udot`` (T, nu), ``applied_body_forces``
         (T, nb, 6) or None; the other State entries (time, parameters) from ``state``.
         Returns (T, nu)."""
+        q, u, udot = (jnp.asarray(x, dtype=state.q.dtype) for x in (q, u, udot))
         if applied_body_forces is None:
             return jax.vmap(lambda qq, uu, aa: self.solve(state.with_q(qq).with_u(uu), aa))(q, u, udot)
         return jax.vmap(

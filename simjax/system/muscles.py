@@ -40,6 +40,24 @@ def calc_muscle_info(sub: GeneralForceSubsystem, state: State) -> _muscles.Muscl
 _group_info_compiled = jax.jit(calc_muscle_info, static_argnums=0)
 
 
+def calc_inextensible_tendon_active_fiber_forces(
+    sub: GeneralForceSubsystem, state: State, activation: Any = 1.0
+) -> jax.Array:
+    """Every muscle's active fibre force with its tendon taken as rigid at ``activation``
+    (scalar or (n_muscles,)), in creation order (OpenSim's
+    ``calcInextensibleTendonActiveFiberForce``, static optimization's force per unit
+    activation at ``activation=1``; needs Velocity)."""
+    model = sub._system.model_for(state)
+    for g in model.force_groups:
+        if g.subsystem == sub.name and isinstance(g.kernel, _muscles.DeGrooteFregly2016Muscle):
+            ctx = Context(model, state, sub.name)
+            P = group_params(ctx, g)
+            m = _muscles.muscle_info(P, ctx, g.statics)
+            a = jnp.broadcast_to(jnp.asarray(activation, m.length.dtype), m.length.shape)
+            return _muscles.inextensible_tendon_active_fiber_force(P, m.length, m.lengthening_speed, a)
+    raise ValueError(f"no DeGrooteFregly2016Muscle in force subsystem {sub.name!r}")
+
+
 def _equilibrium(sub: GeneralForceSubsystem, state: State) -> tuple[State, jax.Array]:
     """``state`` with every compliant muscle's normalized tendon force at equilibrium, and
     every muscle's path length minus its tendon slack length (n_muscles,)."""
@@ -376,6 +394,14 @@ class DeGrooteFregly2016Muscle(Force):
         sub = self._subsystem
         info = _group_info_compiled(sub, state) if _concrete(state) else calc_muscle_info(sub, state)
         return _muscles.MuscleInfo(*(x[i] for x in info))
+
+    def calc_inextensible_tendon_active_fiber_force(self, state: State, activation: Any) -> jax.Array:
+        """The active fibre force at ``activation`` with the tendon taken as rigid, at the
+        State's path length and speed (OpenSim's ``calcInextensibleTendonActiveFiberForce``;
+        static optimization's force per unit activation; needs Velocity)."""
+        state.require(Stage.VELOCITY, f"DeGrooteFregly2016Muscle {self.name!r}")
+        i = self._slot_index()
+        return calc_inextensible_tendon_active_fiber_forces(self._subsystem, state, activation)[i]
 
     def get_length(self, state: State) -> jax.Array:
         """The muscle-tendon length: its path's (needs Position)."""

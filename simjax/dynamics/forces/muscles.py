@@ -272,6 +272,15 @@ def muscle_info(P: Params, ctx: Context, S: tuple) -> MuscleInfo:
     return muscle_equations(P, g.length[idx], g.speed[idx], e, a, f, comp)
 
 
+def inextensible_tendon_active_fiber_force(P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
+    """OpenSim's ``calcInextensibleTendonActiveFiberForce``: the active fibre force
+    ``F a fl fv`` (not projected on the tendon) with the tendon taken as rigid, at path
+    lengths ``L``, speeds ``V`` and activations ``a`` (each (n,)). Static optimization's
+    force per unit activation (``a = 1``)."""
+    rigid = np.zeros(np.shape(L), dtype=bool)
+    return muscle_equations(P, L, V, a, a, jnp.full_like(L, jnp.nan), rigid).active_fiber_force
+
+
 def equilibrium_tendon_force(
     P: Params, L: jax.Array, V: jax.Array, a: jax.Array, iterations: int = 40
 ) -> jax.Array:
