@@ -85,9 +85,9 @@ class StaticOptimization:
         use_muscle_physiology: A muscle's force per unit activation from its
             force-length and force-velocity curves at the State (True, OpenSim's
             default), or its max isometric force.
-        min_control, max_control: Bounds on each actuator's activation, in
-            :attr:`actuators` order (default: OpenSim's, [0, 1] for a muscle, unbounded
-            otherwise).
+        min_control: Lower bound of each actuator's activation, in :attr:`actuators`
+            order (default: OpenSim's, 0 for a muscle, unbounded otherwise).
+        max_control: Upper bound likewise (default: 1 for a muscle, unbounded otherwise).
         dependent_u: The u indices of the coordinates a constraint determines (locked,
             prescribed, the dependent coordinate of a coupler; OpenSim's
             ``Coordinate.isConstrained``): their targets are not imposed. Needed, and only
