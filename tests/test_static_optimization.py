@@ -1,5 +1,5 @@
 """Static optimization: ``sj.StaticOptimization`` (OpenSim's ``StaticOptimization``) and
-OpenSim's ``AnalyzeTool`` setup that runs it (``sj.io.read_so_setup``), checked against
+OpenSim's ``AnalyzeTool`` setup that runs it (``sj.io.read_analyze_setup``), checked against
 OpenSim 4.6's own analysis on the same files (gait14dof22musc with its muscles replaced by
 ``DeGrooteFregly2016Muscle`` and reserve actuators on every coordinate, the gait-like trial
 and force plates of ``test_inverse_dynamics``), and on a synthetic arm against forward
@@ -22,7 +22,7 @@ from simjax.io import ModelFileError
 jax.config.update("jax_enable_x64", True)
 
 
-def _so_setup(name, t0, t1, extra=""):
+def _so_setup(name, t0, t1, criterion=1e-8):
     return (
         '<?xml version="1.0" encoding="UTF-8" ?>\n<OpenSimDocument Version="40000">'
         f'<AnalyzeTool name="{name}"><model_file>so_model.osim</model_file>'
@@ -32,22 +32,27 @@ def _so_setup(name, t0, t1, extra=""):
         f"<on>true</on><start_time>{t0}</start_time><end_time>{t1}</end_time><step_interval>1</step_interval>"
         "<use_model_force_set>true</use_model_force_set><activation_exponent>2</activation_exponent>"
         "<use_muscle_physiology>true</use_muscle_physiology>"
-        "<optimizer_convergence_criterion>1e-8</optimizer_convergence_criterion>"
-        f"<optimizer_max_iterations>200</optimizer_max_iterations></StaticOptimization>{extra}</objects></AnalysisSet>"
+        f"<optimizer_convergence_criterion>{criterion}</optimizer_convergence_criterion>"
+        "<optimizer_max_iterations>200</optimizer_max_iterations></StaticOptimization>"
+        f'<MuscleAnalysis name="MuscleAnalysis"><on>true</on><start_time>{t0}</start_time>'
+        f"<end_time>{t1}</end_time><step_interval>1</step_interval><muscle_list>all</muscle_list>"
+        "<moment_arm_coordinate_list>all</moment_arm_coordinate_list><compute_moments>true</compute_moments>"
+        "</MuscleAnalysis></objects></AnalysisSet>"
         "<external_loads_file>loads.xml</external_loads_file><coordinates_file>motion.mot</coordinates_file>"
         "<lowpass_cutoff_frequency_for_coordinates>6</lowpass_cutoff_frequency_for_coordinates>"
         "</AnalyzeTool></OpenSimDocument>"
     )
 
 
-@pytest.fixture(scope="module")
-def trial(tmp_path_factory):
-    """gait14dof22musc's muscles as rigid-tendon DeGrooteFregly2016Muscles (OpenSim's
-    ``replaceMuscles``) with a reserve CoordinateActuator on every coordinate (100 on the
-    pelvis, 10 elsewhere), the trial of ``write_trial`` and a static optimization setup
-    over 0.45..0.5 s."""
-    osim = pytest.importorskip("opensim")
-    d = write_trial(tmp_path_factory.mktemp("so_trial"), model_path("gait14dof22musc"))
+def write_so_trial(d, t0=0.45, t1=0.5, criterion=1e-8):
+    """In folder ``d``: the trial of ``write_trial``, gait14dof22musc's muscles as
+    rigid-tendon DeGrooteFregly2016Muscles (OpenSim's ``replaceMuscles``) with a reserve
+    CoordinateActuator on every coordinate (100 on the pelvis, 10 elsewhere) as
+    so_model.osim, and so.xml, a static optimization setup over ``t0..t1`` s at OpenSim's
+    convergence ``criterion``. Also used by benchmarks/bench_static_optimization.py."""
+    import opensim as osim
+
+    write_trial(d, model_path("gait14dof22musc"))
     m = osim.Model(model_path("gait14dof22musc"))
     osim.DeGrooteFregly2016Muscle.replaceMuscles(m)
     for i in range(m.getMuscles().getSize()):
@@ -59,8 +64,15 @@ def trial(tmp_path_factory):
         m.addForce(a)
     m.finalizeConnections()
     m.printToXML(str(d / "so_model.osim"))
-    (d / "so.xml").write_text(_so_setup("so", 0.45, 0.5))
+    (d / "so.xml").write_text(_so_setup("so", t0, t1, criterion))
     return d
+
+
+@pytest.fixture(scope="module")
+def trial(tmp_path_factory):
+    """:func:`write_so_trial` over 0.45..0.5 s (6 frames)."""
+    pytest.importorskip("opensim")
+    return write_so_trial(tmp_path_factory.mktemp("so_trial"))
 
 
 @pytest.mark.oracle
@@ -72,7 +84,7 @@ def test_the_tool_equals_opensims_static_optimization(trial, tmp_path):
     osim = pytest.importorskip("opensim")
     osim.AnalyzeTool(str(trial / "so.xml")).run()
     ref = sj.io.read_sto(trial / "results" / "so_StaticOptimization_activation.sto")
-    setup = sj.io.read_so_setup(trial / "so.xml")
+    setup = sj.io.read_analyze_setup(trial / "so.xml")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the model's left-out parts (wrap objects, ...)
         model = sj.io.load_osim(setup.model_file)
@@ -93,6 +105,24 @@ def test_the_tool_equals_opensims_static_optimization(trial, tmp_path):
     np.testing.assert_allclose(np.asarray(back.data), A, rtol=1e-12, atol=1e-14)
     forces = sj.io.read_sto(res.files["force"])
     assert list(forces.labels) == names
+    # the muscle analysis of the same run: every file OpenSim wrote that simjax writes
+    assert set(sj.io.MUSCLE_ANALYSIS) <= set(res.muscle_analysis)
+    worst = {}
+    for key, tab in res.muscle_analysis.items():
+        ref = sj.io.read_sto(trial / "results" / f"so_MuscleAnalysis_{key}.sto")
+        cols = [list(ref.labels).index(n) for n in tab.labels]
+        R = np.asarray(ref.data)[:, cols]
+        assert back_file_matches(res.files[key], tab)
+        worst[key] = np.abs(np.asarray(tab.data) - R).max() / max(np.abs(R).max(), 1e-3)
+    key = max(worst, key=worst.get)
+    print(f"muscle analysis: {len(worst)} files, worst {key} {worst[key]:.1e}")
+    assert worst[key] < 1e-9
+
+
+def back_file_matches(path, tab):
+    """The .sto written reads back as the table (labels, times, values)."""
+    back = sj.io.read_sto(path)
+    return list(back.labels) == list(tab.labels) and np.allclose(back.data, tab.data, rtol=1e-12, atol=1e-14)
 
 
 def _arm():
@@ -259,11 +289,11 @@ def test_bad_input_is_refused_clearly(arm, trial, tmp_path):
     # setups OpenSim runs differently
     base = (trial / "so.xml").read_text()
     for change, msg in (
-        (("<on>true</on>", "<on>false</on>"), "holds no StaticOptimization that is on"),
+        (("<on>true</on>", "<on>false</on>"), "holds no StaticOptimization or MuscleAnalysis that is on"),
         (("<use_model_force_set>true", "<use_model_force_set>false"), "use_model_force_set"),
         (("<replace_force_set>false", "<replace_force_set>true"), "force_set_files"),
     ):
         bad = tmp_path / "bad.xml"
         bad.write_text(base.replace(*change))
         with pytest.raises(ModelFileError, match=msg):
-            sj.io.read_so_setup(bad)
+            sj.io.read_analyze_setup(bad)

@@ -49,8 +49,10 @@ from ._setup import IKSetup as IKSetup
 from ._setup import marker_error_table as marker_error_table
 from ._setup import marker_errors as marker_errors
 from ._setup import read_ik_setup as read_ik_setup
-from ._static_optimization import SOResult as SOResult
-from ._static_optimization import SOSetup as SOSetup
-from ._static_optimization import read_so_setup as read_so_setup
+from ._static_optimization import MUSCLE_ANALYSIS as MUSCLE_ANALYSIS
+from ._static_optimization import AnalyzeResult as AnalyzeResult
+from ._static_optimization import AnalyzeSetup as AnalyzeSetup
+from ._static_optimization import muscle_analysis as muscle_analysis
+from ._static_optimization import read_analyze_setup as read_analyze_setup
 from ._static_optimization import static_optimization as static_optimization
 from ._urdf import load_urdf as load_urdf

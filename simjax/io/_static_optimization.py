@@ -1,5 +1,6 @@
-"""OpenSim's static optimization (an ``AnalyzeTool`` setup with a ``StaticOptimization``
-analysis), read from its setup file and run on :class:`simjax.StaticOptimization`.
+"""OpenSim's ``AnalyzeTool`` with its ``StaticOptimization`` and ``MuscleAnalysis``
+analyses, read from its setup file and run on :class:`simjax.StaticOptimization` and the
+muscles' own quantities.
 
 As OpenSim runs it:
 
@@ -16,15 +17,22 @@ As OpenSim runs it:
    coordinates accelerate as the targets say, with the external loads applied; the
    coordinates a constraint determines (locked, prescribed, coupled) are not targets;
 4. the activations and forces are written as ``<name>_StaticOptimization_activation.sto``
-   and ``<name>_StaticOptimization_force.sto``, one column per actuator.
+   and ``<name>_StaticOptimization_force.sto``, one column per actuator;
+5. a ``MuscleAnalysis`` writes ``<name>_MuscleAnalysis_<quantity>.sto`` at the same frames,
+   one column per muscle: lengths, fibre lengths and velocities, pennation, fibre and
+   tendon forces (:data:`MUSCLE_ANALYSIS`), and per coordinate ``MomentArm_<coordinate>``
+   and ``Moment_<coordinate>`` (moment arm times tendon force), with the muscles' states
+   (activation) at the model's defaults, as OpenSim's states from a coordinates file
+   hold them.
 
 Where simjax differs: OpenSim's IPOPT stops at ``optimizer_convergence_criterion`` (1e-4
 by default); simjax solves each frame to round-off (the setting is read and not needed),
 so activations agree with OpenSim's to about that criterion. A frame OpenSim cannot
-solve (a model too weak) is reported in :attr:`SOResult.converged` and warned about,
+solve (a model too weak) is reported in :attr:`AnalyzeResult.converged` and warned about,
 naming the frames and the coordinates left short. The force file holds the actuators'
 forces only (OpenSim's also lists the model's other forces). OpenSim clamps coordinates
-to their ranges while making the states (``Coordinate.setValue``); simjax does not.
+to their ranges while making the states (``Coordinate.setValue``); simjax does not. The
+muscle analysis leaves out OpenSim's power and pennation-velocity files.
 """
 
 from __future__ import annotations
@@ -37,11 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._stage import Stage
 from ..studies.static_optimization import StaticOptimization
 from ..system.constraints import CoordinateCoupler
+from ..system.muscles import calc_muscle_info
 from ._inverse_dynamics import LoadSeries, coordinate_trajectories, read_external_loads
 from ._loaded import LoadedModel, ModelFileError
 from ._motion import CoordinateTable, read_mot, write_sto
@@ -90,31 +100,117 @@ def static_optimization(
     )
 
 
+#: OpenSim's ``MuscleAnalysis`` files (``<name>_MuscleAnalysis_<key>.sto``) and what each
+#: holds per muscle, by its getter (``sj.DeGrooteFregly2016Muscle.get_<value>``)
+MUSCLE_ANALYSIS = {
+    "Length": "length",
+    "FiberLength": "fiber_length",
+    "NormalizedFiberLength": "normalized_fiber_length",
+    "FiberVelocity": "fiber_velocity",
+    "NormFiberVelocity": "normalized_fiber_velocity",
+    "PennationAngle": "pennation_angle",
+    "ActiveFiberForce": "active_fiber_force",
+    "PassiveFiberForce": "passive_fiber_force",
+    "FiberForce": "fiber_force",
+    "ActiveFiberForceAlongTendon": "active_fiber_force_along_tendon",
+    "PassiveFiberForceAlongTendon": "passive_fiber_force_along_tendon",
+    "TendonForce": "tendon_force",
+}
+
+
+def muscle_analysis(
+    model: LoadedModel, time: Any, q: Any, u: Any, state: Any = None
+) -> dict[str, CoordinateTable]:
+    """OpenSim's ``MuscleAnalysis`` at every frame (one compiled, batched call): a table per
+    quantity of :data:`MUSCLE_ANALYSIS` (one column per muscle), and per coordinate
+    ``MomentArm_<coordinate>`` and ``Moment_<coordinate>`` (N m or N: moment arm times
+    tendon force). ``q`` (T, nq) and ``u`` (T, nu) in ``state``'s form (default: the
+    model's default State in Euler-angle form, whose z gives the muscles' states)."""
+    if not model.muscles:
+        raise ValueError(f"muscle_analysis: {model.path or 'the model'} has no muscles simjax models")
+    if state is None:
+        state = model.matter.set_use_euler_angles(model.default_state, True)
+    out = _compiled_analysis(model)(state, jnp.asarray(q), jnp.asarray(u))
+    values, arms = (np.asarray(x) for x in out)
+    names = list(model.muscles)
+    t = np.asarray(time, dtype=float)
+
+    def table(data: np.ndarray, label: str) -> CoordinateTable:
+        return CoordinateTable(time=t, labels=list(names), data=data, in_degrees=False, name=label)
+
+    tables = {key: table(values[:, k], key) for k, key in enumerate(MUSCLE_ANALYSIS)}
+    tendon = values[:, list(MUSCLE_ANALYSIS).index("TendonForce")]
+    for c in sorted(model.coordinates.values(), key=lambda c: c.u_index(state)):
+        r = arms[:, :, c.u_index(state)]
+        tables[f"MomentArm_{c.name}"] = table(r, f"MomentArm_{c.name}")
+        tables[f"Moment_{c.name}"] = table(r * tendon, f"Moment_{c.name}")
+    return tables
+
+
+_ANALYSIS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _compiled_analysis(model: LoadedModel) -> Any:
+    """``(state, q, u) -> (values (T, k, n_muscles), moment arms (T, n_muscles, nu))``,
+    compiled once per model."""
+    if model not in _ANALYSIS:
+        system, matter = model.system, model.matter
+        muscles = list(model.muscles.values())
+        paths = np.array([m.get_geometry_path().index for m in muscles])
+        sub = muscles[0]._subsystem
+        first = [e for e in sub._elements if isinstance(e, type(muscles[0]))]
+        order = np.array([first.index(m) for m in muscles])
+
+        def frame(state: Any, qq: Any, uu: Any) -> Any:
+            s = system.realize(state.with_q(qq).with_u(uu), Stage.VELOCITY)
+            info = calc_muscle_info(sub, s)
+            cos = info.cos_pennation_angle
+            passive = info.passive_fiber_elastic_force + info.passive_fiber_damping_force
+            v = {
+                **info._asdict(),
+                "passive_fiber_force": passive,
+                "active_fiber_force_along_tendon": info.active_fiber_force * cos,
+                "passive_fiber_force_along_tendon": passive * cos,
+            }
+            values = jnp.stack([v[k][order] for k in MUSCLE_ANALYSIS.values()])
+            return values, matter.calc_path_moment_arms(s)[paths]
+
+        _ANALYSIS[model] = jax.jit(jax.vmap(frame, in_axes=(None, 0, 0)))
+    return _ANALYSIS[model]
+
+
 @dataclass
-class SOResult:
-    """What :meth:`SOSetup.run` computed and wrote.
+class AnalyzeResult:
+    """What :meth:`AnalyzeSetup.run` computed and wrote.
 
     Attributes:
         time: The frames' times (T,).
-        activation: OpenSim's activation table: one column per actuator (muscles'
-            activations, coordinate actuators' controls).
-        force: The actuators' forces (N; N m for a coordinate actuator on a rotation).
-        converged: Per frame, whether the actuators produce the target accelerations.
+        activation: Static optimization's activations (OpenSim's table: one column per
+            actuator: muscles' activations, coordinate actuators' controls); None without
+            a StaticOptimization.
+        force: The actuators' forces (N; N m for a coordinate actuator on a rotation), or
+            None.
+        converged: Per frame, whether the actuators produce the target accelerations, or
+            None.
         residual: Per frame, the generalized forces left unproduced on the free
-            coordinates (T, nfree).
+            coordinates (T, nfree), or None.
         generalized_forces: Per frame, what the actuators must supply on the free
-            coordinates (T, nfree): the scale of ``residual``.
+            coordinates (T, nfree): the scale of ``residual``; or None.
+        muscle_analysis: The MuscleAnalysis tables by OpenSim's file key
+            (``"FiberLength"``, ``"MomentArm_knee_angle_r"``, ...); empty without one.
         q, u, udot: The states and target accelerations at the frames ((T, nq), (T, nu),
             (T, nu), simjax's State order, Euler-angle form).
-        files: The paths written (``"activation"``, ``"force"``).
+        files: The paths written, by key (``"activation"``, ``"force"``, the muscle
+            analysis keys).
     """
 
     time: np.ndarray
-    activation: CoordinateTable
-    force: CoordinateTable
-    converged: np.ndarray
-    residual: np.ndarray
-    generalized_forces: np.ndarray
+    activation: CoordinateTable | None
+    force: CoordinateTable | None
+    converged: np.ndarray | None
+    residual: np.ndarray | None
+    generalized_forces: np.ndarray | None
+    muscle_analysis: dict[str, CoordinateTable]
     q: np.ndarray
     u: np.ndarray
     udot: np.ndarray
@@ -122,9 +218,9 @@ class SOResult:
 
 
 @dataclass
-class SOSetup:
-    """An OpenSim ``AnalyzeTool`` setup with a ``StaticOptimization`` analysis (see
-    :func:`read_so_setup`)."""
+class AnalyzeSetup:
+    """An OpenSim ``AnalyzeTool`` setup with a ``StaticOptimization`` and/or a
+    ``MuscleAnalysis`` (see :func:`read_analyze_setup`)."""
 
     path: str
     model_file: str | None = None
@@ -134,6 +230,8 @@ class SOSetup:
     time_range: tuple[float, float] = (-math.inf, math.inf)
     results_directory: str | None = None
     name: str = ""
+    static_optimization: bool = True
+    muscle_analysis: bool = False
     activation_exponent: float = 2.0
     use_muscle_physiology: bool = True
     step_interval: int = 1
@@ -144,11 +242,12 @@ class SOSetup:
         *,
         output_dir: str | Path | None = None,
         write: bool = True,
-    ) -> SOResult:
-        """OpenSim's ``AnalyzeTool.run()`` with its static optimization (see the module
-        docstring): the activations and forces at every frame, written to
-        ``<results_directory>/<name>_StaticOptimization_{activation,force}.sto`` (relative
-        to the setup's folder; ``output_dir`` overrides) unless ``write=False``."""
+    ) -> AnalyzeResult:
+        """OpenSim's ``AnalyzeTool.run()`` (see the module docstring): the static
+        optimization's activations and forces and the muscle analysis at every frame,
+        written to ``<results_directory>/<name>_StaticOptimization_{activation,force}.sto``
+        and ``<name>_MuscleAnalysis_<key>.sto`` (relative to the setup's folder;
+        ``output_dir`` overrides) unless ``write=False``."""
         model = tool_model(self.path, self.model_file, model)
         if self.coordinates_file is None:
             raise ModelFileError(f"{self.path}: the setup names no <coordinates_file> (the IK motion)")
@@ -162,6 +261,36 @@ class SOSetup:
         )
         keep = np.arange(0, time.size, max(self.step_interval, 1))
         time, q, u, udot = time[keep], q[keep], u[keep], udot[keep]
+        tables: dict[str, CoordinateTable] = {}
+        a_tab = f_tab = None
+        converged = residual = required = None
+        if self.static_optimization:
+            a_tab, f_tab, converged, residual, required = self._static_optimization(
+                model, state, time, q, u, udot
+            )
+            tables["activation"], tables["force"] = a_tab, f_tab
+        analysis = muscle_analysis(model, time, q, u, state) if self.muscle_analysis else {}
+        files: dict[str, str] = {}
+        if write:
+            if output_dir is not None:
+                folder = Path(output_dir)
+            else:
+                folder = Path(self.results_directory or ".")
+                folder = folder if folder.is_absolute() else Path(self.path).parent / folder
+            folder.mkdir(parents=True, exist_ok=True)
+            for key, tab in tables.items():
+                out = folder / f"{self.name}_StaticOptimization_{key}.sto"
+                write_sto(out, tab)
+                files[key] = str(out)
+            for key, tab in analysis.items():
+                out = folder / f"{self.name}_MuscleAnalysis_{key}.sto"
+                write_sto(out, tab)
+                files[key] = str(out)
+        return AnalyzeResult(time, a_tab, f_tab, converged, residual, required, analysis, q, u, udot, files)
+
+    def _static_optimization(
+        self, model: LoadedModel, state: Any, time: np.ndarray, q: Any, u: Any, udot: Any
+    ) -> tuple[CoordinateTable, CoordinateTable, np.ndarray, np.ndarray, np.ndarray]:
         loads = read_external_loads(self.external_loads_file) if self.external_loads_file else None
         if loads is None:
             none, empty = np.zeros(0, dtype=int), np.zeros((time.size, 0, 3))
@@ -180,19 +309,18 @@ class SOSetup:
         converged, residual = np.asarray(sol.converged), np.asarray(sol.residual)
         if not converged.all():
             bad = np.flatnonzero(~converged)
-            free = [c for c in sorted(model.coordinates.values(), key=lambda c: c.u_index(state))]
             dep = set(so._dependent.tolist()) if so._dependent is not None else set()
-            free = [c for c in free if c.u_index(state) not in dep]
+            ordered = sorted(model.coordinates.values(), key=lambda c: c.u_index(state))
+            free = [c for c in ordered if c.u_index(state) not in dep]
             worst = np.abs(residual[bad]).max(0)
-            short = [
-                f"{c.name} ({w:.3g})" for c, w in sorted(zip(free, worst), key=lambda x: -x[1])[:4] if w > 0
-            ]
+            ranked = sorted(zip(free, worst), key=lambda x: -x[1])[:4]
+            short = [f"{c.name} ({w:.3g})" for c, w in ranked if w > 0]
             warnings.warn(
                 f"{self.path}: static optimization could not produce the accelerations at {bad.size} of "
                 f"{time.size} frames (t = {time[bad[0]]:g} s ...); the model is too weak there: the "
                 f"activations sit on their bounds and these coordinates are left short (N m or N): "
                 f"{', '.join(short)}. Add reserve actuators (CoordinateActuator) or widen min/max_control",
-                stacklevel=2,
+                stacklevel=3,
             )
         a_tab = CoordinateTable(
             time=time, labels=names, data=act, in_degrees=False, name="Static Optimization"
@@ -200,21 +328,7 @@ class SOSetup:
         f_tab = CoordinateTable(
             time=time, labels=names, data=frc, in_degrees=False, name="Static Optimization"
         )
-        files: dict[str, str] = {}
-        if write:
-            if output_dir is not None:
-                folder = Path(output_dir)
-            else:
-                folder = Path(self.results_directory or ".")
-                folder = folder if folder.is_absolute() else Path(self.path).parent / folder
-            folder.mkdir(parents=True, exist_ok=True)
-            for key, tab in (("activation", a_tab), ("force", f_tab)):
-                out = folder / f"{self.name}_StaticOptimization_{key}.sto"
-                write_sto(out, tab)
-                files[key] = str(out)
-        return SOResult(
-            time, a_tab, f_tab, converged, residual, np.asarray(sol.generalized_forces), q, u, udot, files
-        )
+        return a_tab, f_tab, converged, residual, np.asarray(sol.generalized_forces)
 
 
 _COMPILED: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
@@ -245,32 +359,33 @@ def _compiled_frames(system: Any, so: StaticOptimization, ser: LoadSeries) -> An
     return cache[key]
 
 
-def read_so_setup(path: str | Path) -> SOSetup:
+def read_analyze_setup(path: str | Path) -> AnalyzeSetup:
     """Read an OpenSim ``AnalyzeTool`` setup file whose ``AnalysisSet`` holds a
-    ``StaticOptimization`` (see :class:`SOSetup`); other analyses in it are ignored with
-    a warning."""
+    ``StaticOptimization`` and/or a ``MuscleAnalysis`` that is on (see
+    :class:`AnalyzeSetup`); other analyses are ignored with a warning."""
     p = Path(path)
-    tool = _tool_root(p, "AnalyzeTool", "read_so_setup", "an analyze tool setup file")
+    tool = _tool_root(p, "AnalyzeTool", "read_analyze_setup", "an analyze tool setup file")
     base = p.parent
     sp = str(p)
-    so = None
+    so = ma = None
     others = []
     objs = tool.find("AnalysisSet/objects")
     for el in objs if objs is not None else ():
-        if el.tag == "StaticOptimization" and (_text(el, "on") or "true").strip().lower() != "false":
+        on = (_text(el, "on") or "true").strip().lower() != "false"
+        if el.tag == "StaticOptimization" and on:
             so = el
-        else:
+        elif el.tag == "MuscleAnalysis" and on:
+            ma = el
+        elif on:
             others.append(el.tag)
-    if so is None:
+    if so is None and ma is None:
         raise ModelFileError(
-            f"{sp}: the AnalyzeTool's <AnalysisSet> holds no StaticOptimization that is on; add one "
-            "(or use read_id_setup for inverse dynamics)"
+            f"{sp}: the AnalyzeTool's <AnalysisSet> holds no StaticOptimization or MuscleAnalysis that is "
+            "on; add one (or use read_id_setup for inverse dynamics)"
         )
     if others:
-        warnings.warn(
-            f"{sp}: analyses other than StaticOptimization are ignored: {', '.join(others)}", stacklevel=2
-        )
-    if (_text(so, "use_model_force_set") or "true").strip().lower() == "false":
+        warnings.warn(f"{sp}: analyses simjax does not run are ignored: {', '.join(others)}", stacklevel=2)
+    if so is not None and (_text(so, "use_model_force_set") or "true").strip().lower() == "false":
         raise ModelFileError(
             f"{sp}: <use_model_force_set>false</use_model_force_set> (coordinate actuators on every "
             "coordinate instead of the model's muscles) is not supported: add CoordinateActuators to the "
@@ -287,18 +402,20 @@ def read_so_setup(path: str | Path) -> SOSetup:
         raise ModelFileError(
             f"{sp}: a <states_file> is not supported: give the <coordinates_file> (the IK motion)"
         )
-    lo = max(
-        _float(_text(tool, "initial_time"), -math.inf, sp, "initial_time"),
-        _float(_text(so, "start_time"), -math.inf, sp, "start_time"),
-    )
-    hi = min(
-        _float(_text(tool, "final_time"), math.inf, sp, "final_time"),
-        _float(_text(so, "end_time"), math.inf, sp, "end_time"),
-    )
-    p_exp = _float(_text(so, "activation_exponent"), 2.0, sp, "activation_exponent")
-    physiology = (_text(so, "use_muscle_physiology") or "true").strip().lower() != "false"
-    step = _float(_text(so, "step_interval"), 1.0, sp, "step_interval")
-    return SOSetup(
+    lo = _float(_text(tool, "initial_time"), -math.inf, sp, "initial_time")
+    hi = _float(_text(tool, "final_time"), math.inf, sp, "final_time")
+    main = so if so is not None else ma
+    assert main is not None
+    lo = max(lo, _float(_text(main, "start_time"), -math.inf, sp, "start_time"))
+    hi = min(hi, _float(_text(main, "end_time"), math.inf, sp, "end_time"))
+    kw: dict[str, Any] = {}
+    if so is not None:
+        kw["activation_exponent"] = _float(_text(so, "activation_exponent"), 2.0, sp, "activation_exponent")
+        kw["use_muscle_physiology"] = (
+            _text(so, "use_muscle_physiology") or "true"
+        ).strip().lower() != "false"
+    step = _float(_text(main, "step_interval"), 1.0, sp, "step_interval")
+    return AnalyzeSetup(
         path=sp,
         model_file=_file(base, _text(tool, "model_file")),
         coordinates_file=_file(base, _text(tool, "coordinates_file")),
@@ -312,7 +429,8 @@ def read_so_setup(path: str | Path) -> SOSetup:
         time_range=(lo, hi),
         results_directory=_text(tool, "results_directory"),
         name=tool.get("name", ""),
-        activation_exponent=p_exp,
-        use_muscle_physiology=physiology,
+        static_optimization=so is not None,
+        muscle_analysis=ma is not None,
         step_interval=int(step),
+        **kw,
     )
