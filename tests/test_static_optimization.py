@@ -297,3 +297,24 @@ def test_bad_input_is_refused_clearly(arm, trial, tmp_path):
         bad.write_text(base.replace(*change))
         with pytest.raises(ModelFileError, match=msg):
             sj.io.read_analyze_setup(bad)
+
+
+def test_handles_by_name(trial):
+    """``model.actuator``, ``model.geometry_path`` and ``loads.get`` by name, with the close
+    names in the error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = sj.io.load_osim(trial / "so_model.osim")
+    assert model.actuator("soleus_r") is model.muscle("soleus_r")
+    assert model.actuator("knee_angle_r_reserve") is model.actuators["knee_angle_r_reserve"]
+    assert model.geometry_path("soleus_r") is model.muscle("soleus_r").get_geometry_path()
+    assert model.control_ranges["soleus_r"] == (0.01, 1.0)
+    assert model.control_ranges["knee_angle_r_reserve"] == (-np.inf, np.inf)
+    with pytest.raises(KeyError, match="did you mean"):
+        model.actuator("soleus")
+    with pytest.raises(KeyError, match="no path named"):
+        model.geometry_path("nope")
+    loads = sj.io.read_external_loads(trial / "loads.xml")
+    assert loads.get("left").applied_to_body == "calcn_l"
+    with pytest.raises(KeyError, match="the file has: right, left"):
+        loads.get("middle")

@@ -207,6 +207,14 @@ class ExternalLoads:
     data: CoordinateTable
     datafile: str = ""
 
+    def get(self, name: str) -> ExternalForce:
+        """The external force called ``name`` (a ``KeyError`` listing the names otherwise)."""
+        for f in self.forces:
+            if f.name == name:
+                return f
+        names = ", ".join(f.name for f in self.forces)
+        raise KeyError(f"{self.path}: no ExternalForce named {name!r}; the file has: {names}")
+
     def _series(self, f: ExternalForce, which: str, times: np.ndarray) -> np.ndarray:
         """Columns of ``which`` interpolated at ``times`` as OpenSim's ExternalForce does:
         a constant for one sample, piecewise linear for 2 or 3, else a natural cubic

@@ -290,6 +290,29 @@ class LoadedModel:
         except KeyError:
             raise KeyError(_unknown("muscle", name, self.muscles, self.path)) from None
 
+    def geometry_path(self, name: str) -> Any:
+        """The path of the force called ``name`` (``sj.GeometryPath``: ``get_length``,
+        ``get_lengthening_speed``, ``compute_moment_arm``)."""
+        try:
+            return self.paths[name]
+        except KeyError:
+            raise KeyError(_unknown("path", name, self.paths, self.path)) from None
+
+    def tendon(self, name: str) -> Any:
+        """The MuJoCo tendon called ``name`` (``sj.Tendon``)."""
+        try:
+            return self.tendons[name]
+        except KeyError:
+            raise KeyError(_unknown("tendon", name, self.tendons, self.path)) from None
+
+    def actuator(self, name: str) -> Any:
+        """The actuator called ``name`` (``Force.CoordinateActuator`` or a muscle)."""
+        known = {**self.actuators, **self.muscles}
+        try:
+            return known[name]
+        except KeyError:
+            raise KeyError(_unknown("actuator", name, known, self.path)) from None
+
     def equilibrate_muscles(self, state: State) -> State:
         """A copy of ``state`` with every compliant-tendon muscle's normalized tendon force
         at fibre-tendon equilibrium (OpenSim's ``Model.equilibrateMuscles``)."""
