@@ -1551,7 +1551,8 @@ def load_mjcf(
         for name, pos, _, _ in b.sites:
             markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
 
-    _auto_spring_damper(system, matter, reader.joints, joint_mobods, ignored)
+    simple = {j.name: b.mass for b in _simple_slide_bodies(bodies) for j in b.joints}
+    _auto_spring_damper(system, matter, reader.joints, joint_mobods, ignored, simple)
     _add_passive_forces(sj, forces, reader.joints, joint_mobods)
     tendons = _add_tendons(sj, root, reader, defaults, comp, meshes, matter, by_id, coordinates, notes)
     _add_tendon_forces(sj, system, forces, tendons, passive, contact, ignored, reader.joints, coordinates)
@@ -1972,10 +1973,13 @@ def _auto_spring_damper(
     joints: list[_Joint],
     joint_mobods: dict[str, MobilizedBody],
     ignored: dict[str, int],
+    simple: dict[str, float] | None = None,
 ) -> None:
     """MuJoCo's ``springdamper="timeconst dampratio"``: the joint's stiffness and damping
     set from its inverse inertia at qpos0 (``dof_invweight0``: the diagonal of M^-1, averaged
-    over a ball's three and a free joint's translational and rotational dofs), as MuJoCo's
+    over a ball's three and a free joint's translational and rotational dofs; ``1/mass`` for
+    the joints ``simple`` maps to their body's mass, those of MuJoCo's simple slide-only
+    bodies, :func:`_simple_slide_bodies`), as MuJoCo's
     compiler does (``mjCModel::AutoSpringDamper``): with ``I = ndof / sum(invweight0)``,
     stiffness ``I / (timeconst dampratio)^2`` and damping ``2 I / timeconst``."""
     auto = [j for j in joints if j.springdamper is not None]
@@ -1988,7 +1992,9 @@ def _auto_spring_damper(
         mob = joint_mobods[j.name]
         u0 = Coordinate("probe", mob, 0).u_index(state)
         d = np.diag(Minv)[u0 : u0 + SUPPORTED_JOINTS[j.type][1]].copy()
-        if j.type == "ball":
+        if simple and j.name in simple:
+            d[:] = 1.0 / max(_MINVAL, simple[j.name])
+        elif j.type == "ball":
             d[:] = d.mean()
         elif j.type == "free":  # simjax's u: angular first, then translational
             d[:3], d[3:] = d[:3].mean(), d[3:].mean()
