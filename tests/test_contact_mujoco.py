@@ -7,7 +7,8 @@ Oracle: ``mj_forward`` at the same State (actuators idle, gravity compensation o
 dm_control's hopper, cheetah, walker and humanoid at States dropped onto the floor with
 joints pushed past their limits; pyramidal and elliptic cones (and ``impratio``) on the
 humanoid and on a small scene with condim 1, 3, 4 and 6, margins, gaps and direct
-``solref``; MuJoCo's ``body_invweight0``/``dof_invweight0`` from simjax's mass matrix; a
+``solref``; MuJoCo's ``body_invweight0``/``dof_invweight0`` from simjax's mass matrix
+(and MuJoCo's ``1/mass`` shortcut for simple slide-only bodies, on small variants); a
 vmap over many States compiled once; a box dropped on a plane under semi-explicit Euler
 against ``mj_step`` with ``integrator="Euler"``; gradients through the solve (implicit)
 against central differences. Run with ``-s`` to print the largest errors.
@@ -210,6 +211,68 @@ def test_invweights_equal_mujoco(mujoco):
             np.testing.assert_allclose(mine, m.body_invweight0[b], rtol=1e-10, atol=1e-12)
         dof = [m.jnt_dofadr[j] for j in setup.limit_joints]
         np.testing.assert_allclose(opt.limit_invweight, m.dof_invweight0[dof], rtol=1e-10)
+
+
+def _slide(name, axis="1 0 0", extra=""):
+    return f'<joint name="{name}" type="slide" axis="{axis}" range="-1 1" {extra}/>'
+
+
+_XZ = _slide("x") + _slide("z", "0 0 1")
+_BALL = '<geom type="sphere" size=".1"/>'
+
+
+def _two(size):
+    return "".join(f'<geom type="box" size="{size}" pos="0 0 {z}"/>' for z in (".1", "-.1"))
+
+
+#: bodies for MuJoCo's "simple body" shortcut: name -> (body xml, MuJoCo's body_simple)
+SIMPLE_BODIES = {
+    "sphere": (_XZ + _BALL, 2),
+    "armature": (_slide("x", extra='armature="0.5"') + _BALL, 2),
+    "box_one_geom": (_XZ + '<geom type="box" size=".3 .2 .1"/>', 2),
+    "boxes_descending": (_XZ + _two(".1 .2 .3"), 2),
+    "boxes_ascending": (_XZ + _two(".3 .2 .1"), 0),
+    "fullinertia_descending": (_XZ + '<inertial pos="0 0 0" mass="2" fullinertia="3 2 1 0 0 0"/>', 2),
+    "fullinertia_ascending": (_XZ + '<inertial pos="0 0 0" mass="2" fullinertia="1 2 3 0 0 0"/>', 0),
+    "com_offset": (_XZ + '<geom type="sphere" size=".1" pos="0.01 0 0"/>', 0),
+    "capsule_along_x": (_XZ + '<geom type="capsule" fromto="-.1 0 0 .1 0 0" size=".05"/>', 0),
+    "capsule_fromto_z": (_XZ + '<geom type="capsule" fromto="0 0 -.1 0 0 .1" size=".05"/>', 0),
+    "capsule_z": (_XZ + '<geom type="capsule" size=".05 .1"/>', 2),
+    "box_rotated": (_XZ + '<geom type="box" size=".1 .2 .3" euler="0 0 90"/>', 0),
+    "tilted_axis": (_slide("x", "1 0 0.001") + _BALL, 0),
+    "joint_pos": (_slide("x", extra='pos="0 0 .1"') + _BALL, 0),
+    "with_hinge": (_slide("x") + '<joint name="h" axis="0 1 0" range="-1 1"/>' + _BALL, 1),
+    "has_child": (_XZ + _BALL + f'<body pos="0 0 .3">{_slide("c", "0 1 0")}{_BALL}</body>', 0),
+    "on_fixed_body": (f'{_BALL}<body name="inner" pos="0 0 .3">{_XZ}{_BALL}</body>', 2),
+}
+
+
+@pytest.mark.oracle
+def test_simple_body_invweights_equal_mujoco(mujoco, tmp_path):
+    """MuJoCo's shortcut for a "simple body with no rotations" (``body_simple == 2``:
+    inertial frame = body frame, a child of the world or of a dof-less child of it, no
+    children, slide joints only, at the body origin along body axes): ``body_invweight0 =
+    (1/mass, 0)`` and ``dof_invweight0 = 1/mass`` (armature ignored), not the diagonal of
+    ``J M^-1 J'``. simjax's invweights equal MuJoCo's on bodies that are simple and on ones
+    that miss one condition each (MuJoCo's inertial frame from an eigen-decomposition keeps
+    the body axes only for a diagonal inertia with non-increasing moments)."""
+    for name, (body, simple) in SIMPLE_BODIES.items():
+        xml = f'<mujoco><worldbody><body name="b" pos="0 0 1">{body}</body></worldbody></mujoco>'
+        path = tmp_path / f"{name}.xml"
+        path.write_text(xml)
+        m = mujoco.MjModel.from_xml_path(str(path))
+        b = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "inner" if name == "on_fixed_body" else "b")
+        assert m.body_simple[b] == simple, name
+        lm = _load(path)
+        opt = lm.system.model_for(lm.default_state).mujoco
+        for i in range(1, m.nbody):
+            bn = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, i)
+            if bn in lm.bodies:
+                mine = opt.body_invweight[lm.bodies[bn].index]
+                np.testing.assert_allclose(mine, m.body_invweight0[i], rtol=1e-10, atol=1e-12, err_msg=name)
+        ids = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, j) for j in ("x", "z", "h", "c")]
+        theirs = np.sort(m.dof_invweight0[[m.jnt_dofadr[j] for j in ids if j >= 0]])
+        np.testing.assert_allclose(np.sort(opt.limit_invweight), theirs, rtol=1e-10, err_msg=name)
 
 
 @pytest.mark.oracle

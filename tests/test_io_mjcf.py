@@ -857,6 +857,7 @@ SPRINGDAMPER = """<mujoco>
       </body>
     </body>
     <body name="d" pos="1 0 1"><freejoint name="f"/><geom type="box" size="0.1 0.2 0.3"/></body>
+    <body name="e" pos="2 0 1"><joint name="sx" type="slide" axis="1 0 0"/><geom size="0.1"/></body>
   </worldbody>
 </mujoco>"""
 
@@ -876,7 +877,10 @@ def test_springdamper_sets_stiffness_and_damping_as_mujoco(tmp_path, mujoco):
     elements = lm.forces._elements
     springs = {e._body.name: e._k for e in elements if isinstance(e, sj.Force.MobilityLinearSpring)}
     dampers = [e._c for e in elements if isinstance(e, sj.Force.MobilityLinearDamper)]
-    for jname, body in (("h", "a"), ("s", "b")):
+    # e: a "simple" slide-only body (body_simple == 2), whose inverse inertia MuJoCo takes
+    # as 1/mass, its armature left out
+    assert m.body_simple[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "e")] == 2
+    for jname, body in (("h", "a"), ("s", "b"), ("sx", "e")):
         jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, jname)
         _check(springs[body], m.jnt_stiffness[jid], ("springdamper", "stiffness"), rtol=1e-12)
     got = sorted(dampers)

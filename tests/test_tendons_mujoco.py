@@ -15,12 +15,13 @@ At random states (hinge and slide joints within their ranges, random quaternions
 ``qvel = T u``) to 1e-12 (the inside wrap's speeds and Jacobians to 1e-8: its tangent point
 is MuJoCo's Newton solve to 1e-6, and the two agree to ~5e-9 there); with contact,
 constraints and actuation off, ``qacc`` to 1e-10
-relative (measured ~1e-13). The Jacobian equals central differences of the length. Bad
+relative (measured ~1e-13); with ``contact=True`` on ball_in_cup, the string's limit row
+and the ball's contacts with the cup and the floor: ``qacc`` and ``efc_force`` to 1e-9
+(measured ~1e-15 in qacc). The Jacobian equals central differences of the length. Bad
 input: an unknown joint, site or geom, a tendon on a ball joint, a wrap geom that is not a
 sphere or cylinder, a tendon mixing joints and sites: errors naming the element.
 """
 
-import dataclasses
 import warnings
 
 import jax
@@ -34,6 +35,7 @@ from data_fetch import fetch
 from test_io_mjcf import Case, _mujoco_at, _oracle
 
 import simjax as sj
+from simjax.constraints import soft
 from simjax.io._loaded import ModelFileError
 from simjax.io._mjcf import load_mjcf
 
@@ -332,43 +334,68 @@ def test_tendon_actuators_equal_mujoco(paths, mujoco):
 
 
 @pytest.mark.oracle
-def test_tendon_limit_rows_equal_mujoco(paths, mujoco):
-    """``load_mjcf(..., contact=True)``: ball_in_cup's string (a spatial tendon limited to
-    0.3 m) is MuJoCo's tendon limit row (``mjCNSTR_LIMIT_TENDON``, ``tendon_invweight0``):
-    ``qacc`` to 1e-9 relative and the row's ``efc_force`` to 1e-9 of the largest force, at
-    states with the string slack and taut (contacts off on both sides)."""
+def test_tendon_limit_and_contact_rows_equal_mujoco(paths, mujoco):
+    """``load_mjcf(..., contact=True)`` on ball_in_cup, contacts on: the string (a spatial
+    tendon limited to 0.3 m) is MuJoCo's tendon limit row (``mjCNSTR_LIMIT_TENDON``,
+    ``tendon_invweight0``) and the ball's contacts with the cup's capsules and the floor are
+    MuJoCo's contact rows: ``qacc`` to 1e-9 relative, the string's ``efc_force`` and every
+    contact's (matched by geom pair) to 1e-9 of the largest force, at random states with the
+    string slack and taut and at states with the ball pressed into the cup's bottom, its
+    wall and its rim, and onto the floor with the string taut.
+
+    The ball is a "simple" body (``body_simple == 2``: inertial frame = body frame, slide
+    joints only), for which MuJoCo takes ``body_invweight0 = 1/mass`` (15.28) where the
+    diagonal of ``J M^-1 J'`` averaged over x, y, z gives 2/3 of it (10.19); without that
+    shortcut the contact rows' regulariser ``R`` was 1.5 times too small and qacc 0.8% off
+    (measured at the cup-bottom state)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lm = load_mjcf(paths["ball_in_cup"], contact=True)
     m = mujoco.MjModel.from_xml_path(str(paths["ball_in_cup"]))
     opt = lm.system.model_for(lm.default_state).mujoco
     np.testing.assert_allclose(opt.tendon_invweight, m.tendon_invweight0, rtol=1e-12)
-    # contacts off on both sides: with the ball pressed into the cup as well, qacc differs
-    # by ~1% (ball_in_cup's sphere-capsule contacts are not among the checked contact pairs)
-    m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+    assert list(m.body_simple) == [1, 0, 2]
+    for name in ("cup", "ball"):
+        b = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, name)
+        mine = opt.body_invweight[lm.bodies[name].index]
+        np.testing.assert_allclose(mine, m.body_invweight0[b], rtol=1e-12)
     d = mujoco.MjData(m)
-    lm.matter.set_mujoco_constraints(dataclasses.replace(opt, contact=False))
-    st = lm.system.realize_topology()
+    st = lm.default_state
     nl = 2 * opt.limit_q.size
     assert np.allclose(np.asarray(st.q), m.qpos0)  # slide joints: q = qpos
+    cand = lm.system.model_for(st).contact
+    names = cand.surface_names
+
+    def geom(name):
+        return mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, name)
 
     @jax.jit
     def f(q, u):
         s = lm.system.realize(st.with_q(q).with_u(u), sj.Stage.ACCELERATION)
-        return s.udot, s.acceleration_cache.efc_force
+        ct = lm.matter.find_contacts(s)
+        on = ct.active & (ct.dist < jnp.asarray(ct.includemargin))
+        return s.udot, s.acceleration_cache.efc_force, on
 
+    ct0 = lm.matter.find_contacts(lm.system.realize(st, sj.Stage.POSITION))
+    iw = opt.body_invweight
+    cl = soft.contact_layout(ct0, cand.surface_bodies, iw, opt.cone, opt.impratio, opt.timestep)
     rng = np.random.default_rng(2)
-    taut = 0
-    for _ in range(6):
-        q = m.qpos0 + rng.normal(0.0, 0.2, m.nq)
-        u = rng.normal(0.0, 1.0, m.nv)
+    # (cup_x, cup_z, ball_x, ball_z): the ball on the cup's bottom, against its wall, on its
+    # rim, and pressed onto the floor with the string taut
+    pressed = [(0.0, 0.0, 0.004, 0.328), (0.01, -0.02, 0.03, 0.35), (0.0, 0.0, 0.055, 0.43),
+               (0.0, -0.15, 0.02, -0.178)]  # fmt: skip
+    states = [(m.qpos0 + rng.normal(0.0, 0.2, m.nq), rng.normal(0.0, 1.0, m.nv)) for _ in range(4)]
+    states += [(np.asarray(q), rng.normal(0.0, 0.5, m.nv)) for q in pressed]
+    taut = touching = 0
+    seen = set()
+    for q, u in states:
         d.qpos[:], d.qvel[:] = q, u
         mujoco.mj_forward(m, d)
-        udot, force = (np.asarray(x) for x in f(jnp.asarray(q), jnp.asarray(u)))
+        udot, force, on = (np.asarray(x) for x in f(jnp.asarray(q), jnp.asarray(u)))
         scale = max(1.0, np.abs(d.qacc).max())
         np.testing.assert_allclose(udot, d.qacc, rtol=0, atol=1e-9 * scale)
-        rows = np.flatnonzero(d.efc_type == mujoco.mjtConstraint.mjCNSTR_LIMIT_TENDON)
         fscale = max(1.0, np.abs(d.efc_force).max(initial=0.0))
+        rows = np.flatnonzero(d.efc_type == mujoco.mjtConstraint.mjCNSTR_LIMIT_TENDON)
         mine = force[nl : nl + 2]  # lower, upper rows of the string
         if len(rows):
             taut += 1
@@ -377,4 +404,25 @@ def test_tendon_limit_rows_equal_mujoco(paths, mujoco):
             assert mine[1 - int(upper)] == 0.0
         else:
             assert not np.any(mine)
-    assert 0 < taut < 6
+        # contacts by geom pair (one slot each here) against d.contact
+        ref = {}
+        for i in range(d.ncon):
+            c = d.contact[i]
+            if c.efc_address >= 0:
+                ref[tuple(sorted(int(g) for g in c.geom))] = (c.efc_address, int(c.dim))
+        got = {}
+        for k in np.flatnonzero(on):
+            g = tuple(sorted(geom(names[s]) for s in ct0.surface[k]))
+            got[g] = k
+        assert sorted(got) == sorted(ref)
+        for g, k in got.items():
+            a, n = ref[g][0], int(cl.count[k])
+            assert n == 2 * (ref[g][1] - 1)  # pyramidal: two rows per friction direction
+            start = nl + 2 + cl.start[k]
+            np.testing.assert_allclose(force[start : start + n], d.efc_force[a : a + n], rtol=0,
+                                       atol=1e-9 * fscale, err_msg=str(g))  # fmt: skip
+            seen.add(g)
+        touching += bool(got)
+    assert 0 < taut < len(states) and touching >= len(pressed)
+    ball, floor = geom("ball"), geom("ground")
+    assert (floor, ball) in seen and len({g for g in seen if floor not in g}) >= 2, seen  # cup parts

@@ -719,8 +719,9 @@ def invweights(model: Any, state: Any) -> tuple[np.ndarray, np.ndarray]:
     """MuJoCo's ``body_invweight0`` (nb, 2) and the dofs' ``dof_invweight0`` (nu,) for
     one-dof joints, at a State realized to Position (``qpos0`` for MuJoCo's): the mean
     diagonal of ``J M^-1 J'`` over each body's mass-center translation and its rotation,
-    and ``(M^-1)_ii``. (MuJoCo's shortcut for "simple" bodies, ``body_simple == 2``, is
-    not reproduced.)"""
+    and ``(M^-1)_ii``. MuJoCo's shortcut for "simple" slide-only bodies (``body_simple ==
+    2``: ``(1/mass, 0)`` and ``1/mass``) depends on how the model file placed the inertial
+    frame: ``load_mjcf`` applies it (``simjax.io._mjcf._simple_slide_bodies``)."""
     pc = state.position_cache
     M = rz.mass_matrix(model, state, pc)
     Minv = np.linalg.inv(np.asarray(M, float))

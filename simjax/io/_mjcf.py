@@ -64,7 +64,9 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   limited hinge and slide joints (``solreflimit``, ``solimplimit``, ``margin``), ``<option
   timestep cone impratio iterations>`` and ``<flag contact limit refsafe>``, solved as
   MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
-  equals MuJoCo's ``qacc`` with contacts and limits active.
+  equals MuJoCo's ``qacc`` with contacts and limits active. The rows' regulariser uses
+  MuJoCo's ``body_invweight0``/``dof_invweight0`` at ``qpos0``, with its shortcut for
+  "simple" slide-only bodies (``1/mass``).
 
 - ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
   ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,
@@ -155,6 +157,7 @@ SUPPORTED_JOINTS = {"hinge": (1, 1), "slide": (1, 1), "ball": (4, 3), "free": (7
 _ALT = ("axisangle", "xyaxes", "zaxis", "euler")
 _EPS = 1e-14  # MuJoCo's mjEPS (user code)
 _MINVAL = 1e-15  # mjMINVAL
+_FRAME_EPS = 1e-6  # MuJoCo's compiler kFrameEps (same-frame and null-pose tests)
 #: geom type -> number of size parameters that must be positive (MuJoCo's mjGEOMINFO)
 _GEOM_SIZES = {"plane": 0, "hfield": 0, "sphere": 1, "capsule": 2, "ellipsoid": 3, "cylinder": 2}
 _GEOM_SIZES.update({"box": 3, "mesh": 0, "sdf": 0})
@@ -611,6 +614,7 @@ class _Body:
         "com",
         "I_com",
         "iR",
+        "sameframe",
     )
 
     def __init__(self, el: _El, name: str, bid: int, parent: _Body | None, X: _Frame):
@@ -625,6 +629,8 @@ class _Body:
         self.com = np.zeros(3)
         self.I_com = np.zeros((3, 3))
         self.iR = np.eye(3)  # the inertial frame's orientation, as MuJoCo's body_iquat
+        #: MuJoCo's ``body_sameframe == mjSAMEFRAME_BODY``: the inertial frame is the body frame
+        self.sameframe = False
 
 
 def _count(ignored: dict[str, int], what: str, n: int = 1) -> None:
@@ -1366,8 +1372,17 @@ def _body_inertia(body: _Body, comp: _Compiler, meshes: _Meshes, skipped: list[s
         lam = np.full(3, lam.mean())
     body.mass, body.com, body.I_com = float(mass), np.asarray(com, dtype=float), (V * lam) @ V.T
     if iR is None:  # principal axes (MuJoCo's eigen-decomposition may order them differently)
+        # MuJoCo's eigen-decomposition keeps the body axes (iquat = 1) only for a diagonal
+        # inertia with non-increasing moments (measured, MuJoCo 4.0.1)
+        d = np.diag(I_c)
+        unit = bool(np.all(np.abs(I_c - np.diag(d)) <= 1e-12 * max(_MINVAL, float(d.sum())))) and bool(
+            np.all(np.diff(d) <= 0)
+        )
         iR = V if np.linalg.det(V) > 0 else V * np.array([1.0, 1.0, -1.0])
+    else:
+        unit = bool(np.all(np.abs(iR - np.eye(3)) < 2 * _FRAME_EPS))
     body.iR = iR
+    body.sameframe = unit and bool(np.all(np.abs(body.com) < _FRAME_EPS))
 
 
 # ----------------------------------------------------------------------------- the loader
@@ -1536,7 +1551,8 @@ def load_mjcf(
         for name, pos, _, _ in b.sites:
             markers[name] = Marker(name, by_id[b.id], np.asarray(pos, dtype=float))
 
-    _auto_spring_damper(system, matter, reader.joints, joint_mobods, ignored)
+    simple = {j.name: b.mass for b in _simple_slide_bodies(bodies) for j in b.joints}
+    _auto_spring_damper(system, matter, reader.joints, joint_mobods, ignored, simple)
     _add_passive_forces(sj, forces, reader.joints, joint_mobods)
     tendons = _add_tendons(sj, root, reader, defaults, comp, meshes, matter, by_id, coordinates, notes)
     _add_tendon_forces(sj, system, forces, tendons, passive, contact, ignored, reader.joints, coordinates)
@@ -1561,7 +1577,7 @@ def load_mjcf(
                 "simjax's exact constraints is not supported yet (load without contact=True)"
             )
         state = _solve_mujoco_way(sj, root, system, matter, state, reader.joints, coordinates, limits,
-                                  contact_flags, ignored, notes, tendons)  # fmt: skip
+                                  contact_flags, ignored, notes, tendons, (bodies, by_id))  # fmt: skip
     model = LoadedModel(
         system=system,
         matter=matter,
@@ -1592,10 +1608,35 @@ def load_mjcf(
     return model
 
 
+def _simple_slide_bodies(bodies: list[_Body]) -> list[_Body]:
+    """The bodies MuJoCo's compiler marks ``body_simple == 2`` (a "simple body with no
+    rotations"): inertial frame = body frame, a child of the world (or of a dof-less child
+    of the world), no child bodies, and only slide joints, each at the body origin along a
+    body axis. For these MuJoCo's ``mj_setConst`` takes ``body_invweight0 = (1/mass, 0)``
+    and ``dof_invweight0 = 1/mass`` (armature and the number of slides ignored) instead of
+    the diagonal of ``J M^-1 J'``."""
+    out = []
+    for b in bodies[1:]:
+        p = b.parent
+        if p is None or b.children or not b.joints or not b.sameframe:
+            continue
+        if not (p.id == 0 or (p.parent is not None and p.parent.id == 0 and not p.joints)):
+            continue
+        ok = all(
+            j.type == "slide"
+            and bool(np.all(np.abs(j.pos) < _FRAME_EPS))
+            and int(np.sum(np.abs(j.axis) > _EPS)) == 1
+            for j in b.joints
+        )
+        if ok and b.mass > 0:
+            out.append(b)
+    return out
+
+
 def _solve_mujoco_way(
     sj: Any, root: _El, system: Any, matter: Any, state: Any, joints: list[_Joint],
     coordinates: dict[str, Any], limits: bool, flags: dict[str, bool], ignored: dict[str, int],
-    notes: list[str], tendons: dict[str, Any] | None = None,
+    notes: list[str], tendons: dict[str, Any] | None = None, bodies: tuple[list[_Body], list[Any]] = ([], []),
 ) -> Any:  # fmt: skip
     """``load_mjcf(..., contact=True)``: MuJoCo's options (``<option timestep cone impratio
     iterations>``, ``<flag limit refsafe>``), the invweights at qpos0 and the limit rows
@@ -1620,6 +1661,10 @@ def _solve_mujoco_way(
     model = system.model_for(state)
     pos_state = system.realize(state, Stage.POSITION)
     body_iw, dof_iw = soft.invweights(model, pos_state)
+    for b in _simple_slide_bodies(bodies[0]):  # MuJoCo's shortcut for simple slide-only bodies
+        body_iw[bodies[1][b.id].index] = (1.0 / max(_MINVAL, b.mass), 0.0)
+        for j in b.joints:
+            dof_iw[coordinates[j.name].u_index(state)] = 1.0 / max(_MINVAL, b.mass)
     rows: list[tuple] = []
     if limits and "limit" not in off:
         for j in joints:
@@ -1928,10 +1973,13 @@ def _auto_spring_damper(
     joints: list[_Joint],
     joint_mobods: dict[str, MobilizedBody],
     ignored: dict[str, int],
+    simple: dict[str, float] | None = None,
 ) -> None:
     """MuJoCo's ``springdamper="timeconst dampratio"``: the joint's stiffness and damping
     set from its inverse inertia at qpos0 (``dof_invweight0``: the diagonal of M^-1, averaged
-    over a ball's three and a free joint's translational and rotational dofs), as MuJoCo's
+    over a ball's three and a free joint's translational and rotational dofs; ``1/mass`` for
+    the joints ``simple`` maps to their body's mass, those of MuJoCo's simple slide-only
+    bodies, :func:`_simple_slide_bodies`), as MuJoCo's
     compiler does (``mjCModel::AutoSpringDamper``): with ``I = ndof / sum(invweight0)``,
     stiffness ``I / (timeconst dampratio)^2`` and damping ``2 I / timeconst``."""
     auto = [j for j in joints if j.springdamper is not None]
@@ -1944,7 +1992,9 @@ def _auto_spring_damper(
         mob = joint_mobods[j.name]
         u0 = Coordinate("probe", mob, 0).u_index(state)
         d = np.diag(Minv)[u0 : u0 + SUPPORTED_JOINTS[j.type][1]].copy()
-        if j.type == "ball":
+        if simple and j.name in simple:
+            d[:] = 1.0 / max(_MINVAL, simple[j.name])
+        elif j.type == "ball":
             d[:] = d.mean()
         elif j.type == "free":  # simjax's u: angular first, then translational
             d[:3], d[3:] = d[:3].mean(), d[3:].mean()
