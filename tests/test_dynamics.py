@@ -31,7 +31,7 @@ def test_mass_matrix_is_hessian_of_kinetic_energy(tree, realized):
     system, matter, _, _ = tree
     M = matter.calc_mass_matrix(realized)
     ke = lambda u: system.calc_kinetic_energy(system.realize(realized.with_u(u), sj.Stage.VELOCITY))
-    H = jax.hessian(ke)(realized.u)
+    H = jax.jit(jax.hessian(ke))(realized.u)  # (eager, the hessian compiles for much longer)
     np.testing.assert_allclose(M, H, atol=1e-11 * np.abs(H).max())
     np.testing.assert_allclose(M, M.T, atol=1e-13)
     assert np.linalg.eigvalsh(np.asarray(M)).min() > 0
@@ -101,13 +101,16 @@ def test_euler_lagrange_by_autodiff(tree, realized):
         st = system.realize(s.with_q(q).with_u(u), sj.Stage.VELOCITY)
         return system.calc_kinetic_energy(st) - system.calc_potential_energy(st)
 
-    q, u, udot = s.q, s.u, s.udot
     dLdu = jax.grad(L, argnums=1)
-    # d/dt dL/du = (d2L/du dq) qdot + (d2L/du2) udot
-    _, t1 = jax.jvp(lambda qq: dLdu(qq, u), (q,), (u,))
-    _, t2 = jax.jvp(lambda uu: dLdu(q, uu), (u,), (udot,))
-    lhs = t1 + t2 - jax.grad(L, argnums=0)(q, u)
-    np.testing.assert_allclose(lhs, 0.0, atol=1e-9)
+
+    @jax.jit  # (eager, the second derivatives compile for much longer)
+    def lagrange(q, u, udot):
+        # d/dt dL/du = (d2L/du dq) qdot + (d2L/du2) udot
+        _, t1 = jax.jvp(lambda qq: dLdu(qq, u), (q,), (u,))
+        _, t2 = jax.jvp(lambda uu: dLdu(q, uu), (u,), (udot,))
+        return t1 + t2 - jax.grad(L, argnums=0)(q, u)
+
+    np.testing.assert_allclose(lagrange(s.q, s.u, s.udot), 0.0, atol=1e-9)
 
 
 def test_station_and_frame_jacobians_match_autodiff(tree, realized):
