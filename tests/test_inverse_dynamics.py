@@ -468,7 +468,7 @@ def test_pose2sim_knee_opensims_coriolis_term_is_simbodys_function_based_hdot(p2
         x = osim.Vector(1, angle)
         f = [st.getTransformAxis(k).get_function() for k in range(3)]
         th = [fk.calcValue(x) for fk in f]
-        d = [fk.calcDerivative(osim.StdVectorInt([0]), x) for fk in f]
+        d = [fk.calcDerivative([0], x) for fk in f]  # a list: StdVectorInt may be moco's
         a = [vec(st.getTransformAxis(k).getAxis()) for k in range(3)]
         R1 = rot(a[0], th[0])
         W2, W3 = R1 @ a[1], R1 @ rot(a[1], th[1]) @ a[2]
