@@ -22,13 +22,14 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_inverse_dynamics import _run  # noqa: E402 (the same fresh-process runner)
 
 OPENSIM = """
 import sys, time
@@ -55,19 +56,6 @@ t1 = time.perf_counter()
 setup.run(model, output_dir=sys.argv[3])
 print(t1 - t0, time.perf_counter() - t1)
 """
-
-
-def _run(code: str, setup: Path, *extra: str, env: dict | None = None) -> list[float]:
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(setup), *extra],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=1800,
-        env=env,
-    )
-    words = out.stdout.split()
-    return [float(x) for x in words[-2:]] if "simjax" in code else [float(words[-1])]
 
 
 def main() -> None:

@@ -430,11 +430,7 @@ class IDSetup:
             who=self.path,
         )
         state = exclude_forces(model, state, self.forces_to_exclude, who=self.path)
-        if loads is None:
-            none, empty = np.zeros(0, dtype=int), np.zeros((time.size, 0, 3))
-            ser = LoadSeries(none, none, none, empty, empty, empty)
-        else:
-            ser = loads.series(model, time)
+        ser = load_series(loads, model, time)
         tau_j, F_j = _compiled_frames(model.system, ser)(state, q, u, udot, *ser.data())
         tau, F = np.asarray(tau_j), (None if loads is None else np.asarray(F_j))
         table = generalized_force_table(model, state, time, tau)
@@ -613,6 +609,26 @@ def generalized_force_table(
 _CUTOFF = "lowpass_cutoff_frequency_for_coordinates"
 
 
+def motion_inputs(tool: Any, base: Path, sp: str) -> dict[str, Any]:
+    """The inputs OpenSim's motion tools (inverse dynamics, analyze) share: the model,
+    coordinates and external loads files (resolved against ``base``) and the coordinates'
+    low-pass cutoff (-1: none)."""
+    return {
+        "model_file": _file(base, _text(tool, "model_file")),
+        "coordinates_file": _file(base, _text(tool, "coordinates_file")),
+        "external_loads_file": _file(base, _text(tool, "external_loads_file")),
+        _CUTOFF: _float(_text(tool, _CUTOFF), -1.0, sp, _CUTOFF),
+    }
+
+
+def load_series(loads: ExternalLoads | None, model: LoadedModel, time: np.ndarray) -> LoadSeries:
+    """``loads`` at the frames ``time``, or an empty series (no forces) when None."""
+    if loads is None:
+        none, empty = np.zeros(0, dtype=int), np.zeros((time.size, 0, 3))
+        return LoadSeries(none, none, none, empty, empty, empty)
+    return loads.series(model, time)
+
+
 def read_id_setup(path: str | Path) -> IDSetup:
     """Read an OpenSim ``InverseDynamicsTool`` setup file (see :class:`IDSetup`)."""
     p = Path(path)
@@ -622,15 +638,7 @@ def read_id_setup(path: str | Path) -> IDSetup:
     excl = (_text(tool, "forces_to_exclude") or "").split()
     return IDSetup(
         path=sp,
-        model_file=_file(base, _text(tool, "model_file")),
-        coordinates_file=_file(base, _text(tool, "coordinates_file")),
-        external_loads_file=_file(base, _text(tool, "external_loads_file")),
-        lowpass_cutoff_frequency_for_coordinates=_float(
-            _text(tool, "lowpass_cutoff_frequency_for_coordinates"),
-            -1.0,
-            sp,
-            "lowpass_cutoff_frequency_for_coordinates",
-        ),
+        **motion_inputs(tool, base, sp),
         time_range=_time_range(tool, sp),
         forces_to_exclude=excl,
         results_directory=_text(tool, "results_directory"),

@@ -271,47 +271,29 @@ class LoadedModel:
 
     def coordinate(self, name: str) -> Coordinate:
         """The coordinate called ``name`` (clear error listing close names if absent)."""
-        try:
-            return self.coordinates[name]
-        except KeyError:
-            raise KeyError(_unknown("coordinate", name, self.coordinates, self.path)) from None
+        return _by_name("coordinate", name, self.coordinates, self.path)
 
     def body(self, name: str) -> MobilizedBody:
         """The mobilized body called ``name``."""
-        try:
-            return self.bodies[name]
-        except KeyError:
-            raise KeyError(_unknown("body", name, self.bodies, self.path)) from None
+        return _by_name("body", name, self.bodies, self.path)
 
     def muscle(self, name: str) -> Any:
         """The muscle called ``name`` (``sj.DeGrooteFregly2016Muscle``)."""
-        try:
-            return self.muscles[name]
-        except KeyError:
-            raise KeyError(_unknown("muscle", name, self.muscles, self.path)) from None
+        return _by_name("muscle", name, self.muscles, self.path)
 
     def geometry_path(self, name: str) -> Any:
         """The path of the force called ``name`` (``sj.GeometryPath``: ``get_length``,
         ``get_lengthening_speed``, ``compute_moment_arm``)."""
-        try:
-            return self.paths[name]
-        except KeyError:
-            raise KeyError(_unknown("path", name, self.paths, self.path)) from None
+        return _by_name("path", name, self.paths, self.path)
 
     def tendon(self, name: str) -> Any:
         """The MuJoCo tendon called ``name`` (``sj.Tendon``)."""
-        try:
-            return self.tendons[name]
-        except KeyError:
-            raise KeyError(_unknown("tendon", name, self.tendons, self.path)) from None
+        return _by_name("tendon", name, self.tendons, self.path)
 
     def actuator(self, name: str) -> Any:
         """The actuator called ``name`` (``Force.CoordinateActuator`` or a muscle)."""
         known = {**self.actuators, **self.muscles}
-        try:
-            return known[name]
-        except KeyError:
-            raise KeyError(_unknown("actuator", name, known, self.path)) from None
+        return _by_name("actuator", name, known, self.path)
 
     def equilibrate_muscles(self, state: State) -> State:
         """A copy of ``state`` with every compliant-tendon muscle's normalized tendon force
@@ -320,10 +302,7 @@ class LoadedModel:
 
     def marker(self, name: str) -> Marker:
         """The marker called ``name``."""
-        try:
-            return self.markers[name]
-        except KeyError:
-            raise KeyError(_unknown("marker", name, self.markers, self.path)) from None
+        return _by_name("marker", name, self.markers, self.path)
 
     def coordinate_q_indices(
         self, state: State | None = None, names: Sequence[str] | None = None
@@ -525,6 +504,14 @@ def _coordinate_label(label: str) -> str:
     if len(parts) >= 2 and parts[-1] == "value":
         return parts[-2]
     return parts[-1] if parts else label
+
+
+def _by_name(kind: str, name: str, known: Mapping[str, Any], path: str) -> Any:
+    """``known[name]``, or a ``KeyError`` naming the close names (:func:`_unknown`)."""
+    try:
+        return known[name]
+    except KeyError:
+        raise KeyError(_unknown(kind, name, known, path)) from None
 
 
 def _unknown(kind: str, name: str, known: Mapping[str, Any], path: str) -> str:

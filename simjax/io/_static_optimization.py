@@ -52,10 +52,16 @@ from .._stage import Stage
 from ..studies.static_optimization import StaticOptimization
 from ..system.constraints import CoordinateCoupler
 from ..system.muscles import calc_muscle_info
-from ._inverse_dynamics import LoadSeries, coordinate_trajectories, read_external_loads
+from ._inverse_dynamics import (
+    LoadSeries,
+    coordinate_trajectories,
+    load_series,
+    motion_inputs,
+    read_external_loads,
+)
 from ._loaded import LoadedModel, ModelFileError
 from ._motion import CoordinateTable, read_mot, write_sto
-from ._setup import _file, _float, _text, _tool_root, tool_model
+from ._setup import _float, _text, _tool_root, tool_model
 
 
 def dependent_speeds(model: LoadedModel, state: Any) -> list[int]:
@@ -292,11 +298,7 @@ class AnalyzeSetup:
         self, model: LoadedModel, state: Any, time: np.ndarray, q: Any, u: Any, udot: Any
     ) -> tuple[CoordinateTable, CoordinateTable, np.ndarray, np.ndarray, np.ndarray]:
         loads = read_external_loads(self.external_loads_file) if self.external_loads_file else None
-        if loads is None:
-            none, empty = np.zeros(0, dtype=int), np.zeros((time.size, 0, 3))
-            ser = LoadSeries(none, none, none, empty, empty, empty)
-        else:
-            ser = loads.series(model, time)
+        ser = load_series(loads, model, time)
         so = static_optimization(
             model,
             state,
@@ -417,15 +419,7 @@ def read_analyze_setup(path: str | Path) -> AnalyzeSetup:
     step = _float(_text(main, "step_interval"), 1.0, sp, "step_interval")
     return AnalyzeSetup(
         path=sp,
-        model_file=_file(base, _text(tool, "model_file")),
-        coordinates_file=_file(base, _text(tool, "coordinates_file")),
-        external_loads_file=_file(base, _text(tool, "external_loads_file")),
-        lowpass_cutoff_frequency_for_coordinates=_float(
-            _text(tool, "lowpass_cutoff_frequency_for_coordinates"),
-            -1.0,
-            sp,
-            "lowpass_cutoff_frequency_for_coordinates",
-        ),
+        **motion_inputs(tool, base, sp),
         time_range=(lo, hi),
         results_directory=_text(tool, "results_directory"),
         name=tool.get("name", ""),

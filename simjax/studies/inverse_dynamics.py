@@ -85,12 +85,22 @@ class InverseDynamicsSolver:
         call): ``q`` (T, nq), ``u`` and ``udot`` (T, nu), ``applied_body_forces``
         (T, nb, 6) or None; the other State entries (time, parameters) from ``state``.
         Returns (T, nu)."""
-        q, u, udot = (jnp.asarray(x, dtype=state.q.dtype) for x in (q, u, udot))
-        if applied_body_forces is None:
-            return jax.vmap(lambda qq, uu, aa: self.solve(state.with_q(qq).with_u(uu), aa))(q, u, udot)
-        return jax.vmap(
-            lambda qq, uu, aa, ff: self.solve(state.with_q(qq).with_u(uu), aa, applied_body_forces=ff)
-        )(q, u, udot, applied_body_forces)
+        return over_frames(self.solve, state, q, u, udot, applied_body_forces)
+
+
+def over_frames(solve: Any, state: State, q: Any, u: Any, udot: Any, applied_body_forces: Any = None) -> Any:
+    """``solve(state with frame k's q and u, udot[k], applied_body_forces=F[k])`` over the
+    frames at once (``jax.vmap``): the trajectory form of the frame solvers (inverse
+    dynamics, static optimization). NumPy frames are made JAX arrays first (vmapped into a
+    traced State under ``jit``, NumPy values would reach the realization's ``custom_jvp``
+    as constants it refuses)."""
+    q, u, udot = (jnp.asarray(x, dtype=state.q.dtype) for x in (q, u, udot))
+    if applied_body_forces is None:
+        return jax.vmap(lambda qq, uu, aa: solve(state.with_q(qq).with_u(uu), aa))(q, u, udot)
+    F = jnp.asarray(applied_body_forces, dtype=state.q.dtype)
+    return jax.vmap(lambda qq, uu, aa, ff: solve(state.with_q(qq).with_u(uu), aa, applied_body_forces=ff))(
+        q, u, udot, F
+    )
 
 
 def _plus(base: jax.Array, extra: Any, name: str, hint: str) -> jax.Array:

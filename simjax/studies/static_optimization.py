@@ -42,7 +42,7 @@ from .._stage import Stage
 from ..model.state import State
 from ..system.forces import CoordinateActuator, TendonActuator
 from ..system.muscles import DeGrooteFregly2016Muscle, calc_inextensible_tendon_active_fiber_forces
-from .inverse_dynamics import InverseDynamicsSolver
+from .inverse_dynamics import InverseDynamicsSolver, over_frames
 
 
 class StaticOptimizationSolution(NamedTuple):
@@ -191,12 +191,14 @@ class StaticOptimization:
         tau = self._id.solve(sv, a_full, applied_body_forces=applied_body_forces)
         A = jnp.zeros((nu, nc), tau.dtype)
         f_opt = jnp.ones(nc, tau.dtype)
-        for i in np.flatnonzero(~self._is_muscle):  # OpenSim's override: a x optimal force (gain[0])
-            act = acts[i]
-            k = int(act._body._topo(sv).u_start[act._body.index]) + act._which
-            g0 = act._get(sv, "gain")[0]
-            f_opt = f_opt.at[i].set(g0)
-            A = A.at[k, i].set(act._get(sv, "gear") * g0)
+        ctrl = np.flatnonzero(~self._is_muscle)
+        if len(ctrl):  # OpenSim's override: a x optimal force (gain[0]) on the actuator's speed
+            topo = acts[ctrl[0]]._body._topo(sv)
+            rows = np.array([int(topo.u_start[acts[i]._body.index]) + acts[i]._which for i in ctrl])
+            g0 = jnp.stack([acts[i]._get(sv, "gain")[0] for i in ctrl])
+            gear = jnp.stack([acts[i]._get(sv, "gear") for i in ctrl])
+            f_opt = f_opt.at[ctrl].set(g0)
+            A = A.at[rows, ctrl].set(gear * g0)
         mus = np.flatnonzero(self._is_muscle)
         if len(mus):
             paths = np.array([acts[i].get_geometry_path().index for i in mus])
@@ -244,10 +246,10 @@ class StaticOptimization:
         free = np.setdiff1d(np.arange(nu), dep)
         G, b = matter.calc_g_and_b(sv)
         Gd, Gf = G[:, dep], G[:, free]
-        ad = jnp.linalg.solve(Gd, b - Gf @ udot[free])
-        a_full = udot.at[dep].set(ad)
+        X = jnp.linalg.solve(Gd, jnp.concatenate([(b - Gf @ udot[free])[:, None], Gf], axis=1))
+        a_full = udot.at[dep].set(X[:, 0])
         N = jnp.zeros((nu, len(free)), udot.dtype).at[free, jnp.arange(len(free))].set(1.0)
-        N = N.at[dep].set(-jnp.linalg.solve(Gd, Gf))
+        N = N.at[dep].set(-X[:, 1:])
         return a_full, N
 
     def equations(
@@ -293,12 +295,7 @@ class StaticOptimization:
     ) -> StaticOptimizationSolution:
         """:meth:`solve` at every frame at once (one batched call): ``q`` (T, nq), ``u``
         and ``udot`` (T, nu), ``applied_body_forces`` (T, nb, 6) or None."""
-        q, u, udot = (jnp.asarray(x, dtype=state.q.dtype) for x in (q, u, udot))
-        if applied_body_forces is None:
-            return jax.vmap(lambda qq, uu, aa: self.solve(state.with_q(qq).with_u(uu), aa))(q, u, udot)
-        return jax.vmap(
-            lambda qq, uu, aa, ff: self.solve(state.with_q(qq).with_u(uu), aa, applied_body_forces=ff)
-        )(q, u, udot, applied_body_forces)
+        return over_frames(self.solve, state, q, u, udot, applied_body_forces)
 
 
 def solve_least_activation(
