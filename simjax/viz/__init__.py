@@ -3,7 +3,8 @@
 ``View(model)`` serves a 3D scene on localhost (viser; ``pip install 'simjax[viz]'``):
 ``show(state)``, ``animate(trajectory_or_states)`` with a time slider, and
 ``compare_markers(states, trc)`` with each model marker coloured by its error.
-``plot_pose(state, model)`` draws a pose as a static matplotlib figure (headless, in CI),
+The paths (muscles coloured by activation, blue 0 to red 1; ligaments grey) are drawn
+around their wraps in both. ``plot_pose(state, model)`` draws a pose as a static matplotlib figure (headless, in CI),
 ``plot_trajectory(traj, model)`` coordinates, energy and constraint error over time.
 
 The IK figures:

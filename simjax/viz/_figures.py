@@ -21,6 +21,9 @@ from ._scene import (
     check_state,
     make_scene,
     marker_locations,
+    num_paths,
+    path_points,
+    path_segments,
     per_system,
     system_of,
 )
@@ -230,12 +233,14 @@ def plot_pose(
     observed: Any = None,
     geometry: bool = True,
     markers: Any = True,
+    paths: bool = True,
     title: str | None = None,
 ) -> Any:
     """A pose as a static 3D figure (matplotlib; works headless): the skeleton (a line from
     each body to each child joint and on to the child; none from Ground to a floating base),
-    the model's geometry as a light
-    point cloud, the markers (magenta) and, optionally, observed markers (blue crosses).
+    the model's geometry as a light point cloud, the paths (muscles from blue, activation 0,
+    to red, 1; other paths grey), the markers (magenta) and, optionally, observed markers
+    (blue crosses).
 
     Args:
         state: One State of ``model``.
@@ -246,6 +251,7 @@ def plot_pose(
         geometry: Draw the geometry's points.
         markers: ``True``: the model's markers; ``False``: none; or an ``sj.Markers`` goal
             (for a System built by hand), whose markers are drawn.
+        paths: Draw the paths (muscles, ligaments, path springs) around their wraps.
         title: The axes' title.
 
     Returns:
@@ -292,6 +298,11 @@ def plot_pose(
                 g = p[d.body] + v @ R[d.body].T
                 rgb = np.minimum(np.asarray(d.rgba[:3]), 0.6)  # white bones stay visible on white
                 ax.scatter(*P(g), s=1, color=rgb, alpha=0.35, depthshade=False)
+    if paths and num_paths(scene.system):
+        segs, cols = path_segments(*path_points(scene.system, st))
+        for k, (seg, col) in enumerate(zip(segs, cols)):
+            ax.plot(*P(seg), color=col[0] / 255, lw=1.5, label=None if k else "paths")
+        pts.append(segs.reshape(-1, 3))
     if scene.markers:
         mk = marker_locations(scene, R, p)
         ax.scatter(*P(mk), s=14, color=np.array(MARKER_RGB) / 255, label="model markers", depthshade=False)
