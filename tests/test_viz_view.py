@@ -677,3 +677,40 @@ def test_view_draws_paths_around_wraps_coloured_by_activation():
     assert colours.count(tuple(np.array((170, 170, 150)) / 255)) == n1 - 1  # the ligament
     fig = sj.viz.plot_pose(st, system, markers=False, paths=False)
     assert (1.0, 0.0, 0.0) not in [to_rgb(ln.get_color()) for ln in fig.axes[0].get_lines()]
+
+
+def test_plot_muscles_panels_units_reference_and_errors():
+    """plot_muscles draws one panel per muscle with the quantity's unit, the reference dashed
+    at its own times (columns matched by name), from muscle_analysis' dict, an object with
+    ``muscle_analysis`` and static optimization's ``activation``, or a single table; a missing
+    quantity or muscle is named with what there is."""
+    pytest.importorskip("matplotlib")
+    t = np.linspace(0, 1, 11)
+    ma = {
+        "TendonForce": sj.io.CoordinateTable(t, ["a", "b", "c"], np.outer(t, [1.0, 2.0, 3.0])),
+        "MomentArm_knee": sj.io.CoordinateTable(t, ["a", "b", "c"], np.outer(t, [0.01, 0.02, 0.03])),
+    }
+    ref = sj.io.CoordinateTable(t[::2], ["c", "a"], np.outer(t[::2], [3.0, 1.0]))
+    fig = sj.viz.plot_muscles(ma, "TendonForce", ref)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["a", "c"]  # the columns both have
+    ln = shown[1].get_lines()
+    np.testing.assert_allclose(ln[0].get_ydata(), 3 * t)
+    assert ln[1].get_linestyle() == "--" and len(ln[1].get_xdata()) == 6
+    assert shown[0].get_ylabel() == "N"
+    fig = sj.viz.plot_muscles(ma, "MomentArm_knee", muscles=["b"])
+    assert fig.axes[0].get_ylabel().startswith("m") and fig.axes[0].get_title() == "b"
+
+    class Result:  # what an AnalyzeResult holds
+        muscle_analysis = ma
+        activation = sj.io.CoordinateTable(t, ["a", "b"], np.full((11, 2), 0.5))
+        force = None
+
+    fig = sj.viz.plot_muscles(Result(), "activation")
+    assert fig.axes[0].get_ylabel() == "activation"
+    with pytest.raises(ValueError, match="no 'FiberLength'; it has"):
+        sj.viz.plot_muscles(ma, "FiberLength")
+    with pytest.raises(ValueError, match="no column for \\['zz'\\]"):
+        sj.viz.plot_muscles(ma["TendonForce"], muscles=["zz"])
+    with pytest.raises(TypeError, match="must be sj.io.muscle_analysis's tables"):
+        sj.viz.plot_muscles([1, 2], "TendonForce")
