@@ -205,15 +205,11 @@ class StaticOptimization:
             every = _muscles_of(self._sub)
             pos = np.array([every.index(acts[i]) for i in mus])  # creation order -> actuator order
 
-            def speeds(u: jax.Array) -> tuple[jax.Array, jax.Array]:
-                s = system.realize(sv.with_u(u), Stage.VELOCITY)
-                if self._physiology:
-                    fa = calc_inextensible_tendon_active_fiber_forces(self._sub, s, 1.0)[pos]
-                else:
-                    fa = jnp.stack([acts[i].get_max_isometric_force(s) for i in mus])
-                return matter.calc_path_lengthening_speeds(s)[paths], fa
-
-            dVdu, fa = jax.jacfwd(speeds, has_aux=True)(sv.u)  # (n_muscles, nu): moment arms
+            if self._physiology:
+                fa = calc_inextensible_tendon_active_fiber_forces(self._sub, sv, 1.0)[pos]
+            else:
+                fa = jnp.stack([acts[i].get_max_isometric_force(sv) for i in mus])
+            dVdu = -matter.calc_path_moment_arms(sv)[paths]  # (n_muscles, nu): dV/du = dL/dq N
             A = A.at[:, mus].set(-(dVdu * fa[:, None]).T)
             f_opt = f_opt.at[mus].set(fa)
         assert A.shape == (nu, nc)

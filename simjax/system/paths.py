@@ -23,6 +23,7 @@ from jaxtyping import Array, Float
 from .. import _spatial as sp
 from .._stage import Stage
 from ..dynamics.paths import path_lengths, path_nodes
+from ..dynamics.stages import calc_qdot
 from ..model.paths import MovingPoint, PathSet, WrapSet
 from ..model.state import State
 from ._compiled import reads_cache
@@ -317,14 +318,11 @@ def calc_path_moment_arms(matter: Any, state: State) -> jax.Array:
     """Every path's moment arms about every generalized speed, ``-dL/dq N(q)`` (n_paths,
     nu): for a coordinate with ``qdot = u``, ``-dL/dq``. Needs only q (realizes what it
     needs)."""
-    system = _system(matter)
-
-    def speeds(u: jax.Array) -> jax.Array:
-        s = system.realize(state.with_u(u), Stage.VELOCITY)
-        qdot = s.velocity_cache.qdot
-        return jax.jvp(lambda q: _lengths_at(matter, state, q), (state.q,), (qdot,))[1]
-
-    return -jax.jacfwd(speeds)(jnp.zeros_like(state.u))
+    model = _system(matter).model_for(state)
+    # N(q) = dqdot/du (the kinematic equations alone, no Velocity stage), then dL/dq N
+    N = jax.jacfwd(lambda u: calc_qdot(model, state.with_u(u)))(jnp.zeros_like(state.u))
+    dL = jax.jacfwd(lambda q: _lengths_at(matter, state, q))(state.q)
+    return -(dL @ N.astype(dL.dtype))
 
 
 def build_path_set(matter: Any) -> PathSet | None:
