@@ -1,0 +1,253 @@
+"""Thelen2003Muscle (``simjax.dynamics.forces.thelen``) against OpenSim 4.6.
+
+The oracle is gait14dof22musc (22 Thelen2003Muscle paths, no wrap objects) with its other
+forces removed and its muscles' properties varied so that every branch runs: pennation at
+optimal length 0-0.4 rad, other curve shapes (KshapeActive, FmaxMuscleStrain,
+FmaxTendonStrain, Af, Flen). States are drawn far from equilibrium: activations in
+[-0.05, 1.05] (below the minimum activation and above 1: clamped), fibre lengths 0.3-1.7
+optimal and some below the minimum fibre length (clamped; held when shortening), slack and
+stretched tendons, shortening and lengthening beyond the force-velocity curve's linear
+extrapolation.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_io_osim import model_path
+
+from simjax.dynamics.forces import thelen as th
+
+jax.config.update("jax_enable_x64", True)
+
+osim = pytest.importorskip("opensim")
+
+# simjax parameter: OpenSim property
+PROPS = dict(
+    zip(
+        th.PARAMS,
+        (
+            "max_isometric_force",
+            "optimal_fiber_length",
+            "tendon_slack_length",
+            "pennation_angle_at_optimal",
+            "max_contraction_velocity",
+            "activation_time_constant",
+            "deactivation_time_constant",
+            "FmaxTendonStrain",
+            "FmaxMuscleStrain",
+            "KshapeActive",
+            "KshapePassive",
+            "Af",
+            "Flen",
+            "fv_linear_extrap_threshold",
+            "maximum_pennation_angle",
+            "minimum_activation",
+        ),  # fmt: skip
+        strict=True,
+    )
+)
+
+# MuscleInfo field: OpenSim getter
+FIELDS = (
+    ("fiber_length", "getFiberLength"),
+    ("normalized_fiber_length", "getNormalizedFiberLength"),
+    ("fiber_length_along_tendon", "getFiberLengthAlongTendon"),
+    ("pennation_angle", "getPennationAngle"),
+    ("cos_pennation_angle", "getCosPennationAngle"),
+    ("tendon_length", "getTendonLength"),
+    ("fiber_velocity", "getFiberVelocity"),
+    ("normalized_fiber_velocity", "getNormalizedFiberVelocity"),
+    ("fiber_velocity_along_tendon", "getFiberVelocityAlongTendon"),
+    ("tendon_velocity", "getTendonVelocity"),
+    ("tendon_force", "getTendonForce"),
+    ("active_fiber_force", "getActiveFiberForce"),
+    ("passive_fiber_elastic_force", "getPassiveFiberForce"),
+    ("fiber_force", "getFiberForce"),
+    ("fiber_force_along_tendon", "getFiberForceAlongTendon"),
+    ("active_force_length_multiplier", "getActiveForceLengthMultiplier"),
+    ("passive_force_multiplier", "getPassiveForceMultiplier"),
+    ("force_velocity_multiplier", "getForceVelocityMultiplier"),
+    ("activation", "getActivation"),
+)
+
+
+def _varied(i: int, mus) -> None:
+    mus.setPennationAngleAtOptimalFiberLength(0.1 * (i % 5))
+    mus.set_KshapeActive(0.45 + 0.1 * (i % 3 == 1))
+    mus.set_FmaxMuscleStrain(0.6 - 0.1 * (i % 2))
+    mus.set_FmaxTendonStrain(0.033 + 0.02 * (i % 3 == 2))
+    mus.set_Af(0.25 + 0.05 * (i % 4 == 1))
+    mus.set_Flen(1.4 + 0.4 * (i % 4 == 2))
+    if i in (1, 6):  # a slack tendon for a fibre at its minimum length: held there
+        mus.setTendonSlackLength(1.3 * mus.getTendonSlackLength())
+
+
+@pytest.fixture(scope="module")
+def gait():
+    """(OpenSim model, its State, its muscles, its free coordinates, the muscles'
+    parameters for the kernel)."""
+    om = osim.Model(model_path("gait14dof22musc"))
+    fs = om.updForceSet()
+    for i in reversed(range(fs.getSize())):
+        if fs.get(i).getConcreteClassName() != "Thelen2003Muscle":
+            fs.remove(i)
+    muscles = [osim.Thelen2003Muscle.safeDownCast(fs.get(i)) for i in range(fs.getSize())]
+    for i, mus in enumerate(muscles):
+        _varied(i, mus)
+    s = om.initSystem()
+    cs = om.getCoordinateSet()
+    coords = [cs.get(i) for i in range(cs.getSize()) if not cs.get(i).getLocked(s)]
+    P = {k: jnp.array([float(getattr(m, f"get_{o}")()) for m in muscles]) for k, o in PROPS.items()}
+    return om, s, muscles, coords, P
+
+
+def _pose(om, s, coords, rng, speed=1.0):
+    for c in coords:
+        lo, hi = max(c.getRangeMin(), -1.5), min(c.getRangeMax(), 1.5)
+        c.setValue(s, float(rng.uniform(lo, hi)), False)
+        c.setSpeedValue(s, float(speed * rng.normal()))
+    om.realizeVelocity(s)
+
+
+def _lengths(s, muscles):
+    L = np.array([m.getLength(s) for m in muscles])
+    V = np.array([m.getLengtheningSpeed(s) for m in muscles])
+    return L, V
+
+
+def _rel(ours, theirs, floor):
+    ours, theirs = np.asarray(ours, float), np.asarray(theirs, float)
+    return float(np.max(np.abs(ours - theirs) / np.maximum(floor, np.abs(theirs))))
+
+
+@pytest.mark.oracle
+def test_thelen_quantities_equal_opensim(gait):
+    """At 12 random states of the varied model (q, u, excitation, activation, fibre length)
+    every muscle's lengths, pennation, velocities, forces, multipliers, clamped activation,
+    activation derivative and fibre-length derivative equal OpenSim's getters to 1e-10
+    relative (measured 1e-14; forces are compared relative to the larger of the value and
+    1e-9 of the max isometric force: a fibre force is a difference of the active and
+    passive forces, zero to rounding when the tendon is slack)."""
+    om, s, muscles, coords, P = gait
+    n = len(muscles)
+    rng = np.random.default_rng(0)
+    lo = np.asarray(P["optimal_fiber_length"])
+    inputs, theirs = [], []
+    for trial in range(12):
+        _pose(om, s, coords, rng, speed=2.0)
+        e = rng.uniform(0.0, 1.0, n)
+        cv = om.getControls(s)
+        for i in range(n):
+            cv.set(i, float(e[i]))
+        om.setControls(s, cv)
+        a = rng.uniform(-0.05, 1.05, n)
+        lce = lo * rng.uniform(0.3, 1.7, n)
+        if trial < 3:
+            lce[trial::3] = 1e-4  # below the minimum length of the pennate muscles
+        for m, ai, li in zip(muscles, a, lce, strict=True):
+            m.setActivation(s, float(ai))
+            m.setFiberLength(s, float(li))
+        om.realizeAcceleration(s)
+        L, V = _lengths(s, muscles)
+        inputs.append((L, V, e, a, lce))
+        got = {f: [getattr(m, g)(s) for m in muscles] for f, g in FIELDS}
+        got["activation_derivative"] = [m.getStateVariableDerivativeValue(s, "activation") for m in muscles]
+        got["normalized_tendon_force_derivative"] = [
+            m.getStateVariableDerivativeValue(s, "fiber_length") for m in muscles
+        ]
+        theirs.append(got)
+    comp = np.ones(n, bool)
+    batch = [jnp.asarray(np.stack(x)) for x in zip(*inputs, strict=True)]
+    info = jax.jit(jax.vmap(lambda L, V, e, a, l: th.thelen_equations(P, L, V, e, a, l, comp)))(*batch)
+    Fmax = np.asarray(P["max_isometric_force"])
+    worst = {}
+    for f in theirs[0]:
+        t = np.array([got[f] for got in theirs])
+        floor = 1e-9 * Fmax if "force" in f and "multiplier" not in f else 1e-9
+        if f.startswith("fiber_force"):  # active + passive: rounding of the larger
+            floor = np.maximum(
+                np.abs(info.active_fiber_force) + np.abs(info.passive_fiber_elastic_force), 1e-9 * Fmax
+            )
+        worst[f] = _rel(getattr(info, f), t, floor)
+    print({k: f"{v:.0e}" for k, v in worst.items()})
+    held = np.asarray(info.fiber_velocity == 0) & (np.stack([x[4] for x in inputs]) < lo)
+    assert held.any()  # the clamp ran
+    assert max(worst.values()) < 1e-10, worst
+
+
+@pytest.mark.oracle
+def test_inextensible_tendon_force_and_equilibrium_equal_opensim(gait):
+    """At 6 random poses (half at rest, half moving) and activations in [0, 1]:
+    ``calcInextensibleTendonActiveFiberForce`` to 1e-8 relative (OpenSim inverts the
+    force-velocity curve by Newton's method to 1e-6 in velocity: measured 1e-10), and
+    ``computeInitialFiberEquilibrium``'s fibre lengths. At rest (force-velocity multiplier
+    1) our equilibrium's force error is below 1e-12 of the max isometric force and
+    OpenSim's below its tolerance 1e-8; their tendon forces agree to 2e-8 of the max
+    isometric force. Moving, OpenSim's solution lags its velocity estimate by one Newton
+    step: tendon forces agree to 5e-7 of the max isometric force (measured 1.3e-7). Fibres
+    at their minimum length (no equilibrium above it) are the same muscles on both sides."""
+    om, s, muscles, coords, P = gait
+    n = len(muscles)
+    rng = np.random.default_rng(1)
+    rows = []
+    for trial in range(6):
+        _pose(om, s, coords, rng, speed=float(trial % 2))
+        a = rng.uniform(0.0, 1.0, n)
+        for m, ai in zip(muscles, a, strict=True):
+            m.setActivation(s, float(ai))
+        om.realizeVelocity(s)
+        L, V = _lengths(s, muscles)
+        inext = [
+            m.calcInextensibleTendonActiveFiberForce(s, float(ai)) for m, ai in zip(muscles, a, strict=True)
+        ]
+        for m in muscles:
+            m.computeInitialFiberEquilibrium(s)
+        lce = np.array([m.getStateVariableValue(s, "fiber_length") for m in muscles])
+        rows.append((L, V, a, np.array(inext), lce))
+    L, V, a, inext, lce_theirs = (np.stack(x) for x in zip(*rows, strict=True))
+    comp = np.ones(n, bool)
+
+    @jax.jit
+    def ours(L, V, a, lce_theirs):
+        f = jax.vmap(lambda L, V, a: th.inextensible_tendon_active_fiber_force(P, L, V, a))(L, V, a)
+        lce = jax.vmap(lambda L, V, a: th.equilibrium_fiber_length(P, L, V, a))(L, V, a)
+
+        def tendon(L, V, a, l):
+            return th.thelen_equations(P, L, V, a, a, l, comp).tendon_force
+
+        def err(L, V, a, l):  # the force error at rest (fv = 1)
+            a = jnp.clip(a, P["minimum_activation"], 1.0)
+            return th._equilibrium_residual(P, L, V, a, l, jnp.ones_like(l))[0]
+
+        return {
+            "inext": f,
+            "lce": lce,
+            "Ft": jax.vmap(tendon)(L, V, a, lce),
+            "Ft_theirs": jax.vmap(tendon)(L, V, a, lce_theirs),
+            "res": jax.vmap(err)(L, V, a, lce),
+            "res_theirs": jax.vmap(err)(L, V, a, lce_theirs),
+        }
+
+    o = {k: np.asarray(v) for k, v in ours(L, V, a, lce_theirs).items()}
+    Fmax = np.broadcast_to(np.asarray(P["max_isometric_force"]), L.shape)
+    lmin = np.broadcast_to(np.asarray(th.minimum_fiber_length(P)), L.shape)
+    assert _rel(o["inext"], inext, 1e-9 * Fmax) < 1e-8
+    assert (inext == 0).any()  # fibres at their minimum length: no force
+    assert np.all(np.isfinite(o["lce"]))
+    at_min = o["lce"] <= lmin * (1 + 1e-12)
+    assert at_min.any() and np.array_equal(at_min, lce_theirs <= lmin * (1 + 1e-12))
+    free = ~at_min
+    rest = np.zeros_like(free)
+    rest[0::2] = True
+    err_ours = np.max(np.abs(o["res"] / Fmax)[rest & free])
+    err_theirs = np.max(np.abs(o["res_theirs"] / Fmax)[rest & free])
+    dF = np.abs(o["Ft"] - o["Ft_theirs"]) / Fmax
+    print(
+        f"equilibrium force error at rest: ours {err_ours:.0e}, OpenSim's {err_theirs:.0e} of Fmax; "
+        f"tendon forces at rest {dF[rest].max():.0e}, moving {dF[~rest].max():.0e} of Fmax"
+    )
+    assert err_ours < 1e-12 and err_theirs < 1e-8
+    assert dF[rest].max() < 2e-8 and dF[~rest].max() < 5e-7
