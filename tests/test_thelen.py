@@ -12,13 +12,17 @@ extrapolation.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_io_osim import model_path
 
+import simjax as sj
 from simjax.dynamics.forces import thelen as th
+from simjax.system.muscles import calc_muscle_info
 
 jax.config.update("jax_enable_x64", True)
 
@@ -74,6 +78,9 @@ FIELDS = (
 )
 
 
+FIELDS_ALL = (*(f for f, _ in FIELDS), "activation_derivative", "normalized_tendon_force_derivative")
+
+
 def _varied(i: int, mus) -> None:
     mus.setPennationAngleAtOptimalFiberLength(0.1 * (i % 5))
     mus.set_KshapeActive(0.45 + 0.1 * (i % 3 == 1))
@@ -86,22 +93,29 @@ def _varied(i: int, mus) -> None:
 
 
 @pytest.fixture(scope="module")
-def gait():
+def gait(tmp_path_factory):
     """(OpenSim model, its State, its muscles, its free coordinates, the muscles'
-    parameters for the kernel)."""
+    parameters for the kernel, the simjax model of the same file)."""
     om = osim.Model(model_path("gait14dof22musc"))
     fs = om.updForceSet()
     for i in reversed(range(fs.getSize())):
         if fs.get(i).getConcreteClassName() != "Thelen2003Muscle":
             fs.remove(i)
-    muscles = [osim.Thelen2003Muscle.safeDownCast(fs.get(i)) for i in range(fs.getSize())]
-    for i, mus in enumerate(muscles):
-        _varied(i, mus)
+    for i in range(fs.getSize()):
+        _varied(i, osim.Thelen2003Muscle.safeDownCast(fs.get(i)))
+    path = tmp_path_factory.mktemp("thelen") / "gait_thelen.osim"
+    om.printToXML(str(path))
+    om = osim.Model(str(path))
     s = om.initSystem()
+    fs = om.getForceSet()
+    muscles = [osim.Thelen2003Muscle.safeDownCast(fs.get(i)) for i in range(fs.getSize())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = sj.io.load_osim(str(path))
     cs = om.getCoordinateSet()
     coords = [cs.get(i) for i in range(cs.getSize()) if not cs.get(i).getLocked(s)]
     P = {k: jnp.array([float(getattr(m, f"get_{o}")()) for m in muscles]) for k, o in PROPS.items()}
-    return om, s, muscles, coords, P
+    return om, s, muscles, coords, P, m
 
 
 def _pose(om, s, coords, rng, speed=1.0):
@@ -124,15 +138,22 @@ def _rel(ours, theirs, floor):
 
 
 @pytest.mark.oracle
-def test_thelen_quantities_equal_opensim(gait):
-    """At 12 random states of the varied model (q, u, excitation, activation, fibre length)
-    every muscle's lengths, pennation, velocities, forces, multipliers, clamped activation,
-    activation derivative and fibre-length derivative equal OpenSim's getters to 1e-10
-    relative (measured 1e-14; forces are compared relative to the larger of the value and
-    1e-9 of the max isometric force: a fibre force is a difference of the active and
-    passive forces, zero to rounding when the tendon is slack)."""
-    om, s, muscles, coords, P = gait
+def test_thelen_quantities_and_accelerations_equal_opensim(gait):
+    """The model loaded by ``sj.io.load_osim`` at 12 random states (q, u, excitation,
+    activation, fibre length): every muscle's lengths, pennation, velocities, forces,
+    multipliers, clamped activation, activation derivative and fibre-length derivative equal
+    OpenSim's getters to 1e-10 relative (measured 3e-14; forces relative to the larger of
+    the value and 1e-9 of the max isometric force, and a fibre force, the sum of active and
+    passive forces that cancel when the tendon is slack, relative to their magnitudes), and
+    the generalized accelerations (gravity and the 22 muscles) to 1e-10 of the largest."""
+    om, s, muscles, coords, P, m = gait
     n = len(muscles)
+    assert len(m.muscles) == n and not m.ignored
+    assert all(isinstance(h, sj.Thelen2003Muscle) for h in m.muscles.values())
+    names = [c.getName() for c in coords]
+    handles = [m.muscle(mus.getName()) for mus in muscles]
+    system = m.system
+    su = np.array([m.coordinates[c].u_index(m.default_state) for c in names])
     rng = np.random.default_rng(0)
     lo = np.asarray(P["optimal_fiber_length"])
     inputs, theirs = [], []
@@ -147,24 +168,47 @@ def test_thelen_quantities_equal_opensim(gait):
         lce = lo * rng.uniform(0.3, 1.7, n)
         if trial < 3:
             lce[trial::3] = 1e-4  # below the minimum length of the pennate muscles
-        for m, ai, li in zip(muscles, a, lce, strict=True):
-            m.setActivation(s, float(ai))
-            m.setFiberLength(s, float(li))
+        for mus, ai, li in zip(muscles, a, lce, strict=True):
+            mus.setActivation(s, float(ai))
+            mus.setFiberLength(s, float(li))
         om.realizeAcceleration(s)
-        L, V = _lengths(s, muscles)
-        inputs.append((L, V, e, a, lce))
-        got = {f: [getattr(m, g)(s) for m in muscles] for f, g in FIELDS}
-        got["activation_derivative"] = [m.getStateVariableDerivativeValue(s, "activation") for m in muscles]
-        got["normalized_tendon_force_derivative"] = [
-            m.getStateVariableDerivativeValue(s, "fiber_length") for m in muscles
+        q = np.array([c.getValue(s) for c in coords])
+        u = np.array([c.getSpeedValue(s) for c in coords])
+        inputs.append((q, u, e, a, lce))
+        got = {f: [getattr(mus, g)(s) for mus in muscles] for f, g in FIELDS}
+        got["activation_derivative"] = [
+            mus.getStateVariableDerivativeValue(s, "activation") for mus in muscles
         ]
+        got["normalized_tendon_force_derivative"] = [
+            mus.getStateVariableDerivativeValue(s, "fiber_length") for mus in muscles
+        ]
+        got["udot"] = [c.getAccelerationValue(s) for c in coords]
         theirs.append(got)
-    comp = np.ones(n, bool)
+
+    # the states set by one scatter each (the handles' setters, checked below, trace slowly)
+    st0 = m.default_state
+    qi = np.array([m.coordinates[c].q_index(st0) for c in names])
+    za = np.array([h._z_index(st0, h._z_act) for h in handles])
+    zl = np.array([h._z_index(st0, h._z_ten) for h in handles])
+    h = handles[3]
+    st = h.set_fiber_length(h.set_activation(st0, 0.25), 0.07)
+    assert float(st.z[zl[3]]) == 0.07 and float(st.z[za[3]]) == 0.25
+    assert float(h.get_activation(h.set_activation(st0, 0.0))) == 0.01  # clamped as OpenSim's
+    assert float(h.get_minimum_fiber_length(st0)) == pytest.approx(
+        lo[3] * np.sin(0.3) / np.sin(np.arccos(0.1)), rel=1e-14
+    )
+
+    def evaluate(q, u, e, a, lce):
+        st = st0.with_q(st0.q.at[qi].set(q)).with_u(st0.u.at[su].set(u))
+        st = system.set_controls(st.with_z(st0.z.at[za].set(a).at[zl].set(lce)), e)
+        st = system.realize(st, sj.Stage.ACCELERATION)
+        return calc_muscle_info(handles[0]._subsystem, st), st.udot[su]
+
     batch = [jnp.asarray(np.stack(x)) for x in zip(*inputs, strict=True)]
-    info = jax.jit(jax.vmap(lambda L, V, e, a, l: th.thelen_equations(P, L, V, e, a, l, comp)))(*batch)
+    info, udot = jax.jit(jax.vmap(evaluate))(*batch)
     Fmax = np.asarray(P["max_isometric_force"])
     worst = {}
-    for f in theirs[0]:
+    for f in FIELDS_ALL:
         t = np.array([got[f] for got in theirs])
         floor = 1e-9 * Fmax if "force" in f and "multiplier" not in f else 1e-9
         if f.startswith("fiber_force"):  # active + passive: rounding of the larger
@@ -172,6 +216,8 @@ def test_thelen_quantities_equal_opensim(gait):
                 np.abs(info.active_fiber_force) + np.abs(info.passive_fiber_elastic_force), 1e-9 * Fmax
             )
         worst[f] = _rel(getattr(info, f), t, floor)
+    t = np.array([got["udot"] for got in theirs])
+    worst["udot"] = float(np.max(np.abs(np.asarray(udot) - t)) / np.max(np.abs(t)))
     print({k: f"{v:.0e}" for k, v in worst.items()})
     held = np.asarray(info.fiber_velocity == 0) & (np.stack([x[4] for x in inputs]) < lo)
     assert held.any()  # the clamp ran
@@ -189,7 +235,7 @@ def test_inextensible_tendon_force_and_equilibrium_equal_opensim(gait):
     isometric force. Moving, OpenSim's solution lags its velocity estimate by one Newton
     step: tendon forces agree to 5e-7 of the max isometric force (measured 1.3e-7). Fibres
     at their minimum length (no equilibrium above it) are the same muscles on both sides."""
-    om, s, muscles, coords, P = gait
+    om, s, muscles, coords, P, m = gait
     n = len(muscles)
     rng = np.random.default_rng(1)
     rows = []

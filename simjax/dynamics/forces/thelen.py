@@ -49,8 +49,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...model.context import Context
-from .kernel import ForceKernel, Params
-from .muscles import MuscleInfo, excitations
+from .kernel import Params
+from .muscles import MuscleInfo, MuscleKernel, excitations
 from .paths import apply_tensions, path_geometry
 
 # SimTK's constants (Simbody's NTraits<double>): the branches of OpenSim's code use them.
@@ -405,9 +405,20 @@ def muscle_info(P: Params, ctx: Context, S: tuple) -> MuscleInfo:
 
 
 @dataclass(frozen=True)
-class Thelen2003Muscle(ForceKernel):
+class Thelen2003Muscle(MuscleKernel):
     """The module's equations over a subsystem's muscles: the tendon force as the tension
-    of each muscle's path."""
+    of each muscle's path; the tendon state is the fibre length."""
+
+    def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
+        return muscle_info(P, ctx, S)
+
+    def inextensible_tendon_active_fiber_force(
+        self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
+    ) -> jax.Array:
+        return inextensible_tendon_active_fiber_force(P, L, V, a)
+
+    def equilibrium_tendon_state(self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
+        return equilibrium_fiber_length(P, L, V, a)
 
     def calc(self, P: Params, ctx: Context, S: tuple, w: jax.Array):
         paths = ctx._model.paths
