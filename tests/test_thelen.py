@@ -344,3 +344,55 @@ def test_gradients_equal_central_differences():
     err = np.max(np.abs(J_fwd - J_fd) / scale)
     print(f"jacfwd vs central differences {err:.1e}; normalized fibre velocities {dlceN}")
     assert err < 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.oracle
+def test_static_optimization_with_thelen_muscles_equals_opensims(tmp_path):
+    """gait14dof22musc with its 22 Thelen2003Muscles and a reserve CoordinateActuator on
+    every coordinate, OpenSim's AnalyzeTool StaticOptimization (0.45..0.5 s, 6 frames, the
+    trial of test_inverse_dynamics) against the same setup run by simjax: activations
+    agree to 1e-5 (measured 7e-7: OpenSim's IPOPT at 1e-8), the costs to 1e-6 (measured
+    4e-7), and the MuscleAnalysis files OpenSim wrote to 1e-7 of each file's largest value
+    (measured: lengths, velocities, forces and moment arms 1e-13; the pelvis rotations'
+    moments 1.3e-8, whose moment arms and tendon forces agree to 1e-13). Slow (simjax's
+    compile, ~20 s)."""
+    from test_inverse_dynamics import write_trial
+    from test_static_optimization import _so_setup
+
+    write_trial(tmp_path, model_path("gait14dof22musc"))
+    om = osim.Model(model_path("gait14dof22musc"))
+    for c in om.getCoordinateSet():
+        act = osim.CoordinateActuator(c.getName())
+        act.setName(c.getName() + "_reserve")
+        act.setOptimalForce(100.0 if c.getName().startswith("pelvis") else 10.0)
+        om.addForce(act)
+    om.finalizeConnections()
+    om.printToXML(str(tmp_path / "so_model.osim"))
+    (tmp_path / "so.xml").write_text(_so_setup("so", 0.45, 0.5, 1e-8))
+    osim.AnalyzeTool(str(tmp_path / "so.xml")).run()
+    ref = sj.io.read_sto(tmp_path / "results" / "so_StaticOptimization_activation.sto")
+    setup = sj.io.read_analyze_setup(tmp_path / "so.xml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = sj.io.load_osim(setup.model_file)
+    assert sum(isinstance(a, sj.Thelen2003Muscle) for a in model.actuators.values()) == 22
+    res = setup.run(model, output_dir=tmp_path / "ours")
+    names = list(res.activation.labels)
+    assert len(names) == 22 + 17 and res.converged.all()
+    R = np.asarray(ref.data)[:, [list(ref.labels).index(n) for n in names]]
+    A = np.asarray(res.activation.data)
+    cost_osim, cost_sj = (R**2).sum(1), (A**2).sum(1)
+    worst = {}
+    for key, tab in res.muscle_analysis.items():
+        rf = sj.io.read_sto(tmp_path / "results" / f"so_MuscleAnalysis_{key}.sto")
+        RR = np.asarray(rf.data)[:, [list(rf.labels).index(n) for n in tab.labels]]
+        worst[key] = np.abs(np.asarray(tab.data) - RR).max() / max(np.abs(RR).max(), 1e-3)
+    key = max(worst, key=worst.get)
+    print(
+        f"activations {np.abs(A - R).max():.1e}; muscle analysis: {len(worst)} files, "
+        f"worst {key} {worst[key]:.1e}"
+    )
+    assert np.abs(A - R).max() < 1e-5
+    assert np.all(np.abs(cost_sj - cost_osim) <= 1e-6 * cost_osim)
+    assert worst[key] < 1e-7
