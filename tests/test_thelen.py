@@ -204,8 +204,11 @@ def test_thelen_quantities_and_accelerations_equal_opensim(gait):
         st = system.realize(st, sj.Stage.ACCELERATION)
         return calc_muscle_info(handles[0]._subsystem, st), st.udot[su]
 
-    batch = [jnp.asarray(np.stack(x)) for x in zip(*inputs, strict=True)]
-    info, udot = jax.jit(jax.vmap(evaluate))(*batch)
+    # one State at a time through one compiled program (cheaper to compile than its vmap)
+    run = jax.jit(evaluate)
+    outs = [run(*(jnp.asarray(x) for x in xs)) for xs in inputs]
+    info = type(outs[0][0])(*(np.stack(f) for f in zip(*(o[0] for o in outs), strict=True)))
+    udot = np.stack([o[1] for o in outs])
     Fmax = np.asarray(P["max_isometric_force"])
     worst = {}
     for f in FIELDS_ALL:
@@ -396,3 +399,59 @@ def test_static_optimization_with_thelen_muscles_equals_opensims(tmp_path):
     assert np.abs(A - R).max() < 1e-5
     assert np.all(np.abs(cost_sj - cost_osim) <= 1e-6 * cost_osim)
     assert worst[key] < 1e-7
+
+
+def _arm(**kw):
+    """A one-link arm (1 kg, 0.3 m) on a pin, a Thelen muscle from ground over the elbow."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    sj.Force.UniformGravity(forces, matter, [0, -9.81, 0])
+    body = sj.Body(sj.MassProperties(1.0, [0.15, 0, 0], sj.Inertia(0.001, 0.03, 0.03)))
+    arm = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), body, sj.Transform(), name="arm")
+    path = sj.GeometryPath(matter, "flexor")
+    path.append_path_point(matter.Ground(), [0.0, 0.25, 0.0])
+    path.append_path_point(arm, [0.2, 0.02, 0.0])
+    defaults = dict(max_isometric_force=300.0, optimal_fiber_length=0.2, tendon_slack_length=0.1)
+    muscle = sj.Thelen2003Muscle(forces, path, name="flexor", **{**defaults, **kw})
+    return system, arm, muscle
+
+
+def test_equilibrium_then_a_batch_of_excitations_moves_the_arm():
+    """The one-muscle arm (pennate, compliant tendon): ``equilibrate_muscles`` at rest
+    leaves the fibre still (its velocity, the fibre length's rate, below 1e-12 m/s) with
+    tendon and fibre forces balanced; then 16 constant excitations, 400 explicit-Euler
+    steps of 0.5 ms (activation and fibre length integrated with q and u), in one
+    jit(vmap) call: more excitation lifts the arm further. Bad properties are refused naming
+    the muscle."""
+    system, arm, muscle = _arm(pennation_angle_at_optimal=0.2, default_activation=0.1)
+    s0 = arm.set_one_q(system.realize_topology(), 0, -0.5)
+    dt = 5e-4
+
+    def run(e):
+        st0 = sj.equilibrate_muscles(system, system.set_controls(s0, jnp.reshape(e, (1,))))
+        m = calc_muscle_info(muscle._subsystem, system.realize(st0, sj.Stage.VELOCITY))
+
+        def step(y, _):
+            q, u, z = y
+            st = system.realize(st0.with_q(q).with_u(u).with_z(z), sj.Stage.ACCELERATION)
+            return (q + dt * st.qdot, u + dt * st.udot, z + dt * st.zdot), None
+
+        (q, _, _), _ = jax.lax.scan(step, (st0.q, st0.u, st0.z), None, length=400)
+        return q[0], m.fiber_velocity[0], m.tendon_force[0], m.fiber_force_along_tendon[0]
+
+    angles, v, Ft, Fm = (np.asarray(x) for x in jax.jit(jax.vmap(run))(jnp.linspace(0.1, 1.0, 16)))
+    print(f"final angles {angles[0]:.3f} .. {angles[-1]:.3f} rad; at equilibrium |v| {np.abs(v).max():.0e}")
+    assert np.all(np.abs(v) < 1e-12) and np.all(Ft > 0)
+    np.testing.assert_allclose(Ft, Fm, rtol=1e-10)
+    assert np.all(np.isfinite(angles)) and np.all(np.diff(angles) > 0)
+    with pytest.raises(ValueError, match="'flexor': flen must lie in"):
+        _arm(flen=0.9)
+    with pytest.raises(
+        ValueError, match="'flexor': fv_linear_extrap_threshold must be greater than 1 / flen"
+    ):
+        _arm(fv_linear_extrap_threshold=0.5)
+    with pytest.raises(ValueError, match="'flexor': minimum_activation must lie in"):
+        _arm(minimum_activation=0.0)
+    with pytest.raises(ValueError, match="'flexor': the fibre length must be positive"):
+        muscle.set_fiber_length(s0, -0.1)

@@ -2,8 +2,9 @@
 along a ``sj.GeometryPath`` with their states (activation; the normalized tendon force or
 the fibre length for a compliant tendon) in the State's z and their excitations among the
 subsystem's controls. The equations are the kernels in
-:mod:`simjax.dynamics.forces.muscles` and :mod:`simjax.dynamics.forces.thelen`; this module registers muscles and gets and sets
-their numbers, with OpenSim's method names in snake_case."""
+:mod:`simjax.dynamics.forces.muscles` and :mod:`simjax.dynamics.forces.thelen`; this
+module registers muscles and gets and sets their numbers, with OpenSim's method names in
+snake_case."""
 
 from __future__ import annotations
 
