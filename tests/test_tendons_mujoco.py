@@ -426,3 +426,76 @@ def test_tendon_limit_and_contact_rows_equal_mujoco(paths, mujoco):
     assert 0 < taut < len(states) and touching >= len(pressed)
     ball, floor = geom("ball"), geom("ground")
     assert (floor, ball) in seen and len({g for g in seen if floor not in g}) >= 2, seen  # cup parts
+
+
+COUPLED = """<mujoco model="coupled">
+  <worldbody>
+    <body name="a"><joint name="j1" axis="0 1 0" ref="0.2"/>
+      <geom type="capsule" fromto="0 0 0 .3 0 0" size=".02"/>
+      <body name="b" pos=".3 0 0"><joint name="j2" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 .3 0 0" size=".02"/>
+        <body name="c" pos=".3 0 0"><joint name="j3" type="slide" axis="1 0 0"/>
+          <geom type="sphere" size=".03"/></body>
+      </body>
+    </body>
+  </worldbody>
+  <tendon>
+    <fixed name="sum"><joint joint="j1" coef=".5"/><joint joint="j2" coef=".5"/></fixed>
+    <fixed name="diff"><joint joint="j2" coef="1"/><joint joint="j3" coef="-2"/></fixed>
+  </tendon>
+  <equality>
+    <tendon name="poly" tendon1="sum" tendon2="diff" polycoef="0.01 0.5 0.3 -0.2 0.1"/>
+    <tendon name="held" tendon1="diff" active="false"/>
+  </equality>
+</mujoco>"""
+
+
+@pytest.mark.oracle
+def test_tendon_equalities_are_couplers_with_mujocos_residual(tmp_path, mujoco):
+    """``<equality><tendon>`` on fixed tendons (with a polynomial of a second tendon, or
+    alone) becomes a CoordinateCoupler whose residual is MuJoCo's ``efc_pos`` at random q
+    (1e-14; lengths measured from qpos0, a hinge's ``ref`` included); ``active="false"``
+    is disabled by default; dm_control's quadruped's four couplings likewise (no longer
+    listed as left out); after projection the residuals vanish."""
+    path = tmp_path / "coupled.xml"
+    path.write_text(COUPLED)
+    lm = sj.io.load_mjcf(str(path))
+    assert {n: type(k).__name__ for n, k in lm.constraints.items()} == {
+        "poly": "CoordinateCoupler",
+        "held": "CoordinateCoupler",
+    }
+    assert lm.constraints["held"].is_disabled_by_default()
+    quad = fetch(*DMC, ["dm_control/suite/quadruped.xml"])["dm_control/suite/quadruped.xml"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lq = sj.io.load_mjcf(str(quad))
+    assert not any("equality tendon" in k for k in lq.ignored), lq.ignored
+    rng = np.random.default_rng(3)
+    for model, file, names in ((lm, path, ["poly"]), (lq, quad, [f"coupling_{s}" for s in
+                               ("front_left", "front_right", "back_right", "back_left")])):  # fmt: skip
+        m = mujoco.MjModel.from_xml_path(str(file))
+        d = mujoco.MjData(m)
+        eq_ids = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_EQUALITY, n) for n in names]
+        system = model.system
+        f = jax.jit(
+            lambda q, system=system, model=model: jnp.concatenate(
+                [
+                    model.constraints[n].get_position_errors_as_vector(
+                        system.realize(model.default_state.with_q(q), sj.Stage.POSITION)
+                    )
+                    for n in names
+                ]
+            )
+        )
+        for _ in range(3):
+            d.qpos[:] = m.qpos0 + rng.normal(0.0, 0.3, m.nq)
+            if m.nq > 7:  # the quadruped's free joint: a unit quaternion
+                d.qpos[3:7] /= np.linalg.norm(d.qpos[3:7])
+            mujoco.mj_forward(m, d)
+            rows = d.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+            mj = np.array([d.efc_pos[rows][d.efc_id[rows] == i][0] for i in eq_ids])
+            assert m.nq == model.default_state.q.size  # hinge, slide, free: simjax's q is MuJoCo's qpos
+            q = jnp.asarray(d.qpos)
+            np.testing.assert_allclose(np.asarray(f(q)), mj, atol=1e-14, rtol=0)
+        st = system.project(model.default_state.with_q(q), tol=1e-12)
+        assert float(jnp.abs(f(st.q)).max()) < 1e-10

@@ -34,7 +34,9 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   Mocap bodies are welded where the file puts them.
 - ``<site>``: a :class:`Marker` on its body (``model.markers``).
 - ``<equality>``: ``connect`` → ``Constraint.Ball``, ``weld`` → ``Constraint.Weld``,
-  ``joint`` → ``Constraint.CoordinateCoupler`` (``polycoef``); ``active="false"`` →
+  ``joint`` → ``Constraint.CoordinateCoupler`` (``polycoef``), ``tendon`` on fixed tendons →
+  ``Constraint.CoordinateCoupler`` on their joints (``polycoef``; on a spatial tendon, or
+  with ``contact=True``, it is left out and named in the warning); ``active="false"`` →
   disabled by default.
 - ``<joint damping stiffness springref>``: ``Force.MobilityLinearDamper`` on each of the
   joint's dofs and ``Force.MobilityLinearSpring`` (hinge and slide), as MuJoCo's passive
@@ -74,7 +76,7 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``springlength`` (-1: the length at ``qpos_spring``; two values: a deadband) and
   ``damping`` as ``sj.TendonSpringDamper`` (``passive=True``); ``default`` classes. Not
   modelled, and named in the warning: tendon ``frictionloss``, ``armature``,
-  ``<equality><tendon>``, and limits (``range``) without ``contact=True`` (with it, a
+  ``<equality><tendon>`` on a spatial tendon, and limits (``range``) without ``contact=True`` (with it, a
   limited tendon has MuJoCo's soft limit rows: ``solreflimit``, ``solimplimit``,
   ``margin``, ``tendon_invweight0``).
 
@@ -1559,7 +1561,9 @@ def load_mjcf(
     actuators = _add_actuators(
         sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off, tendons
     )
-    constraints, assembled = _add_equalities(sj, root, reader, defaults, matter, by_id, joint_mobods, ignored)
+    constraints, assembled = _add_equalities(
+        sj, root, reader, defaults, matter, by_id, joint_mobods, ignored, {} if contact else tendons
+    )
     for con in constraints.values():
         _count(ignored, _SOFT_EQ)
         if eq_off:
@@ -2316,9 +2320,11 @@ def _add_equalities(
     by_id: list[MobilizedBody],
     joint_mobods: dict[str, MobilizedBody],
     ignored: dict[str, int],
+    tendons: dict[str, _TendonSpec] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """``<equality>`` elements as constraints; also whether the default State satisfies
     them all by construction."""
+    tendons = tendons or {}
     bodies = {b.name: b for b in reader.bodies}
     joints = {j.name: j for j in reader.joints}
     sites = {name: (b, X) for b in reader.bodies for name, _, _, X in b.sites}
@@ -2352,6 +2358,20 @@ def _add_equalities(
                 el, f"{attr}={name!r} is a {j.type} joint; a joint equality needs hinge or slide joints"
             )
         return j
+
+    def tendon_of(el: _El, attr: str) -> _TendonSpec:
+        name = el.get(attr)
+        if name not in tendons:
+            raise _error(el, f"{attr}={name!r} is not a tendon of this model ({len(tendons)} tendons)")
+        return tendons[name or ""]
+
+    def fixed_terms(t: _TendonSpec) -> list[tuple[MobilizedBody, float, float]]:
+        """A fixed tendon's terms: (the joint's mobilized body, coef, the joint's qpos0)."""
+        out = []
+        for c in t.el.children:
+            j = joints[c.get("joint") or ""]
+            out.append((joint_mobods[j.name], _number(c, c.attrib, "coef", 1.0), j.ref))
+        return out
 
     out: dict[str, Any] = {}
     satisfied = True
@@ -2406,6 +2426,20 @@ def _add_equalities(
                     if c[0] != 0.0:
                         satisfied = False
                     con = _joint_coupler(sj, matter, c, j1, j2, joint_mobods)
+                elif el.tag == "tendon" and tendons:
+                    t1 = tendon_of(el, "tendon1")
+                    t2 = tendon_of(el, "tendon2") if el.get("tendon2") else None
+                    c = _floats(el, attrs, "polycoef", 5, (0.0, 1.0, 0.0, 0.0, 0.0), at_most=True)
+                    if t2 is not None and t2.name == t1.name:
+                        raise _error(el, f"tendon1 and tendon2 are the same tendon {t1.name!r}")
+                    if any(t.handle.kind != "fixed" for t in (t1, t2) if t is not None):
+                        _count(ignored, "equality tendon on a spatial tendon")
+                        continue
+                    if c[0] != 0.0:
+                        satisfied = False
+                    con = _tendon_coupler(
+                        sj, matter, c, fixed_terms(t1), None if t2 is None else fixed_terms(t2)
+                    )
                 else:
                     _count(ignored, f"equality {el.tag}")
                     continue
@@ -2435,6 +2469,41 @@ def _joint_coupler(
         return q[0] - y0 - (c0 + d * (c1 + d * (c2 + d * (c3 + d * c4))))
 
     return sj.Constraint.CoordinateCoupler(matter, f, [joint_mobods[j1.name], joint_mobods[j2.name]], [0, 0])
+
+
+def _tendon_coupler(
+    sj: Any,
+    matter: Any,
+    c: np.ndarray,
+    t1: list[tuple[MobilizedBody, float, float]],
+    t2: list[tuple[MobilizedBody, float, float]] | None,
+) -> Any:
+    """``L1 - L1_0 = c0 + c1 d + c2 d^2 + c3 d^3 + c4 d^4`` with ``d = L2 - L2_0`` for fixed
+    tendons ``L = sum coef q`` (MuJoCo's tendon equality, lengths measured from qpos0;
+    without tendon 2, ``L1 - L1_0 = c0``), as a ``CoordinateCoupler`` on their joints."""
+    c0, c1, c2, c3, c4 = (float(v) for v in c)
+    mobods: list[MobilizedBody] = []
+    for b, _, _ in t1 + (t2 or []):
+        if b not in mobods:
+            mobods.append(b)
+
+    def terms(t: list[tuple[MobilizedBody, float, float]]) -> tuple[np.ndarray, np.ndarray, float]:
+        idx = np.array([mobods.index(b) for b, _, _ in t], dtype=int)
+        coef = np.array([k for _, k, _ in t], dtype=float)
+        return idx, coef, float(sum(k * r for _, k, r in t))
+
+    i1, k1, L10 = terms(t1)
+    second = None if t2 is None else terms(t2)
+
+    def f(q: Any) -> Any:
+        r = q[i1] @ k1 - L10 - c0
+        if second is None:
+            return r
+        i2, k2, L20 = second
+        d = q[i2] @ k2 - L20
+        return r - d * (c1 + d * (c2 + d * (c3 + d * c4)))
+
+    return sj.Constraint.CoordinateCoupler(matter, f, mobods, [0] * len(mobods))
 
 
 # ----------------------------------------------------------------------------- tendons
