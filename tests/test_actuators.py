@@ -440,14 +440,15 @@ def test_opensim_actuators_and_limit_forces_equal_opensim(key):
     s.setU(osim.Vector(nu, 0.0))
     su = m.coordinate_u_indices(m.default_state, names)
     n_act = om.getActuators().getSize()
-    assert n_act == len(m.actuators)
+    n_mus = len(m.muscles)  # left out of OpenSim's ForceSet above; their controls come last
+    assert n_act + n_mus == len(m.actuators)
     cons = [om.getConstraintSet().get(i) for i in range(om.getConstraintSet().getSize())]
 
     base = m.default_state
     for name, con in m.constraints.items():
         if not name.endswith("_locked"):
             base = con.disable(base)
-    for force in m.contact_forces.values():  # left out of OpenSim's ForceSet above
+    for force in [*m.contact_forces.values(), *m.muscles.values()]:  # left out of OpenSim's above
         base = force.disable(base)
     system = m.system
     limit_forces = [e for e in m.forces._elements if isinstance(e, sj.Force.CoordinateLimitForce)]
@@ -459,7 +460,9 @@ def test_opensim_actuators_and_limit_forces_equal_opensim(key):
     def ours(q_vals, u_vals, ctrl):
         st = m.set_coordinate_values(base, dict(zip(names, q_vals)))
         st = m.set_coordinate_speeds(st, dict(zip(names, u_vals)))
-        st = system.realize(system.set_controls(st, ctrl), sj.Stage.ACCELERATION)
+        st = system.realize(
+            system.set_controls(st, jnp.concatenate([ctrl, jnp.zeros(n_mus)])), sj.Stage.ACCELERATION
+        )
         return st.udot, sum(e.calc_potential_energy(st) for e in limit_forces)
 
     rng = np.random.default_rng(5)

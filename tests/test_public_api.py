@@ -27,6 +27,7 @@ SJ = [
     "ConstraintContext",
     "DeGrooteFregly2016Muscle",
     "Muscle",
+    "Thelen2003Muscle",
     "Context",
     "Force",
     "ForceSubsystem",

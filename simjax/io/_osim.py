@@ -41,7 +41,7 @@ from ..system.constraints import Constraint
 from ..system.contact import ContactGeometry, ContactSurface, registry
 from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
-from ..system.muscles import DeGrooteFregly2016Muscle
+from ..system.muscles import DeGrooteFregly2016Muscle, Thelen2003Muscle
 from ..system.paths import GeometryPath, WrapCylinder, WrapSphere
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
@@ -1147,10 +1147,42 @@ class _OsimReader:
         ).strip()
         return kw
 
+    #: Thelen2003Muscle's properties read as numbers: (keyword, element, OpenSim's default).
+    _THELEN_PROPERTIES = (
+        ("max_isometric_force", "max_isometric_force", 1000.0),
+        ("optimal_fiber_length", "optimal_fiber_length", 0.1),
+        ("tendon_slack_length", "tendon_slack_length", 0.2),
+        ("pennation_angle_at_optimal", "pennation_angle_at_optimal", 0.0),
+        ("max_contraction_velocity", "max_contraction_velocity", 10.0),
+        ("activation_time_constant", "activation_time_constant", 0.015),
+        ("deactivation_time_constant", "deactivation_time_constant", 0.050),
+        ("fmax_tendon_strain", "FmaxTendonStrain", 0.04),
+        ("fmax_muscle_strain", "FmaxMuscleStrain", 0.6),
+        ("kshape_active", "KshapeActive", 0.45),
+        ("kshape_passive", "KshapePassive", 5.0),
+        ("af", "Af", 0.25),
+        ("flen", "Flen", 1.4),
+        ("fv_linear_extrap_threshold", "fv_linear_extrap_threshold", 0.95),
+        ("maximum_pennation_angle", "maximum_pennation_angle", math.acos(0.1)),
+        ("minimum_activation", "minimum_activation", 0.01),
+        ("default_activation", "default_activation", 0.05),
+        ("default_fiber_length", "default_fiber_length", 0.1),
+    )
+
+    def _thelen_keywords(self, f: Any) -> dict[str, Any]:
+        """A ``<Thelen2003Muscle>``'s keyword arguments (``sj.Thelen2003Muscle``; OpenSim
+        4.6 refuses its ``ignore_*`` flags, simjax reads them)."""
+        doc = self.doc
+        kw: dict[str, Any] = {k: doc.float(f, el, d) for k, el, d in self._THELEN_PROPERTIES}
+        for flag in ("ignore_tendon_compliance", "ignore_activation_dynamics"):
+            kw[flag] = doc.bool(f, flag, False)
+        return kw
+
     #: The muscle models read: tag -> (handle class, the reader of its element's keyword
     #: arguments). Others are counted as left out.
     _MUSCLE_KINDS: ClassVar[dict[str, tuple[type, str]]] = {
         "DeGrooteFregly2016Muscle": (DeGrooteFregly2016Muscle, "_dgf_keywords"),
+        "Thelen2003Muscle": (Thelen2003Muscle, "_thelen_keywords"),
     }
     _MUSCLES = tuple(_MUSCLE_KINDS)
     #: The forces along paths read by ``_read_paths`` and ``_read_muscles``.
@@ -1179,7 +1211,11 @@ class _OsimReader:
             if doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True):
                 muscle.set_disabled_by_default(True)
             out[name] = muscle
-            self.control_ranges[name] = (doc.float(f, "min_control", 0.0), doc.float(f, "max_control", 1.0))
+            lo = doc.float(f, "min_control", 0.0)
+            if f.tag == "Thelen2003Muscle":
+                # OpenSim's floor: the minimum activation (an old file's 0 is dropped on reading)
+                lo = max(lo, float(muscle._v["minimum_activation"]))
+            self.control_ranges[name] = (lo, doc.float(f, "max_control", 1.0))
         return out
 
     _WRAPS = {"WrapCylinder": WrapCylinder, "WrapSphere": WrapSphere}

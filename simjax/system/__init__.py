@@ -12,6 +12,7 @@ from .forces import TendonSpringDamper as TendonSpringDamper
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
 from .muscles import Muscle as Muscle
+from .muscles import Thelen2003Muscle as Thelen2003Muscle
 from .muscles import equilibrate_muscles as equilibrate_muscles
 from .paths import GeometryPath as GeometryPath
 from .paths import WrapCylinder as WrapCylinder

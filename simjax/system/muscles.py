@@ -1,8 +1,10 @@
-"""Muscle handles: ``sj.DeGrooteFregly2016Muscle``, a force along a ``sj.GeometryPath``
-with its states (activation; normalized tendon force for a compliant tendon) in the
-State's z and its excitation among the subsystem's controls. The equations are the kernel
-in :mod:`simjax.dynamics.forces.muscles`; this module registers muscles and gets and sets
-their numbers, with OpenSim's method names in snake_case."""
+"""Muscle handles: ``sj.DeGrooteFregly2016Muscle`` and ``sj.Thelen2003Muscle``, forces
+along a ``sj.GeometryPath`` with their states (activation; the normalized tendon force or
+the fibre length for a compliant tendon) in the State's z and their excitations among the
+subsystem's controls. The equations are the kernels in
+:mod:`simjax.dynamics.forces.muscles` and :mod:`simjax.dynamics.forces.thelen`; this
+module registers muscles and gets and sets their numbers, with OpenSim's method names in
+snake_case."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from .._stage import Stage
 from ..dynamics.forces import muscles as _muscles
+from ..dynamics.forces import thelen as _thelen
 from ..dynamics.forces.kernel import group_params
 from ..model.context import Context
 from ..model.state import State
@@ -623,3 +626,134 @@ class DeGrooteFregly2016Muscle(Muscle):
     def get_normalized_tendon_force_derivative(self, state: State) -> jax.Array:
         """d normalized tendon force / dt (zero for a rigid tendon)."""
         return self._info(state).normalized_tendon_force_derivative
+
+
+_THELEN_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
+    **{k: v for k, v in _RANGES.items() if k in _thelen.PARAMS},
+    "fmax_tendon_strain": (0.0, math.inf, False, False, "tendon strain at the max isometric force"),
+    "fmax_muscle_strain": (0.0, math.inf, False, False, "passive fibre strain at the max isometric force"),
+    "kshape_active": (0.0, math.inf, False, False, "width of the active force-length curve"),
+    "kshape_passive": (0.0, math.inf, False, False, "exponential shape of the passive curve"),
+    "af": (0.0, math.inf, False, False, "force-velocity shape factor"),
+    "flen": (1.0, math.inf, False, False, "max lengthening force over the isometric force"),
+    "fv_linear_extrap_threshold": (0.0, math.inf, False, False, "above 1 / flen"),
+    "maximum_pennation_angle": (0.0, math.pi / 2, True, True, "rad"),
+    "minimum_activation": (0.01, 1.0, True, False, "OpenSim's floor is 0.01"),
+    "default_activation": (0.0, 1.0, True, True, "the initial activation"),
+    "default_fiber_length": (0.0, math.inf, False, False, "m; the initial fibre length"),
+}
+
+
+class Thelen2003Muscle(Muscle):
+    """OpenSim's ``Thelen2003Muscle`` on a path: the Hill-type muscle of Thelen (2003) as
+    OpenSim 4.6 computes it, the muscle of most of OpenSim's model files.
+
+    The tendon force pulls along ``path`` as a ``PathSpring``'s tension does. Its states
+    in the State's z are the activation and the fibre length (OpenSim's
+    ``ActivationFiberLengthMuscle``); the excitation is this muscle's control. The
+    equations are in :mod:`simjax.dynamics.forces.thelen`. Every number is an
+    Instance-stage parameter of the State but the ``ignore_*`` flags, which set the State's
+    layout, and ``default_*``, the initial values of the states. The keyword arguments
+    after ``name`` are OpenSim's properties in snake_case, with OpenSim's defaults:
+    ``max_isometric_force``, ``optimal_fiber_length``, ``tendon_slack_length``,
+    ``pennation_angle_at_optimal``, ``max_contraction_velocity`` (optimal fibre lengths per
+    second), ``activation_time_constant``, ``deactivation_time_constant``,
+    ``fmax_tendon_strain`` (FmaxTendonStrain), ``fmax_muscle_strain`` (FmaxMuscleStrain),
+    ``kshape_active`` (KshapeActive), ``kshape_passive`` (KshapePassive), ``af`` (Af),
+    ``flen`` (Flen), ``fv_linear_extrap_threshold``, ``maximum_pennation_angle``,
+    ``minimum_activation``, ``default_activation``, ``default_fiber_length``,
+    ``ignore_tendon_compliance``, ``ignore_activation_dynamics``. OpenSim 4.6 refuses the
+    two ``ignore_*`` flags for this muscle; here a rigid tendon is the muscle of OpenSim's
+    ``calcInextensibleTendonActiveFiberForce`` (see the kernel) and without activation
+    dynamics the activation is the excitation.
+
+    Args:
+        forces: The ``GeneralForceSubsystem``.
+        path: The ``sj.GeometryPath`` it acts along.
+        name: Its name (as in the .osim file).
+
+    Raises:
+        ValueError: A property outside its range (the message names the muscle).
+    """
+
+    kernel = _thelen.Thelen2003Muscle()
+    _params = _thelen.PARAMS
+    _ranges = _THELEN_RANGES
+
+    def __init__(
+        self,
+        forces: GeneralForceSubsystem,
+        path: GeometryPath,
+        *,
+        name: str | None = None,
+        max_isometric_force: float = 1000.0,
+        optimal_fiber_length: float = 0.1,
+        tendon_slack_length: float = 0.2,
+        pennation_angle_at_optimal: float = 0.0,
+        max_contraction_velocity: float = 10.0,
+        activation_time_constant: float = 0.015,
+        deactivation_time_constant: float = 0.050,
+        fmax_tendon_strain: float = 0.04,
+        fmax_muscle_strain: float = 0.6,
+        kshape_active: float = 0.45,
+        kshape_passive: float = 5.0,
+        af: float = 0.25,
+        flen: float = 1.4,
+        fv_linear_extrap_threshold: float = 0.95,
+        maximum_pennation_angle: float = math.acos(0.1),
+        minimum_activation: float = 0.01,
+        default_activation: float = 0.05,
+        default_fiber_length: float = 0.1,
+        ignore_tendon_compliance: bool = False,
+        ignore_activation_dynamics: bool = False,
+    ):
+        if not isinstance(path, GeometryPath):
+            raise TypeError(f"Thelen2003Muscle: path must be an sj.GeometryPath, got {type(path).__name__}")
+        self.name = name or path.name
+        loc = locals()
+        self._v = {k: float(loc[k]) for k in _thelen.PARAMS}
+        for k, x in self._v.items():
+            self._check(k, x)
+        if self._v["fv_linear_extrap_threshold"] <= 1.0 / self._v["flen"]:
+            raise ValueError(
+                f"{self._who}: fv_linear_extrap_threshold must be greater than 1 / flen "
+                f"({1.0 / self._v['flen']:g}), got {self._v['fv_linear_extrap_threshold']:g}; raise it"
+            )
+        self._check("default_activation", float(default_activation))
+        self._check("default_fiber_length", float(default_fiber_length))
+        self._path = path
+        self._default_activation = float(default_activation)
+        self._default_tendon_state = float(default_fiber_length)
+        self.ignore_tendon_compliance = bool(ignore_tendon_compliance)
+        self.ignore_activation_dynamics = bool(ignore_activation_dynamics)
+        super().__init__(forces)
+
+    def get_activation(self, state: State) -> jax.Array:
+        """The activation clamped to [minimum_activation, 1], as OpenSim's getter returns
+        it (the equations use it so; the state itself may lie outside)."""
+        a = super().get_activation(state)
+        return jnp.clip(a, self._get(state, "minimum_activation"), 1.0)
+
+    def set_fiber_length(self, state: State, length: Any) -> State:
+        """New State with the fibre length state set (compliant tendons only; a concrete
+        value must be positive)."""
+        if self.ignore_tendon_compliance:
+            raise ValueError(
+                f"{self._who} has a rigid tendon (ignore_tendon_compliance): no fibre length state to set"
+            )
+        if _concrete(length) and not np.all(np.asarray(length) > 0):
+            raise ValueError(f"{self._who}: the fibre length must be positive, got {length}")
+        self._model_grp(state)
+        i = self._z_index(state, self._z_ten)
+        return state.with_z(state.z.at[i].set(jnp.asarray(length, state.z.dtype)))
+
+    def get_minimum_fiber_length(self, state: State) -> jax.Array:
+        """The pennation model's minimum fibre length (m): the fibre at the maximum
+        pennation angle (1% of the optimal length when that angle is zero)."""
+        P = {k: self._get(state, k) for k in _thelen.PARAMS}
+        return _thelen.minimum_fiber_length(P)
+
+    def get_fiber_length_derivative(self, state: State) -> jax.Array:
+        """d fibre length / dt (the fibre velocity; zero for a rigid tendon; needs
+        Velocity)."""
+        return self.get_tendon_state_derivative(state)
