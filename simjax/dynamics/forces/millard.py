@@ -1,0 +1,331 @@
+"""OpenSim's ``Millard2012EquilibriumMuscle`` (Millard, Uchida, Seth and Delp 2013,
+"Flexing computational muscle: modeling and simulation of musculotendon dynamics", J.
+Biomech. Eng.), as OpenSim 4.6 computes it, vectorised over muscles.
+
+Per muscle, with max isometric force ``F``, optimal fibre length ``lo``, tendon slack
+length ``ls``, pennation at optimal length ``alpha0`` and path length ``L`` and speed ``V``:
+
+* curves (:mod:`.curves`, each from its own parameters, one per muscle): active
+  force-length ``fal``, passive ``fpe`` of the normalized fibre length, tendon ``fse`` of
+  the normalized tendon length, force-velocity ``fv`` of the normalized fibre velocity
+  and its inverse. As OpenSim's ``extendFinalizeFromProperties`` does, a damped
+  (``fiber_damping >= 0.001``) or rigid-tendon muscle uses ``fal`` with minimum value 0
+  and ``fv`` with zero slopes beyond vmax; an undamped elastic-tendon muscle ("classic
+  Hill") uses ``fal`` with minimum value >= 0.1 and ``fv`` with end slopes >= half the
+  near-vmax slopes; the inverse curve has end slopes half the near-vmax slopes.
+* fixed-width pennation: height ``h = lo sin(alpha0)``, ``phi = asin(h / l)`` up to
+  ``maximum_pennation_angle``; the fibre length is clamped below at
+  ``max(min_norm_active_fiber_length lo, h / sin(maximum_pennation_angle))``.
+* fibre length: rigid tendon, from the path with the tendon at slack length; elastic
+  tendon, the state. Tendon length ``L - l cos(phi)``.
+* fibre velocity: rigid, the path speed projected on the fibre (0 if the tendon is
+  slack); elastic undamped, the inverse force-velocity curve of the multiplier that
+  balances the tendon force; elastic damped, the root of ``a fal fv(v) + fpe + beta v =
+  fse / cos(phi)`` (OpenSim: Newton; here a bracketed Newton then an implicit step so
+  that derivatives are exact). A fibre at its minimum length and not lengthening is
+  clamped: zero velocity and force.
+* fibre force ``F (a fal fv + fpe + beta v)``; a rigid tendon's tension is the fibre force
+  along it (the damping part saturated so that the fibre never pushes), an elastic
+  tendon's ``F fse``.
+* activation (``MuscleFirstOrderActivationDynamicModel``): ``da/dt = (e - a) / tau`` with
+  ``a`` clamped to ``[minimum_activation, 1]``, ``tau = tau_a (0.5 + 1.5 a)`` when ``e >
+  a`` else ``tau_d / (0.5 + 1.5 a)``.
+
+Statics per element: ``(path, control index, activation z slot or -1, fibre-length z slot
+or -1)``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import curves as _curves
+from .muscles import MuscleInfo
+
+EPS = float(np.finfo(np.float64).eps)
+SIGNIFICANT_REAL = EPS ** (7.0 / 8.0)
+MIN_NONZERO_DAMPING = 0.001
+DEFAULT_MINIMUM_ACTIVATION = 0.01  # MuscleFirstOrderActivationDynamicModel's default
+
+#: The curves' parameters: (kernel parameter name, curve, OpenSim property, default);
+#: NaN default = OpenSim's fitted value (optional properties left empty).
+CURVE_PARAMS = (
+    ("fal_min_norm_active_fiber_length", "ActiveForceLengthCurve", "min_norm_active_fiber_length", 0.47 - 0.0259),
+    ("fal_transition_norm_fiber_length", "ActiveForceLengthCurve", "transition_norm_fiber_length", 0.73),
+    ("fal_max_norm_active_fiber_length", "ActiveForceLengthCurve", "max_norm_active_fiber_length", 1.8123),
+    ("fal_shallow_ascending_slope", "ActiveForceLengthCurve", "shallow_ascending_slope", 0.8616),
+    ("fal_minimum_value", "ActiveForceLengthCurve", "minimum_value", 0.1),
+    ("fv_concentric_slope_at_vmax", "ForceVelocityCurve", "concentric_slope_at_vmax", 0.0),
+    ("fv_concentric_slope_near_vmax", "ForceVelocityCurve", "concentric_slope_near_vmax", 0.25),
+    ("fv_isometric_slope", "ForceVelocityCurve", "isometric_slope", 5.0),
+    ("fv_eccentric_slope_at_vmax", "ForceVelocityCurve", "eccentric_slope_at_vmax", 0.0),
+    ("fv_eccentric_slope_near_vmax", "ForceVelocityCurve", "eccentric_slope_near_vmax", 0.15),
+    (
+        "fv_max_eccentric_velocity_force_multiplier",
+        "ForceVelocityCurve",
+        "max_eccentric_velocity_force_multiplier",
+        1.4,
+    ),
+    ("fv_concentric_curviness", "ForceVelocityCurve", "concentric_curviness", 0.6),
+    ("fv_eccentric_curviness", "ForceVelocityCurve", "eccentric_curviness", 0.9),
+    ("fpe_strain_at_zero_force", "FiberForceLengthCurve", "strain_at_zero_force", 0.0),
+    ("fpe_strain_at_one_norm_force", "FiberForceLengthCurve", "strain_at_one_norm_force", 0.7),
+    ("fpe_stiffness_at_low_force", "FiberForceLengthCurve", "stiffness_at_low_force", float("nan")),
+    ("fpe_stiffness_at_one_norm_force", "FiberForceLengthCurve", "stiffness_at_one_norm_force", float("nan")),
+    ("fpe_curviness", "FiberForceLengthCurve", "curviness", float("nan")),
+    ("fse_strain_at_one_norm_force", "TendonForceLengthCurve", "strain_at_one_norm_force", 0.049),
+    ("fse_stiffness_at_one_norm_force", "TendonForceLengthCurve", "stiffness_at_one_norm_force", float("nan")),
+    ("fse_norm_force_at_toe_end", "TendonForceLengthCurve", "norm_force_at_toe_end", float("nan")),
+    ("fse_curviness", "TendonForceLengthCurve", "curviness", float("nan")),
+)
+
+PARAMS = (
+    "max_isometric_force",
+    "optimal_fiber_length",
+    "tendon_slack_length",
+    "pennation_angle_at_optimal",
+    "max_contraction_velocity",
+    "fiber_damping",
+    "activation_time_constant",
+    "deactivation_time_constant",
+    "minimum_activation",
+    "maximum_pennation_angle",
+    *(c[0] for c in CURVE_PARAMS),
+)
+"""The Instance-stage parameters of a muscle (the curves' as ``fal_``, ``fv_``, ``fpe_``,
+``fse_`` + OpenSim's property name; NaN for an optional curve property left empty)."""
+
+
+def _fitted(value, default):
+    """An optional curve property: ``default`` (OpenSim's fitted value) where NaN."""
+    nan = jnp.isnan(value)
+    return jnp.where(nan, default, jnp.where(nan, 0.0, value))
+
+
+def muscle_curves(P, compliant: np.ndarray):
+    """The five curves of each muscle (OpenSim's, after ``extendFinalizeFromProperties``
+    adjusted them for the damped/rigid or the classic model): (fal, fv, fv inverse, fpe,
+    fse)."""
+    classic = jnp.asarray(compliant) & (P["fiber_damping"] < MIN_NONZERO_DAMPING)
+    con_near, ecc_near = P["fv_concentric_slope_near_vmax"], P["fv_eccentric_slope_near_vmax"]
+    con_at = jnp.where(classic, jnp.maximum(P["fv_concentric_slope_at_vmax"], 0.5 * con_near), 0.0)
+    ecc_at = jnp.where(classic, jnp.maximum(P["fv_eccentric_slope_at_vmax"], 0.5 * ecc_near), 0.0)
+    fv_common = (
+        P["fv_isometric_slope"],
+        P["fv_max_eccentric_velocity_force_multiplier"],
+        P["fv_concentric_curviness"],
+        P["fv_eccentric_curviness"],
+    )
+    iso, fmax, cc, ce = fv_common
+    fal = _curves.active_force_length_curve(
+        P["fal_min_norm_active_fiber_length"],
+        P["fal_transition_norm_fiber_length"],
+        P["fal_max_norm_active_fiber_length"],
+        P["fal_shallow_ascending_slope"],
+        jnp.where(classic, jnp.maximum(P["fal_minimum_value"], 0.1), 0.0),
+    )
+    fv = _curves.force_velocity_curve(con_at, con_near, iso, ecc_at, ecc_near, fmax, cc, ce)
+    fv_inv = _curves.force_velocity_inverse_curve(0.5 * con_near, con_near, iso, 0.5 * ecc_near, ecc_near, fmax, cc, ce)
+    e0, e1 = P["fpe_strain_at_zero_force"], P["fpe_strain_at_one_norm_force"]
+    fpe = _curves.fiber_force_length_curve(
+        e0,
+        e1,
+        _fitted(P["fpe_stiffness_at_low_force"], 0.2),
+        _fitted(P["fpe_stiffness_at_one_norm_force"], 2.0 / (e1 - e0)),
+        _fitted(P["fpe_curviness"], 0.75),
+    )
+    et = P["fse_strain_at_one_norm_force"]
+    fse = _curves.tendon_force_length_curve(
+        et,
+        _fitted(P["fse_stiffness_at_one_norm_force"], 1.375 / et),
+        _fitted(P["fse_norm_force_at_toe_end"], 2.0 / 3.0),
+        _fitted(P["fse_curviness"], 0.5),
+    )
+    return fal, fv, fv_inv, fpe, fse
+
+
+class _Pennation:
+    """OpenSim's MuscleFixedWidthPennationModel of each muscle, with the muscle's minimum
+    fibre length."""
+
+    def __init__(self, P):
+        lo, alpha0, max_phi = P["optimal_fiber_length"], P["pennation_angle_at_optimal"], P["maximum_pennation_angle"]
+        self.pennated = alpha0 > EPS
+        self.h = lo * jnp.sin(alpha0)
+        self.max_phi = max_phi
+        self.max_sin = jnp.sin(max_phi)
+        self.min_length = jnp.where(
+            max_phi > SIGNIFICANT_REAL, self.h / jnp.where(max_phi > SIGNIFICANT_REAL, self.max_sin, 1.0), 0.01 * lo
+        )
+        self.min_along = self.min_length * jnp.cos(max_phi)
+        # the muscle's clamp: the shortest active length or the pennation model's minimum
+        self.min_fiber_length = jnp.maximum(
+            SIGNIFICANT_REAL, jnp.maximum(P["fal_min_norm_active_fiber_length"] * lo, self.min_length)
+        )
+
+    def angle(self, l):
+        """``calcPennationAngle``."""
+        above = l > self.min_length
+        s = self.h / jnp.where(above, l, 1.0)
+        ok = above & (s < self.max_sin)
+        phi = jnp.where(ok, jnp.arcsin(jnp.where(ok, s, 0.0)), self.max_phi)
+        return jnp.where(self.pennated, phi, 0.0)
+
+    def fiber_length(self, L, lt):
+        """``calcFiberLength`` from the path and tendon lengths."""
+        along = L - lt
+        ok = along >= self.min_along
+        return jnp.where(ok, jnp.sqrt(self.h * self.h + jnp.where(ok, along, 1.0) ** 2), self.min_length)
+
+
+def _damped_velocity(a, fal, fpe, target, beta, fmax, fv_curve, fv_inv, iterations=40):
+    """The normalized fibre velocity ``v`` with ``a fal fv(v) + fpe + beta v = target``
+    (the damped model's equilibrium, ``target = fse / cos(phi)``): bracketed Newton from
+    OpenSim's starting guess, then one implicit step for exact derivatives."""
+
+    def g(v, a, fal, fpe, target, beta, fv_curve):
+        return a * fal * _curves.evaluate(fv_curve, v) + fpe + beta * v - target
+
+    args = jax.lax.stop_gradient((a, fal, fpe, target, beta, fv_curve))
+    sa, sfal, sfpe, starget, sbeta, sfv = args
+    # the root lies where beta v = target - fpe - a fal fv with 0 <= fv <= fmax
+    lo = (starget - sfpe - sa * sfal * jax.lax.stop_gradient(fmax)) / sbeta - 1.0
+    hi = (starget - sfpe) / sbeta + 1.0
+    fv0 = (starget - sfpe) / (jnp.maximum(sa, 0.01) * jnp.maximum(sfal, 0.01))
+    v0 = jnp.clip(_curves.evaluate(jax.lax.stop_gradient(fv_inv), fv0), -1.0, 1.0)
+    v0 = jnp.clip(v0, lo, hi)
+
+    def step(carry, _):
+        v, lo, hi = carry
+        r, dr = jax.jvp(lambda x: g(x, *args), (v,), (jnp.ones_like(v),))
+        lo, hi = jnp.where(r < 0, v, lo), jnp.where(r < 0, hi, v)
+        newton = v - r / jnp.where(dr > 0, dr, 1.0)
+        ok = (newton > lo) & (newton < hi) & (dr > 0)
+        return (jnp.where(ok, newton, 0.5 * (lo + hi)), lo, hi), None
+
+    (v, _, _), _ = jax.lax.scan(step, (v0, lo, hi), None, length=iterations)
+    v = jax.lax.stop_gradient(v)
+    r = g(v, a, fal, fpe, target, beta, fv_curve)
+    dr = jax.lax.stop_gradient(jax.jvp(lambda x: g(x, *args), (v,), (jnp.ones_like(v),))[1])
+    return v - r / dr
+
+
+def millard_equations(
+    P,
+    L: jax.Array,
+    V: jax.Array,
+    e: jax.Array,
+    a: jax.Array,
+    lm_state: jax.Array,
+    compliant: np.ndarray,
+    activation_dynamics: np.ndarray,
+) -> MuscleInfo:
+    """Every quantity of the muscles (OpenSim's getters) from their path lengths ``L``
+    and speeds ``V``, excitations ``e``, activations ``a`` (the excitation where there is
+    no activation dynamics) and fibre lengths ``lm_state`` (ignored where the tendon is
+    rigid: ``compliant`` False)."""
+    comp = jnp.asarray(compliant)
+    act_dyn = jnp.asarray(activation_dynamics)
+    F, lo, ls = P["max_isometric_force"], P["optimal_fiber_length"], P["tendon_slack_length"]
+    vmax = P["max_contraction_velocity"] * lo
+    beta = jnp.where(P["fiber_damping"] < MIN_NONZERO_DAMPING, 0.0, P["fiber_damping"])
+    damped = beta > 0.0
+    fal_c, fv_c, fv_inv, fpe_c, fse_c = muscle_curves(P, compliant)
+    pen = _Pennation(P)
+    lmin = pen.min_fiber_length
+
+    # length
+    lm_rigid = pen.fiber_length(L, ls)
+    lm = jnp.maximum(jnp.where(comp, lm_state, lm_rigid), lmin)
+    phi = pen.angle(lm)
+    cos, sin = jnp.cos(phi), jnp.sin(phi)
+    lt = L - lm * cos
+    nlm = lm / lo
+    fal = _curves.evaluate(fal_c, nlm)
+    fpe = _curves.evaluate(fpe_c, nlm)
+    fse = _curves.evaluate(fse_c, lt / ls)
+
+    # activation, clamped as the activation model does; without activation dynamics OpenSim
+    # never passes the muscle's minimum_activation to that model, which keeps its default
+    a_min = jnp.where(act_dyn, P["minimum_activation"], DEFAULT_MINIMUM_ACTIVATION)
+    ac = jnp.clip(a, a_min, 1.0)
+
+    # fibre velocity, three ways
+    slack = lt < ls - SIGNIFICANT_REAL
+    nv_rigid = jnp.where(slack, 0.0, V * cos / vmax)
+    classic = comp & ~damped
+    safe_a = jnp.where(classic, ac, 1.0)
+    safe_fal = jnp.where(classic, fal, 1.0)
+    fv_classic = (fse / cos - fpe) / (safe_a * safe_fal)
+    nv_classic = _curves.evaluate(fv_inv, fv_classic)
+    use_damped = comp & damped
+    nv_damped = _damped_velocity(
+        jnp.where(use_damped, ac, 1.0),
+        jnp.where(use_damped, fal, 1.0),
+        jnp.where(use_damped, fpe, 0.0),
+        jnp.where(use_damped, fse / cos, 1.0),
+        jnp.where(use_damped, beta, 1.0),
+        P["fv_max_eccentric_velocity_force_multiplier"],
+        fv_c,
+        fv_inv,
+    )
+    nv = jnp.where(comp, jnp.where(damped, nv_damped, nv_classic), nv_rigid)
+    fv = jnp.where(classic, fv_classic, _curves.evaluate(fv_c, nv))
+    fv = jnp.where(comp | ~slack, fv, 1.0)
+    vm = nv * vmax
+    dphi = jnp.where(pen.pennated, -(vm / lm) * jnp.tan(phi), 0.0)
+    vm_along = vm * cos - lm * sin * dphi
+    vt = jnp.where(comp, V - vm * cos + lm * sin * dphi, 0.0)
+    clamped = ((lm <= lmin) & (vm <= 0.0)) | (lm < lmin)
+    vm, nv, vm_along, fv = (jnp.where(clamped, 0.0, x) for x in (vm, nv, vm_along, fv))
+    fv = jnp.where(clamped, 1.0, fv)
+    vt = jnp.where(clamped, V, vt)
+
+    # forces
+    active = jnp.where(clamped, 0.0, F * ac * fal * fv)
+    elastic = jnp.where(clamped, 0.0, F * fpe)
+    damping = jnp.where(clamped, 0.0, F * beta * nv)
+    fiber = active + elastic + damping
+    pushes = ~comp & (fiber < 0.0)
+    damping = jnp.where(pushes, -active - elastic, damping)
+    fiber = jnp.where(pushes, 0.0, fiber)
+    along_force = fiber * cos
+    tendon = jnp.where(comp, F * fse, along_force)
+
+    # activation dynamics
+    k = 0.5 + 1.5 * ac
+    tau = jnp.where(e > ac, P["activation_time_constant"] * k, P["deactivation_time_constant"] / k)
+    adot = jnp.where(act_dyn, (e - ac) / tau, 0.0)
+    nan = jnp.full_like(L, jnp.nan)
+    return MuscleInfo(
+        length=L,
+        lengthening_speed=V,
+        activation=ac,
+        excitation=e,
+        normalized_tendon_force_state=jnp.where(comp, lm_state, nan),
+        tendon_length=lt,
+        normalized_tendon_length=lt / ls,
+        fiber_length=lm,
+        normalized_fiber_length=nlm,
+        fiber_length_along_tendon=lm * cos,
+        pennation_angle=phi,
+        cos_pennation_angle=cos,
+        active_force_length_multiplier=fal,
+        passive_force_multiplier=fpe,
+        force_velocity_multiplier=fv,
+        fiber_velocity=vm,
+        normalized_fiber_velocity=nv,
+        fiber_velocity_along_tendon=vm_along,
+        tendon_velocity=vt,
+        normalized_tendon_velocity=vt / ls,
+        active_fiber_force=active,
+        passive_fiber_elastic_force=elastic,
+        passive_fiber_damping_force=damping,
+        fiber_force=fiber,
+        fiber_force_along_tendon=along_force,
+        tendon_force=tendon,
+        normalized_tendon_force_derivative=jnp.where(comp, vm, 0.0),
+        activation_derivative=adot,
+    )
