@@ -52,7 +52,12 @@ DEFAULT_MINIMUM_ACTIVATION = 0.01  # MuscleFirstOrderActivationDynamicModel's de
 #: The curves' parameters: (kernel parameter name, curve, OpenSim property, default);
 #: NaN default = OpenSim's fitted value (optional properties left empty).
 CURVE_PARAMS = (
-    ("fal_min_norm_active_fiber_length", "ActiveForceLengthCurve", "min_norm_active_fiber_length", 0.47 - 0.0259),
+    (
+        "fal_min_norm_active_fiber_length",
+        "ActiveForceLengthCurve",
+        "min_norm_active_fiber_length",
+        0.47 - 0.0259,
+    ),
     ("fal_transition_norm_fiber_length", "ActiveForceLengthCurve", "transition_norm_fiber_length", 0.73),
     ("fal_max_norm_active_fiber_length", "ActiveForceLengthCurve", "max_norm_active_fiber_length", 1.8123),
     ("fal_shallow_ascending_slope", "ActiveForceLengthCurve", "shallow_ascending_slope", 0.8616),
@@ -76,7 +81,12 @@ CURVE_PARAMS = (
     ("fpe_stiffness_at_one_norm_force", "FiberForceLengthCurve", "stiffness_at_one_norm_force", float("nan")),
     ("fpe_curviness", "FiberForceLengthCurve", "curviness", float("nan")),
     ("fse_strain_at_one_norm_force", "TendonForceLengthCurve", "strain_at_one_norm_force", 0.049),
-    ("fse_stiffness_at_one_norm_force", "TendonForceLengthCurve", "stiffness_at_one_norm_force", float("nan")),
+    (
+        "fse_stiffness_at_one_norm_force",
+        "TendonForceLengthCurve",
+        "stiffness_at_one_norm_force",
+        float("nan"),
+    ),
     ("fse_norm_force_at_toe_end", "TendonForceLengthCurve", "norm_force_at_toe_end", float("nan")),
     ("fse_curviness", "TendonForceLengthCurve", "curviness", float("nan")),
 )
@@ -127,7 +137,9 @@ def muscle_curves(P, compliant: np.ndarray):
         jnp.where(classic, jnp.maximum(P["fal_minimum_value"], 0.1), 0.0),
     )
     fv = _curves.force_velocity_curve(con_at, con_near, iso, ecc_at, ecc_near, fmax, cc, ce)
-    fv_inv = _curves.force_velocity_inverse_curve(0.5 * con_near, con_near, iso, 0.5 * ecc_near, ecc_near, fmax, cc, ce)
+    fv_inv = _curves.force_velocity_inverse_curve(
+        0.5 * con_near, con_near, iso, 0.5 * ecc_near, ecc_near, fmax, cc, ce
+    )
     e0, e1 = P["fpe_strain_at_zero_force"], P["fpe_strain_at_one_norm_force"]
     fpe = _curves.fiber_force_length_curve(
         e0,
@@ -151,13 +163,19 @@ class _Pennation:
     fibre length."""
 
     def __init__(self, P):
-        lo, alpha0, max_phi = P["optimal_fiber_length"], P["pennation_angle_at_optimal"], P["maximum_pennation_angle"]
+        lo, alpha0, max_phi = (
+            P["optimal_fiber_length"],
+            P["pennation_angle_at_optimal"],
+            P["maximum_pennation_angle"],
+        )
         self.pennated = alpha0 > EPS
         self.h = lo * jnp.sin(alpha0)
         self.max_phi = max_phi
         self.max_sin = jnp.sin(max_phi)
         self.min_length = jnp.where(
-            max_phi > SIGNIFICANT_REAL, self.h / jnp.where(max_phi > SIGNIFICANT_REAL, self.max_sin, 1.0), 0.01 * lo
+            max_phi > SIGNIFICANT_REAL,
+            self.h / jnp.where(max_phi > SIGNIFICANT_REAL, self.max_sin, 1.0),
+            0.01 * lo,
         )
         self.min_along = self.min_length * jnp.cos(max_phi)
         # the muscle's clamp: the shortest active length or the pennation model's minimum
