@@ -26,6 +26,7 @@ SJ = [
     "Coupling",
     "ConstraintContext",
     "DeGrooteFregly2016Muscle",
+    "Muscle",
     "Context",
     "Force",
     "ForceSubsystem",

@@ -29,7 +29,7 @@ import warnings
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -1118,11 +1118,6 @@ class _OsimReader:
                     spring.set_disabled_by_default(True)
         return out
 
-    #: The muscles read (others, e.g. Millard2012EquilibriumMuscle, are counted as left out).
-    _MUSCLES = ("DeGrooteFregly2016Muscle",)
-    #: The forces along paths read by ``_read_paths`` and ``_read_muscles``.
-    _PATH_FORCES = ("PathSpring", *_MUSCLES)
-
     #: DeGrooteFregly2016Muscle's properties read as numbers, with OpenSim's defaults.
     _DGF_PROPERTIES = (
         ("max_isometric_force", 1000.0),
@@ -1141,33 +1136,44 @@ class _OsimReader:
         ("activation_dynamics_smoothing", 0.1),
     )
 
+    def _dgf_keywords(self, f: Any) -> dict[str, Any]:
+        """A ``<DeGrooteFregly2016Muscle>``'s keyword arguments (``sj.DeGrooteFregly2016Muscle``)."""
+        doc = self.doc
+        kw: dict[str, Any] = {k: doc.float(f, k, d) for k, d in self._DGF_PROPERTIES}
+        for flag in ("ignore_passive_fiber_force", "ignore_tendon_compliance", "ignore_activation_dynamics"):
+            kw[flag] = doc.bool(f, flag, False)
+        kw["tendon_compliance_dynamics_mode"] = (
+            doc.text(f, "tendon_compliance_dynamics_mode") or "explicit"
+        ).strip()
+        return kw
+
+    #: The muscle models read: tag -> (handle class, the reader of its element's keyword
+    #: arguments). Others are counted as left out.
+    _MUSCLE_KINDS: ClassVar[dict[str, tuple[type, str]]] = {
+        "DeGrooteFregly2016Muscle": (DeGrooteFregly2016Muscle, "_dgf_keywords"),
+    }
+    _MUSCLES = tuple(_MUSCLE_KINDS)
+    #: The forces along paths read by ``_read_paths`` and ``_read_muscles``.
+    _PATH_FORCES = ("PathSpring", *_MUSCLES)
+
     def _read_muscles(self, forces: GeneralForceSubsystem, paths: dict[str, GeometryPath]) -> dict[str, Any]:
-        """Each ``DeGrooteFregly2016Muscle`` of the ForceSet on its path (read by
+        """Each muscle of a model in ``_MUSCLE_KINDS`` of the ForceSet on its path (read by
         ``_read_paths``), with every property (``isDisabled`` / ``appliesForce`` false ->
         disabled by default); a muscle whose path was left out (wrapping) is counted as
         left out. Returns the muscles by name, in the file's order."""
         doc = self.doc
         out: dict[str, Any] = {}
         for f in self._set_objects("ForceSet"):
-            if f.tag not in self._MUSCLES:
+            if f.tag not in self._MUSCLE_KINDS:
                 continue
             name = f.get("name") or f.tag
             path = paths.get(name)
             if path is None:
                 self.ignored[f"{f.tag} (its path wraps over an unsupported object: left out)"] += 1
                 continue
-            kw: dict[str, Any] = {k: doc.float(f, k, d) for k, d in self._DGF_PROPERTIES}
-            for flag in (
-                "ignore_passive_fiber_force",
-                "ignore_tendon_compliance",
-                "ignore_activation_dynamics",
-            ):
-                kw[flag] = doc.bool(f, flag, False)
-            kw["tendon_compliance_dynamics_mode"] = (
-                doc.text(f, "tendon_compliance_dynamics_mode") or "explicit"
-            ).strip()
+            cls, reader = self._MUSCLE_KINDS[f.tag]
             try:
-                muscle = DeGrooteFregly2016Muscle(forces, path, name=name, **kw)
+                muscle = cls(forces, path, name=name, **getattr(self, reader)(f))
             except (ValueError, NotImplementedError) as err:
                 raise doc.error(f, f"{err} (in the file: <{f.tag} name={name!r}>)") from None
             if doc.bool(f, "isDisabled", False) or not doc.bool(f, "appliesForce", True):

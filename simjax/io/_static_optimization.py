@@ -51,7 +51,7 @@ import numpy as np
 from .._stage import Stage
 from ..studies.static_optimization import StaticOptimization
 from ..system.constraints import CoordinateCoupler
-from ..system.muscles import calc_muscle_info
+from ..system.muscles import _muscles_of, calc_muscle_info
 from ._inverse_dynamics import (
     LoadSeries,
     coordinate_trajectories,
@@ -107,7 +107,7 @@ def static_optimization(
 
 
 #: OpenSim's ``MuscleAnalysis`` files (``<name>_MuscleAnalysis_<key>.sto``) and what each
-#: holds per muscle, by its getter (``sj.DeGrooteFregly2016Muscle.get_<value>``)
+#: holds per muscle, by its getter (``sj.Muscle.get_<value>``)
 MUSCLE_ANALYSIS = {
     "Length": "length",
     "FiberLength": "fiber_length",
@@ -164,7 +164,7 @@ def _compiled_analysis(model: LoadedModel) -> Any:
         muscles = list(model.muscles.values())
         paths = np.array([m.get_geometry_path().index for m in muscles])
         sub = muscles[0]._subsystem
-        first = [e for e in sub._elements if isinstance(e, type(muscles[0]))]
+        first = _muscles_of(sub)
         order = np.array([first.index(m) for m in muscles])
 
         def frame(state: Any, qq: Any, uu: Any) -> Any:

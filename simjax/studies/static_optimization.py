@@ -41,7 +41,7 @@ from jaxtyping import Array, Bool, Float
 from .._stage import Stage
 from ..model.state import State
 from ..system.forces import CoordinateActuator, TendonActuator
-from ..system.muscles import DeGrooteFregly2016Muscle, calc_inextensible_tendon_active_fiber_forces
+from ..system.muscles import Muscle, _muscles_of, calc_inextensible_tendon_active_fiber_forces
 from .inverse_dynamics import InverseDynamicsSolver, over_frames
 
 
@@ -78,7 +78,7 @@ class StaticOptimization:
 
     Args:
         system: The realized System (its actuators: ``Force.CoordinateActuator`` and
-            ``DeGrooteFregly2016Muscle``; a disabled one is left out, as OpenSim removes
+            muscle (``sj.Muscle``: any model); a disabled one is left out, as OpenSim removes
             it).
         activation_exponent: ``p`` of the cost ``sum |a|^p`` (OpenSim's default 2; more
             than 1).
@@ -142,14 +142,14 @@ class StaticOptimization:
         self._sub = self.actuators[0]._subsystem
         for a in self.actuators:
             joint = isinstance(a, CoordinateActuator) and not isinstance(a, TendonActuator) and not a._dyn
-            if not joint and not isinstance(a, DeGrooteFregly2016Muscle):
+            if not joint and not isinstance(a, Muscle):
                 raise ValueError(
                     f"StaticOptimization: actuator {a.name!r} ({type(a).__name__}) is not one static "
-                    "optimization handles: it takes DeGrooteFregly2016Muscle and Force.CoordinateActuator "
+                    "optimization handles: it takes muscles (sj.Muscle) and Force.CoordinateActuator "
                     "on a joint without activation dynamics (OpenSim's CoordinateActuator); disable or "
                     "remove it"
                 )
-        self._is_muscle = np.array([isinstance(a, DeGrooteFregly2016Muscle) for a in self.actuators])
+        self._is_muscle = np.array([isinstance(a, Muscle) for a in self.actuators])
         na = len(self.actuators)
         lo = (
             np.where(self._is_muscle, 0.0, -np.inf) if min_control is None else np.asarray(min_control, float)
@@ -202,11 +202,13 @@ class StaticOptimization:
         mus = np.flatnonzero(self._is_muscle)
         if len(mus):
             paths = np.array([acts[i].get_geometry_path().index for i in mus])
+            every = _muscles_of(self._sub)
+            pos = np.array([every.index(acts[i]) for i in mus])  # creation order -> actuator order
 
             def speeds(u: jax.Array) -> tuple[jax.Array, jax.Array]:
                 s = system.realize(sv.with_u(u), Stage.VELOCITY)
                 if self._physiology:
-                    fa = calc_inextensible_tendon_active_fiber_forces(self._sub, s, 1.0)
+                    fa = calc_inextensible_tendon_active_fiber_forces(self._sub, s, 1.0)[pos]
                 else:
                     fa = jnp.stack([acts[i].get_max_isometric_force(s) for i in mus])
                 return matter.calc_path_lengthening_speeds(s)[paths], fa

@@ -26,15 +26,38 @@ from .paths import GeometryPath
 from .system import GeneralForceSubsystem
 
 
+def _muscles_of(sub: GeneralForceSubsystem) -> list[Muscle]:
+    """The subsystem's muscles (every model), in creation order: the order of every
+    per-muscle array below."""
+    return [e for e in sub._elements if isinstance(e, Muscle)]
+
+
+def _groups(sub: GeneralForceSubsystem, model: Any) -> tuple[list[Any], np.ndarray]:
+    """The subsystem's muscle groups (one per muscle model) and, per muscle in creation
+    order, its index in the groups' concatenation."""
+    kinds = _muscles.MuscleKernel
+    groups = [g for g in model.force_groups if g.subsystem == sub.name and isinstance(g.kernel, kinds)]
+    offset = np.cumsum([0] + [g.size for g in groups])
+    order = []
+    for m in _muscles_of(sub):
+        if m._slot is None:
+            raise ValueError("a muscle was added after realize_topology(); realize it again")
+        _, prefix, i = m._slot
+        j = next(k for k, g in enumerate(groups) if g.prefix == prefix and g.kernel == type(m).kernel)
+        order.append(offset[j] + i)
+    return groups, np.asarray(order, dtype=int)
+
+
 def calc_muscle_info(sub: GeneralForceSubsystem, state: State) -> _muscles.MuscleInfo:
-    """Every quantity of a force subsystem's DeGrooteFregly2016 muscles at once (each field
-    (n_muscles,), in creation order): what each muscle's getters read (needs Velocity)."""
+    """Every quantity of a force subsystem's muscles (every model) at once, each field
+    (n_muscles,) in creation order: what each muscle's getters read (needs Velocity)."""
     model = sub._system.model_for(state)
-    for g in model.force_groups:
-        if g.subsystem == sub.name and isinstance(g.kernel, _muscles.DeGrooteFregly2016Muscle):
-            ctx = Context(model, state, sub.name)
-            return _muscles.muscle_info(group_params(ctx, g), ctx, g.statics)
-    raise ValueError(f"no DeGrooteFregly2016Muscle in force subsystem {sub.name!r}")
+    groups, order = _groups(sub, model)
+    if not groups:
+        raise ValueError(f"no muscle in force subsystem {sub.name!r}")
+    ctx = Context(model, state, sub.name)
+    parts = [g.kernel.info(group_params(ctx, g), ctx, g.statics) for g in groups]
+    return _muscles.MuscleInfo(*(jnp.concatenate(xs)[order] for xs in zip(*parts)))
 
 
 _group_info_compiled = jax.jit(calc_muscle_info, static_argnums=0)
@@ -48,70 +71,76 @@ def calc_inextensible_tendon_active_fiber_forces(
     ``calcInextensibleTendonActiveFiberForce``, static optimization's force per unit
     activation at ``activation=1``; needs Velocity)."""
     model = sub._system.model_for(state)
-    for g in model.force_groups:
-        if g.subsystem == sub.name and isinstance(g.kernel, _muscles.DeGrooteFregly2016Muscle):
-            ctx = Context(model, state, sub.name)
-            P = group_params(ctx, g)
-            m = _muscles.muscle_info(P, ctx, g.statics)
-            a = jnp.broadcast_to(jnp.asarray(activation, m.length.dtype), m.length.shape)
-            return _muscles.inextensible_tendon_active_fiber_force(P, m.length, m.lengthening_speed, a)
-    raise ValueError(f"no DeGrooteFregly2016Muscle in force subsystem {sub.name!r}")
+    groups, order = _groups(sub, model)
+    if not groups:
+        raise ValueError(f"no muscle in force subsystem {sub.name!r}")
+    ctx = Context(model, state, sub.name)
+    a_all = jnp.broadcast_to(jnp.asarray(activation, state.q.dtype), order.shape)
+    a_grp = jnp.zeros(order.shape, a_all.dtype).at[order].set(a_all)
+    out, start = [], 0
+    for g in groups:
+        P = group_params(ctx, g)
+        m = g.kernel.info(P, ctx, g.statics)
+        a = a_grp[start : start + g.size]
+        out.append(g.kernel.inextensible_tendon_active_fiber_force(P, m.length, m.lengthening_speed, a))
+        start += g.size
+    return jnp.concatenate(out)[order]
 
 
 def _equilibrium(sub: GeneralForceSubsystem, state: State) -> tuple[State, jax.Array]:
-    """``state`` with every compliant muscle's normalized tendon force at equilibrium, and
-    every muscle's path length minus its tendon slack length (n_muscles,)."""
+    """``state`` with every compliant muscle's tendon state at equilibrium, and every
+    muscle's path length minus its tendon slack length (n_muscles, creation order)."""
     model = sub._system.model_for(state)
     st = sub._system.realize(state, Stage.VELOCITY)
-    for g in model.force_groups:
-        if g.subsystem == sub.name and isinstance(g.kernel, _muscles.DeGrooteFregly2016Muscle):
-            s = np.asarray(g.statics, dtype=int).reshape(-1, 4)
-            ten = np.flatnonzero(s[:, 3] >= 0)
-            ctx = Context(model, st, sub.name)
-            P = group_params(ctx, g)
-            m = _muscles.muscle_info(P, ctx, g.statics)
-            room = m.length - P["tendon_slack_length"]
-            if not len(ten):
-                return state, room
+    groups, order = _groups(sub, model)
+    ctx = Context(model, st, sub.name)
+    z = state.z
+    rooms = []
+    for g in groups:
+        s = np.asarray(g.statics, dtype=int).reshape(-1, 4)
+        ten = np.flatnonzero(s[:, 3] >= 0)
+        P = group_params(ctx, g)
+        m = g.kernel.info(P, ctx, g.statics)
+        rooms.append(m.length - P["tendon_slack_length"])
+        if len(ten):
             Pt = {k: v[ten] for k, v in P.items()}
-            f = _muscles.equilibrium_tendon_force(
+            x = g.kernel.equilibrium_tendon_state(
                 Pt, m.length[ten], m.lengthening_speed[ten], m.activation[ten]
             )
             sl = model.z_slices[sub.name]
-            z = state.z.at[sl.start + s[ten, 3]].set(f.astype(state.z.dtype))
-            return state.with_z(z), room
-    return state, jnp.zeros(0, state.q.dtype)
+            z = z.at[sl.start + s[ten, 3]].set(x.astype(z.dtype))
+    if not groups:
+        return state, jnp.zeros(0, state.q.dtype)
+    return state.with_z(z), jnp.concatenate(rooms)[order]
 
 
 _equilibrium_compiled = jax.jit(_equilibrium, static_argnums=0)
 
 
 def equilibrate_muscles(system: Any, state: State) -> State:
-    """A copy of ``state`` with every compliant-tendon muscle's normalized tendon force at
-    fibre-tendon equilibrium at its q, u and activation (OpenSim's
+    """A copy of ``state`` with every compliant-tendon muscle's tendon state (the
+    normalized tendon force of a DeGrooteFregly2016Muscle, the fibre length of a Thelen or
+    Millard muscle) at fibre-tendon equilibrium at its q, u and activation (OpenSim's
     ``Model.equilibrateMuscles``; realizes what it needs; the State returned is below
-    Velocity stage). A muscle with no equilibrium tendon force in [0, 5] at that pose (its
-    path too short or too long for its fibre and tendon) gets NaN under a trace; on a
-    concrete State that raises a ValueError naming the muscles, as OpenSim raises, and a
-    muscle whose path is no longer than its tendon slack length is named in a warning."""
+    Velocity stage). A muscle with no equilibrium at that pose (its path too short or too
+    long for its fibre and tendon) gets NaN under a trace; on a concrete State that raises a
+    ValueError naming the muscles, as OpenSim raises, and a muscle whose path is no longer
+    than its tendon slack length is named in a warning."""
     for sub in system._subsystems:
-        if isinstance(sub, GeneralForceSubsystem) and any(
-            isinstance(e, DeGrooteFregly2016Muscle) for e in sub._elements
-        ):
+        if isinstance(sub, GeneralForceSubsystem) and _muscles_of(sub):
             if _concrete(state):
                 state, room = _equilibrium_compiled(sub, state)
                 _warn_slack(sub, np.asarray(room))
                 z = np.asarray(state.z)
                 start = int(system.model_for(state).z_slices[sub.name].start)
-                mus = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle) and e._z_ten >= 0]
+                mus = [e for e in _muscles_of(sub) if e._z_ten >= 0]
                 bad = [e.name for e in mus if np.isnan(z[start + e._z_ten])]
                 if bad:
                     named = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
                     raise ValueError(
-                        f"equilibrate_muscles: no fibre-tendon equilibrium with a normalized tendon force "
-                        f"in [0, 5] for {named} at this pose and activation: check the pose, "
-                        "tendon_slack_length and optimal_fiber_length (OpenSim's equilibrateMuscles "
-                        "raises here too)"
+                        f"equilibrate_muscles: no fibre-tendon equilibrium state for {named} at this pose "
+                        "and activation: check the pose, tendon_slack_length and optimal_fiber_length "
+                        "(OpenSim's equilibrateMuscles raises here too)"
                     )
             else:
                 state, _ = _equilibrium(sub, state)
@@ -121,7 +150,7 @@ def equilibrate_muscles(system: Any, state: State) -> State:
 def _warn_slack(sub: GeneralForceSubsystem, room: np.ndarray) -> None:
     """Warn, naming them, about muscles whose path is no longer than their tendon slack
     length (their fibres have no length left: the muscle buckles, as OpenSim logs)."""
-    mus = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle)]
+    mus = _muscles_of(sub)
     short = [
         f"{m.name} (path {r:+.4g} m longer than its tendon slack length)" for m, r in zip(mus, room) if r <= 0
     ]
@@ -134,116 +163,86 @@ def _warn_slack(sub: GeneralForceSubsystem, room: np.ndarray) -> None:
         )
 
 
-class DeGrooteFregly2016Muscle(Force):
-    """OpenSim's ``DeGrooteFregly2016Muscle`` on a path: a smooth Hill-type muscle (De
-    Groote et al. 2016), the one OpenSim Moco optimises with.
+_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
+    # name: (low, high, low included, high included, what it means)
+    "max_isometric_force": (0.0, math.inf, True, False, "N"),
+    "optimal_fiber_length": (0.0, math.inf, False, False, "m; the fibre length at peak active force"),
+    "tendon_slack_length": (0.0, math.inf, False, False, "m"),
+    "pennation_angle_at_optimal": (0.0, math.pi / 2, True, False, "rad"),
+    "max_contraction_velocity": (0.0, math.inf, False, False, "optimal fibre lengths per second"),
+    "activation_time_constant": (0.0, math.inf, False, False, "s"),
+    "deactivation_time_constant": (0.0, math.inf, False, False, "s"),
+    "active_force_width_scale": (1.0, math.inf, True, False, ""),
+    "fiber_damping": (0.0, math.inf, True, False, ""),
+    "passive_fiber_strain_at_one_norm_force": (0.0, math.inf, False, False, ""),
+    "tendon_strain_at_one_norm_force": (0.0, math.inf, False, False, ""),
+    "activation_dynamics_smoothing": (0.0, math.inf, False, False, ""),
+    "ignore_passive_fiber_force": (0.0, 1.0, True, True, "0 or 1"),
+    "default_activation": (0.0, 1.0, False, True, "the initial activation"),
+    "default_normalized_tendon_force": (
+        0.0,
+        5.0,
+        True,
+        True,
+        "the initial tendon force / max isometric force",
+    ),
+}
 
-    The tendon force pulls along ``path`` as a ``PathSpring``'s tension does (``-T dL/dq``).
-    Activation (unless ``ignore_activation_dynamics``: then the activation is the
-    excitation) and the normalized tendon force (unless ``ignore_tendon_compliance``: a
-    rigid tendon) are auxiliary variables in the State's z; the excitation is this muscle's
-    control (``set_excitation`` or the System's ``set_controls``; muscles' controls come
-    after the coordinate actuators' in their subsystem). The equations are in
-    :mod:`simjax.dynamics.forces.muscles`. Every number is an Instance-stage parameter of
-    the State (differentiable, settable per State) but the ``ignore_*`` flags and
-    ``tendon_compliance_dynamics_mode`` (only OpenSim's ``"explicit"``), which set the
-    State's layout, and ``default_*``, the initial values of the states. The keyword
-    arguments after ``name`` are OpenSim's properties, with OpenSim's defaults:
-    ``max_isometric_force``, ``optimal_fiber_length``, ``tendon_slack_length``,
-    ``pennation_angle_at_optimal``, ``max_contraction_velocity`` (optimal fibre lengths per
-    second), ``activation_time_constant``, ``deactivation_time_constant``,
-    ``default_activation``, ``default_normalized_tendon_force``,
-    ``active_force_width_scale``, ``fiber_damping``,
-    ``passive_fiber_strain_at_one_norm_force``, ``tendon_strain_at_one_norm_force``,
-    ``activation_dynamics_smoothing``, ``ignore_passive_fiber_force``,
-    ``ignore_tendon_compliance``, ``ignore_activation_dynamics``,
-    ``tendon_compliance_dynamics_mode``.
 
-    Args:
-        forces: The ``GeneralForceSubsystem``.
-        path: The ``sj.GeometryPath`` it acts along.
-        name: Its name (as in the .osim file).
+def _check_range(who: str, name: str, x: float, rng: tuple[float, float, bool, bool, str]) -> None:
+    """A ValueError naming ``who``, ``name`` and the range unless ``x`` lies in ``rng``
+    ``(low, high, low included, high included, what it means)``."""
+    lo, hi, lo_in, hi_in, what = rng
+    ok = math.isfinite(x) or (hi == math.inf and x == math.inf)
+    ok = ok and (x >= lo if lo_in else x > lo) and (x <= hi if hi_in else x < hi)
+    if not ok:
+        span = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
+        unit = f" ({what})" if what else ""
+        raise ValueError(f"{who}: {name} must lie in {span}{unit}, got {x:g}; set it in that range")
 
-    Raises:
-        ValueError: A property outside its range (the message names the muscle).
-        NotImplementedError: ``tendon_compliance_dynamics_mode="implicit"``.
-    """
 
-    kernel = _muscles.DeGrooteFregly2016Muscle()
+class Muscle(Force):
+    """What every muscle model shares (OpenSim's ``Muscle``): a force along a
+    ``sj.GeometryPath`` whose activation (unless ``ignore_activation_dynamics``) and tendon
+    state (unless ``ignore_tendon_compliance``: a rigid tendon) are auxiliary variables in
+    the State's z, and whose excitation is its control (muscles' controls come after the
+    coordinate actuators' in their subsystem). The getters below read every quantity of
+    OpenSim's MuscleLengthInfo, FiberVelocityInfo and MuscleDynamicsInfo. A model subclasses
+    it with its ``kernel`` (an ``_muscles.MuscleKernel``), ``_params`` (its Instance-stage
+    parameters), ``_ranges`` (their admissible ranges) and an ``__init__`` that sets
+    ``_v``, ``_path``, ``ignore_tendon_compliance``, ``ignore_activation_dynamics``,
+    ``_default_activation`` and ``_default_tendon_state`` before ``super().__init__``."""
+
+    kernel: ClassVar[_muscles.MuscleKernel]
+    _params: ClassVar[tuple[str, ...]]
+    _ranges: ClassVar[dict[str, tuple[float, float, bool, bool, str]]]
     _control_rank: ClassVar[int] = 1  # after the coordinate actuators
+    name: str
+    _path: GeometryPath
+    _v: dict[str, float]
+    _default_activation: float
+    _default_tendon_state: float
+    ignore_tendon_compliance: bool
+    ignore_activation_dynamics: bool
 
-    def __init__(
-        self,
-        forces: GeneralForceSubsystem,
-        path: GeometryPath,
-        *,
-        name: str | None = None,
-        max_isometric_force: float = 1000.0,
-        optimal_fiber_length: float = 0.1,
-        tendon_slack_length: float = 0.2,
-        pennation_angle_at_optimal: float = 0.0,
-        max_contraction_velocity: float = 10.0,
-        activation_time_constant: float = 0.015,
-        deactivation_time_constant: float = 0.060,
-        default_activation: float = 0.5,
-        default_normalized_tendon_force: float = 0.5,
-        active_force_width_scale: float = 1.0,
-        fiber_damping: float = 0.0,
-        passive_fiber_strain_at_one_norm_force: float = 0.6,
-        tendon_strain_at_one_norm_force: float = 0.049,
-        activation_dynamics_smoothing: float = 0.1,
-        ignore_passive_fiber_force: bool = False,
-        ignore_tendon_compliance: bool = False,
-        ignore_activation_dynamics: bool = False,
-        tendon_compliance_dynamics_mode: str = "explicit",
-    ):
-        if not isinstance(path, GeometryPath):
-            raise TypeError(
-                f"DeGrooteFregly2016Muscle: path must be an sj.GeometryPath, got {type(path).__name__}"
-            )
-        self.name = name or path.name
-        who = f"DeGrooteFregly2016Muscle {self.name!r}"
-        v = {
-            "max_isometric_force": max_isometric_force,
-            "optimal_fiber_length": optimal_fiber_length,
-            "tendon_slack_length": tendon_slack_length,
-            "pennation_angle_at_optimal": pennation_angle_at_optimal,
-            "max_contraction_velocity": max_contraction_velocity,
-            "activation_time_constant": activation_time_constant,
-            "deactivation_time_constant": deactivation_time_constant,
-            "active_force_width_scale": active_force_width_scale,
-            "fiber_damping": fiber_damping,
-            "passive_fiber_strain_at_one_norm_force": passive_fiber_strain_at_one_norm_force,
-            "tendon_strain_at_one_norm_force": tendon_strain_at_one_norm_force,
-            "activation_dynamics_smoothing": activation_dynamics_smoothing,
-            "ignore_passive_fiber_force": 1.0 if ignore_passive_fiber_force else 0.0,
-        }
-        self._v = {k: float(x) for k, x in v.items()}
-        for k in v:
-            _check_value(who, k, self._v[k])
-        if tendon_compliance_dynamics_mode != "explicit":
-            raise NotImplementedError(
-                f"{who}: tendon_compliance_dynamics_mode {tendon_compliance_dynamics_mode!r} is not "
-                "supported; use 'explicit' (OpenSim's default; the implicit mode is for Moco's "
-                "direct collocation)"
-            )
-        _check_value(who, "default_activation", float(default_activation))
-        _check_value(who, "default_normalized_tendon_force", float(default_normalized_tendon_force))
-        self._path = path
-        self._default_activation = float(default_activation)
-        self._default_ntf = float(default_normalized_tendon_force)
-        self.ignore_tendon_compliance = bool(ignore_tendon_compliance)
-        self.ignore_activation_dynamics = bool(ignore_activation_dynamics)
+    def __init__(self, forces: GeneralForceSubsystem) -> None:
         self._z_act = -1
         self._z_ten = -1
         super().__init__(forces)
+
+    @property
+    def _who(self) -> str:
+        return f"{type(self).__name__} {self.name!r}"
+
+    def _check(self, name: str, x: float) -> None:
+        _check_range(self._who, name, x, self._ranges[name])
 
     # -- registration --------------------------------------------------------------------
     def _values(self) -> dict[str, Any]:
         return dict(self._v)
 
     def _declare(self, sub: GeneralForceSubsystem) -> None:
-        muscles = [e for e in sub._elements if isinstance(e, DeGrooteFregly2016Muscle)]
+        muscles = _muscles_of(sub)
         if muscles[0] is not self:
             return  # the first muscle reserves the states of all
         z: list[float] = []
@@ -254,7 +253,7 @@ class DeGrooteFregly2016Muscle(Force):
                 z.append(m._default_activation)
             if not m.ignore_tendon_compliance:
                 m._z_ten = len(z)
-                z.append(m._default_ntf)
+                z.append(m._default_tendon_state)
         if z:
             off = sub.reserve_z(np.asarray(z))
             for m in muscles:
@@ -281,14 +280,13 @@ class DeGrooteFregly2016Muscle(Force):
         when the value is concrete)."""
         self._check_name(name)
         if _concrete(value) and np.ndim(value) == 0:
-            _check_value(f"DeGrooteFregly2016Muscle {self.name!r}", name, float(value))
+            self._check(name, float(value))
         return self._set(state, name, value)
 
     def _check_name(self, name: str) -> None:
-        if name not in _muscles.PARAMS:
+        if name not in self._params:
             raise KeyError(
-                f"DeGrooteFregly2016Muscle {self.name!r} has no property {name!r}; "
-                f"the properties in the State are {list(_muscles.PARAMS)}"
+                f"{self._who} has no property {name!r}; the properties in the State are {list(self._params)}"
             )
 
     def get_max_isometric_force(self, state: State) -> jax.Array:
@@ -354,44 +352,20 @@ class DeGrooteFregly2016Muscle(Force):
         ``ignore_activation_dynamics``, as OpenSim's ``setActivation``); a concrete value
         must lie in [0, 1]."""
         if _concrete(a) and not np.all((np.asarray(a) >= 0) & (np.asarray(a) <= 1)):
-            raise ValueError(
-                f"DeGrooteFregly2016Muscle {self.name!r}: activation must lie in [0, 1], got {a}"
-            )
+            raise ValueError(f"{self._who}: activation must lie in [0, 1], got {a}")
         if self.ignore_activation_dynamics:
             return self.set_excitation(state, a)
         self._model_grp(state)
         i = self._z_index(state, self._z_act)
         return state.with_z(state.z.at[i].set(jnp.asarray(a, state.z.dtype)))
 
-    def get_normalized_tendon_force(self, state: State) -> jax.Array:
-        """The normalized tendon force: the state for a compliant tendon, else the tendon
-        force over the max isometric force (needs Velocity then)."""
-        if self.ignore_tendon_compliance:
-            return self.get_tendon_force(state) / self.get_max_isometric_force(state)
-        self._model_grp(state)
-        return state.z[self._z_index(state, self._z_ten)]
-
-    def set_normalized_tendon_force(self, state: State, f: Any) -> State:
-        """New State with the normalized tendon force state set (compliant tendons only;
-        a concrete value must lie in [0, 5])."""
-        who = f"DeGrooteFregly2016Muscle {self.name!r}"
-        if self.ignore_tendon_compliance:
-            raise ValueError(
-                f"{who} has a rigid tendon (ignore_tendon_compliance): no tendon force state to set"
-            )
-        if _concrete(f) and not np.all((np.asarray(f) >= 0) & (np.asarray(f) <= 5)):
-            raise ValueError(f"{who}: the normalized tendon force must lie in [0, 5], got {f}")
-        self._model_grp(state)
-        i = self._z_index(state, self._z_ten)
-        return state.with_z(state.z.at[i].set(jnp.asarray(f, state.z.dtype)))
-
     # -- muscle quantities ---------------------------------------------------------------
     @reads_cache
     def _info(self, state: State) -> _muscles.MuscleInfo:
-        state.require(Stage.VELOCITY, f"DeGrooteFregly2016Muscle {self.name!r}")
-        _, g = self._model_grp(state)
-        i = self._slot_index()
+        state.require(Stage.VELOCITY, self._who)
+        self._model_grp(state)
         sub = self._subsystem
+        i = _muscles_of(sub).index(self)
         info = _group_info_compiled(sub, state) if _concrete(state) else calc_muscle_info(sub, state)
         return _muscles.MuscleInfo(*(x[i] for x in info))
 
@@ -399,8 +373,8 @@ class DeGrooteFregly2016Muscle(Force):
         """The active fibre force at ``activation`` with the tendon taken as rigid, at the
         State's path length and speed (OpenSim's ``calcInextensibleTendonActiveFiberForce``;
         static optimization's force per unit activation; needs Velocity)."""
-        state.require(Stage.VELOCITY, f"DeGrooteFregly2016Muscle {self.name!r}")
-        i = self._slot_index()
+        state.require(Stage.VELOCITY, self._who)
+        i = _muscles_of(self._subsystem).index(self)
         return calc_inextensible_tendon_active_fiber_forces(self._subsystem, state, activation)[i]
 
     def get_length(self, state: State) -> jax.Array:
@@ -509,48 +483,143 @@ class DeGrooteFregly2016Muscle(Force):
             return jnp.zeros((), state.q.dtype)
         return self._info(state).activation_derivative
 
-    def get_normalized_tendon_force_derivative(self, state: State) -> jax.Array:
-        """d normalized tendon force / dt (zero for a rigid tendon)."""
+    def get_tendon_state_derivative(self, state: State) -> jax.Array:
+        """d/dt of the tendon state (the normalized tendon force of a DeGrooteFregly2016Muscle,
+        the fibre length of a Thelen or Millard muscle); zero for a rigid tendon."""
         return self._info(state).normalized_tendon_force_derivative
 
     def compute_initial_fiber_equilibrium(self, state: State) -> State:
-        """New State with the normalized tendon force of every compliant muscle of this
-        subsystem at fibre-tendon equilibrium (OpenSim's ``computeInitialFiberEquilibrium``
+        """New State with the tendon state of every compliant muscle of this subsystem at
+        fibre-tendon equilibrium (OpenSim's ``computeInitialFiberEquilibrium``
         solves one muscle; solving all at once is as cheap)."""
         return equilibrate_muscles(self._subsystem._system, state)
 
 
-_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
-    # name: (low, high, low included, high included, what it means)
-    "max_isometric_force": (0.0, math.inf, True, False, "N"),
-    "optimal_fiber_length": (0.0, math.inf, False, False, "m; the fibre length at peak active force"),
-    "tendon_slack_length": (0.0, math.inf, False, False, "m"),
-    "pennation_angle_at_optimal": (0.0, math.pi / 2, True, False, "rad"),
-    "max_contraction_velocity": (0.0, math.inf, False, False, "optimal fibre lengths per second"),
-    "activation_time_constant": (0.0, math.inf, False, False, "s"),
-    "deactivation_time_constant": (0.0, math.inf, False, False, "s"),
-    "active_force_width_scale": (1.0, math.inf, True, False, ""),
-    "fiber_damping": (0.0, math.inf, True, False, ""),
-    "passive_fiber_strain_at_one_norm_force": (0.0, math.inf, False, False, ""),
-    "tendon_strain_at_one_norm_force": (0.0, math.inf, False, False, ""),
-    "activation_dynamics_smoothing": (0.0, math.inf, False, False, ""),
-    "ignore_passive_fiber_force": (0.0, 1.0, True, True, "0 or 1"),
-    "default_activation": (0.0, 1.0, False, True, "the initial activation"),
-    "default_normalized_tendon_force": (
-        0.0,
-        5.0,
-        True,
-        True,
-        "the initial tendon force / max isometric force",
-    ),
-}
+class DeGrooteFregly2016Muscle(Muscle):
+    """OpenSim's ``DeGrooteFregly2016Muscle`` on a path: a smooth Hill-type muscle (De
+    Groote et al. 2016), the one OpenSim Moco optimises with.
 
+    The tendon force pulls along ``path`` as a ``PathSpring``'s tension does (``-T dL/dq``).
+    Activation (unless ``ignore_activation_dynamics``: then the activation is the
+    excitation) and the normalized tendon force (unless ``ignore_tendon_compliance``: a
+    rigid tendon) are auxiliary variables in the State's z; the excitation is this muscle's
+    control (``set_excitation`` or the System's ``set_controls``; muscles' controls come
+    after the coordinate actuators' in their subsystem). The equations are in
+    :mod:`simjax.dynamics.forces.muscles`. Every number is an Instance-stage parameter of
+    the State (differentiable, settable per State) but the ``ignore_*`` flags and
+    ``tendon_compliance_dynamics_mode`` (only OpenSim's ``"explicit"``), which set the
+    State's layout, and ``default_*``, the initial values of the states. The keyword
+    arguments after ``name`` are OpenSim's properties, with OpenSim's defaults:
+    ``max_isometric_force``, ``optimal_fiber_length``, ``tendon_slack_length``,
+    ``pennation_angle_at_optimal``, ``max_contraction_velocity`` (optimal fibre lengths per
+    second), ``activation_time_constant``, ``deactivation_time_constant``,
+    ``default_activation``, ``default_normalized_tendon_force``,
+    ``active_force_width_scale``, ``fiber_damping``,
+    ``passive_fiber_strain_at_one_norm_force``, ``tendon_strain_at_one_norm_force``,
+    ``activation_dynamics_smoothing``, ``ignore_passive_fiber_force``,
+    ``ignore_tendon_compliance``, ``ignore_activation_dynamics``,
+    ``tendon_compliance_dynamics_mode``.
 
-def _check_value(who: str, name: str, x: float) -> None:
-    lo, hi, lo_in, hi_in, what = _RANGES[name]
-    ok = math.isfinite(x) or (hi == math.inf and x == math.inf)
-    ok = ok and (x >= lo if lo_in else x > lo) and (x <= hi if hi_in else x < hi)
-    if not ok:
-        span = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
-        unit = f" ({what})" if what else ""
-        raise ValueError(f"{who}: {name} must lie in {span}{unit}, got {x:g}; set it in that range")
+    Args:
+        forces: The ``GeneralForceSubsystem``.
+        path: The ``sj.GeometryPath`` it acts along.
+        name: Its name (as in the .osim file).
+
+    Raises:
+        ValueError: A property outside its range (the message names the muscle).
+        NotImplementedError: ``tendon_compliance_dynamics_mode="implicit"``.
+    """
+
+    kernel = _muscles.DeGrooteFregly2016Muscle()
+    _params = _muscles.PARAMS
+    _ranges = _RANGES
+
+    def __init__(
+        self,
+        forces: GeneralForceSubsystem,
+        path: GeometryPath,
+        *,
+        name: str | None = None,
+        max_isometric_force: float = 1000.0,
+        optimal_fiber_length: float = 0.1,
+        tendon_slack_length: float = 0.2,
+        pennation_angle_at_optimal: float = 0.0,
+        max_contraction_velocity: float = 10.0,
+        activation_time_constant: float = 0.015,
+        deactivation_time_constant: float = 0.060,
+        default_activation: float = 0.5,
+        default_normalized_tendon_force: float = 0.5,
+        active_force_width_scale: float = 1.0,
+        fiber_damping: float = 0.0,
+        passive_fiber_strain_at_one_norm_force: float = 0.6,
+        tendon_strain_at_one_norm_force: float = 0.049,
+        activation_dynamics_smoothing: float = 0.1,
+        ignore_passive_fiber_force: bool = False,
+        ignore_tendon_compliance: bool = False,
+        ignore_activation_dynamics: bool = False,
+        tendon_compliance_dynamics_mode: str = "explicit",
+    ):
+        if not isinstance(path, GeometryPath):
+            raise TypeError(
+                f"DeGrooteFregly2016Muscle: path must be an sj.GeometryPath, got {type(path).__name__}"
+            )
+        self.name = name or path.name
+        who = f"DeGrooteFregly2016Muscle {self.name!r}"
+        v = {
+            "max_isometric_force": max_isometric_force,
+            "optimal_fiber_length": optimal_fiber_length,
+            "tendon_slack_length": tendon_slack_length,
+            "pennation_angle_at_optimal": pennation_angle_at_optimal,
+            "max_contraction_velocity": max_contraction_velocity,
+            "activation_time_constant": activation_time_constant,
+            "deactivation_time_constant": deactivation_time_constant,
+            "active_force_width_scale": active_force_width_scale,
+            "fiber_damping": fiber_damping,
+            "passive_fiber_strain_at_one_norm_force": passive_fiber_strain_at_one_norm_force,
+            "tendon_strain_at_one_norm_force": tendon_strain_at_one_norm_force,
+            "activation_dynamics_smoothing": activation_dynamics_smoothing,
+            "ignore_passive_fiber_force": 1.0 if ignore_passive_fiber_force else 0.0,
+        }
+        self._v = {k: float(x) for k, x in v.items()}
+        for k in v:
+            self._check(k, self._v[k])
+        if tendon_compliance_dynamics_mode != "explicit":
+            raise NotImplementedError(
+                f"{who}: tendon_compliance_dynamics_mode {tendon_compliance_dynamics_mode!r} is not "
+                "supported; use 'explicit' (OpenSim's default; the implicit mode is for Moco's "
+                "direct collocation)"
+            )
+        self._check("default_activation", float(default_activation))
+        self._check("default_normalized_tendon_force", float(default_normalized_tendon_force))
+        self._path = path
+        self._default_activation = float(default_activation)
+        self._default_tendon_state = float(default_normalized_tendon_force)
+        self.ignore_tendon_compliance = bool(ignore_tendon_compliance)
+        self.ignore_activation_dynamics = bool(ignore_activation_dynamics)
+        super().__init__(forces)
+
+    def get_normalized_tendon_force(self, state: State) -> jax.Array:
+        """The normalized tendon force: the state for a compliant tendon, else the tendon
+        force over the max isometric force (needs Velocity then)."""
+        if self.ignore_tendon_compliance:
+            return self.get_tendon_force(state) / self.get_max_isometric_force(state)
+        self._model_grp(state)
+        return state.z[self._z_index(state, self._z_ten)]
+
+    def set_normalized_tendon_force(self, state: State, f: Any) -> State:
+        """New State with the normalized tendon force state set (compliant tendons only;
+        a concrete value must lie in [0, 5])."""
+        who = self._who
+        if self.ignore_tendon_compliance:
+            raise ValueError(
+                f"{who} has a rigid tendon (ignore_tendon_compliance): no tendon force state to set"
+            )
+        if _concrete(f) and not np.all((np.asarray(f) >= 0) & (np.asarray(f) <= 5)):
+            raise ValueError(f"{who}: the normalized tendon force must lie in [0, 5], got {f}")
+        self._model_grp(state)
+        i = self._z_index(state, self._z_ten)
+        return state.with_z(state.z.at[i].set(jnp.asarray(f, state.z.dtype)))
+
+    def get_normalized_tendon_force_derivative(self, state: State) -> jax.Array:
+        """d normalized tendon force / dt (zero for a rigid tendon)."""
+        return self._info(state).normalized_tendon_force_derivative

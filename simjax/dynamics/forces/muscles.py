@@ -317,9 +317,48 @@ def equilibrium_tendon_force(
 
 
 @dataclass(frozen=True)
-class DeGrooteFregly2016Muscle(ForceKernel):
+class MuscleKernel(ForceKernel):
+    """What every muscle model's kernel provides beyond a ForceKernel's ``calc`` and
+    ``calc_zdot``, so that the handles, equilibrium, static optimization and muscle analysis
+    work over any mix of muscle models. Statics per element: ``(path, control index,
+    activation z slot or -1, tendon-state z slot or -1)``; the tendon state is the model's
+    second state (DeGroote-Fregly: the normalized tendon force; Thelen, Millard: the fibre
+    length)."""
+
+    def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
+        """Every muscle of a group at a Context realized to Velocity (``MuscleInfo``'s
+        ``normalized_tendon_force_state`` holds the tendon-state value, NaN for a rigid
+        tendon, and ``normalized_tendon_force_derivative`` its derivative)."""
+        raise TypeError(f"{type(self).__name__} does not define info()")
+
+    def inextensible_tendon_active_fiber_force(
+        self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
+    ) -> jax.Array:
+        """OpenSim's ``calcInextensibleTendonActiveFiberForce`` at path lengths ``L``,
+        speeds ``V`` and activations ``a`` (each (n,))."""
+        raise TypeError(f"{type(self).__name__} does not define inextensible_tendon_active_fiber_force()")
+
+    def equilibrium_tendon_state(self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
+        """The tendon-state value at fibre-tendon equilibrium for every muscle (OpenSim's
+        ``computeInitialFiberEquilibrium``), NaN where there is none."""
+        raise TypeError(f"{type(self).__name__} does not define equilibrium_tendon_state()")
+
+
+@dataclass(frozen=True)
+class DeGrooteFregly2016Muscle(MuscleKernel):
     """The module's equations over a subsystem's muscles: the tendon force as the tension
     of each muscle's path."""
+
+    def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
+        return muscle_info(P, ctx, S)
+
+    def inextensible_tendon_active_fiber_force(
+        self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
+    ) -> jax.Array:
+        return inextensible_tendon_active_fiber_force(P, L, V, a)
+
+    def equilibrium_tendon_state(self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
+        return equilibrium_tendon_force(P, L, V, a)
 
     def calc(self, P: Params, ctx: Context, S: tuple, w: jax.Array):
         paths = ctx._model.paths
