@@ -24,9 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Bernstein coefficients of a quintic, C(5, k).
-_BINOM5 = np.array([1.0, 5.0, 10.0, 10.0, 5.0, 1.0])
-_BINOM4 = np.array([1.0, 4.0, 6.0, 4.0, 1.0])
 _ROOT_EPS = float(np.sqrt(np.finfo(np.float64).eps))
 
 
@@ -265,40 +262,65 @@ def fiber_compressive_force_length_curve(
     return _chain((corner(0.0, 1.0, k, lmax, 0.0, 0.0, _scale_curviness(curv)),), 0.0, lmax, 1.0, 0.0, k, 0.0)
 
 
-def _bernstein(u, n):
-    k = np.arange(n + 1)
-    coef = _BINOM5 if n == 5 else _BINOM4
-    return coef * (1.0 - u[..., None]) ** (n - k) * u[..., None] ** k
+# Monomial coefficients of a quintic Bezier: x(u) = sum_i a_i u^i with a = points @ _MONO.T
+_MONO = np.array(
+    [
+        [1, 0, 0, 0, 0, 0],
+        [-5, 5, 0, 0, 0, 0],
+        [10, -20, 10, 0, 0, 0],
+        [-10, 30, -30, 10, 0, 0],
+        [5, -20, 30, -20, 5, 0],
+        [-1, 5, -10, 10, -5, 1],
+    ],
+    dtype=float,
+)
+_SAMPLES = 16
+
+
+def _monomial(p):
+    """Monomial coefficients (..., 6) of the Bezier segments with control points ``p``."""
+    return jnp.einsum("...i,ki->...k", p, _MONO)
+
+
+def _horner(u, a):
+    out = a[..., 5]
+    for i in range(4, -1, -1):
+        out = out * u + a[..., i]
+    return out
+
+
+def _horner_du(u, a):
+    out = 5.0 * a[..., 5]
+    for i in range(4, 0, -1):
+        out = out * u + i * a[..., i]
+    return out
 
 
 def _bezier(u, p):
-    return jnp.sum(_bernstein(u, 5) * p, axis=-1)
+    return _horner(u, _monomial(p))
 
 
 def _bezier_du(u, p):
-    return 5.0 * jnp.sum(_bernstein(u, 4) * (p[..., 1:] - p[..., :-1]), axis=-1)
+    return _horner_du(u, _monomial(p))
 
 
 @jax.custom_jvp
 def _solve_u(x, p):
-    """The u in [0, 1] with ``x(u) = x`` on one monotonic Bezier segment ``p`` (..., 6)."""
+    """The u in [0, 1] with ``x(u) = x`` on one increasing Bezier segment ``p`` (..., 6):
+    the interval of ``u = k/16`` samples that holds ``x``, linear interpolation in it,
+    then Newton steps kept in that interval (no loop: compiles small, vmaps cheaply)."""
     xs, ps = jax.lax.stop_gradient((x, p))
-    increasing = ps[..., 5] >= ps[..., 0]
-
-    def bisect(carry, _):
-        lo, hi = carry
-        mid = 0.5 * (lo + hi)
-        below = (_bezier(mid, ps) < xs) == increasing
-        return (jnp.where(below, mid, lo), jnp.where(below, hi, mid)), None
-
-    (lo, hi), _ = jax.lax.scan(bisect, (jnp.zeros_like(xs), jnp.ones_like(xs)), None, length=12)
-
-    def newton(u, _):
-        d = _bezier_du(u, ps)
-        step = (_bezier(u, ps) - xs) / jnp.where(d == 0, 1.0, d)
-        return jnp.clip(u - step, lo, hi), None
-
-    u, _ = jax.lax.scan(newton, 0.5 * (lo + hi), None, length=6)
+    a = _monomial(ps)
+    grid = jnp.asarray(np.linspace(0.0, 1.0, _SAMPLES + 1)[1:-1], xs.dtype)
+    grid = jnp.reshape(grid, (1,) * xs.ndim + grid.shape)
+    samples = _horner(grid, a[..., None, :])  # (..., 15) interior samples
+    j = jnp.sum(samples <= xs[..., None], axis=-1).astype(xs.dtype)
+    lo, hi = j / _SAMPLES, (j + 1.0) / _SAMPLES
+    xa, xb = _horner(lo, a), _horner(hi, a)
+    u = lo + jnp.clip((xs - xa) / jnp.where(xb > xa, xb - xa, 1.0), 0.0, 1.0) / _SAMPLES
+    for _ in range(4):
+        d = _horner_du(u, a)
+        u = jnp.clip(u - (_horner(u, a) - xs) / jnp.where(d == 0, 1.0, d), lo, hi)
     return u
 
 
@@ -315,6 +337,13 @@ def evaluate(curve: Curve, x: jax.Array) -> jax.Array:
     """The curve's value at ``x`` (shape of the curve's batch): the Bezier segment that
     holds ``x`` inside ``[x0, x1]``, the end lines outside (OpenSim's ``calcValue``)."""
     x = jnp.asarray(x)
+    shape = jnp.broadcast_shapes(x.shape, curve.x0.shape)
+    x = jnp.broadcast_to(x, shape)
+    curve = Curve(
+        jnp.broadcast_to(curve.px, (*shape, *curve.px.shape[-2:])),
+        jnp.broadcast_to(curve.py, (*shape, *curve.py.shape[-2:])),
+        *(jnp.broadcast_to(v, shape) for v in curve[2:]),
+    )
     # where, not clip: at x0 or x1 themselves the slope is the Bezier's, not half of it
     xin = jnp.where(x < curve.x0, curve.x0, jnp.where(x > curve.x1, curve.x1, x))
     px, py = curve.px, curve.py

@@ -37,12 +37,17 @@ or -1)``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...model.context import Context
 from . import curves as _curves
-from .muscles import MuscleInfo
+from .kernel import Params
+from .muscles import MuscleInfo, MuscleKernel, _statics, states
+from .paths import apply_tensions, path_geometry
 
 EPS = float(np.finfo(np.float64).eps)
 SIGNIFICANT_REAL = EPS ** (7.0 / 8.0)
@@ -114,7 +119,7 @@ def _fitted(value, default):
     return jnp.where(nan, default, jnp.where(nan, 0.0, value))
 
 
-def muscle_curves(P, compliant: np.ndarray):
+def muscle_curves(P: Params, compliant: np.ndarray | jax.Array):
     """The five curves of each muscle (OpenSim's, after ``extendFinalizeFromProperties``
     adjusted them for the damped/rigid or the classic model): (fal, fv, fv inverse, fpe,
     fse)."""
@@ -347,3 +352,122 @@ def millard_equations(
         normalized_tendon_force_derivative=jnp.where(comp, vm, 0.0),
         activation_derivative=adot,
     )
+
+
+def minimum_fiber_length(P: Params) -> jax.Array:
+    """Each muscle's shortest fibre length (the clamp of its fibre length)."""
+    return _Pennation(P).min_fiber_length
+
+
+def inextensible_tendon_active_fiber_force(P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
+    """OpenSim's ``calcInextensibleTendonActiveFiberForce`` (static optimization's force
+    per unit activation at ``a = 1``): the fibre at the path length less the tendon slack
+    length, moving at the path speed projected on it, ``F a fal fv cos(phi')``, zero at or
+    below the minimum fibre length. As OpenSim 4.6 does, ``phi'`` is the pennation model's
+    angle of the *normalized* fibre length (``calcActiveFiberForceAlongTendon``), nearly 0."""
+    # which curves (rigid/damped or classic) follows the tendon: a flag among the parameters
+    comp = jnp.asarray(P.get("ignore_tendon_compliance", jnp.zeros_like(L))) < 0.5
+    fal_c, fv_c, _, _, _ = muscle_curves(P, comp)
+    pen = _Pennation(P)
+    lo = P["optimal_fiber_length"]
+    lm = pen.fiber_length(L, P["tendon_slack_length"])
+    vm = V * jnp.cos(pen.angle(lm))
+    ac = jnp.clip(a, P["minimum_activation"], 1.0)
+    fal = _curves.evaluate(fal_c, lm / lo)
+    fv = _curves.evaluate(fv_c, vm / (lo * P["max_contraction_velocity"]))
+    out = P["max_isometric_force"] * ac * fal * fv * jnp.cos(pen.angle(lm / lo))
+    return jnp.where(lm <= pen.min_fiber_length, 0.0, out)
+
+
+def equilibrium_fiber_length(P: Params, L: jax.Array, a: jax.Array, iterations: int = 50) -> jax.Array:
+    """The fibre length of static fibre-tendon equilibrium (OpenSim's
+    ``computeInitialFiberEquilibrium``: fibre velocity 0, ``F (a fal + fpe) cos(phi) = F
+    fse``) of elastic-tendon muscles at path lengths ``L`` and activations ``a``: a
+    bracketed Newton iteration from OpenSim's starting point (the tendon stretched by 1%)
+    on [minimum fibre length, fibre length at tendon slack], then one implicit step for
+    exact derivatives. The minimum fibre length where the fibre pulls harder than the
+    tendon even there (OpenSim's "fiber at its lower bound")."""
+    fal_c, _, _, fpe_c, fse_c = muscle_curves(P, np.ones(np.shape(L), dtype=bool))
+    pen = _Pennation(P)
+    lo, ls = P["optimal_fiber_length"], P["tendon_slack_length"]
+    lmin = pen.min_fiber_length
+
+    def r(lm, P_lo, P_ls, a, L, fal_c, fpe_c, fse_c):
+        phi = pen.angle(lm)
+        cos = jnp.cos(phi)
+        n = lm / P_lo
+        fiber = a * _curves.evaluate(fal_c, n) + _curves.evaluate(fpe_c, n)
+        return fiber * cos - _curves.evaluate(fse_c, (L - lm * cos) / P_ls)
+
+    args = (lo, ls, a, L, fal_c, fpe_c, fse_c)
+    sargs = jax.lax.stop_gradient(args)
+    slmin = jax.lax.stop_gradient(lmin)
+    hi = jnp.maximum(jax.lax.stop_gradient(pen.fiber_length(L, ls)), slmin)
+    low = slmin
+    r_low = r(low, *sargs)
+    x0 = jnp.clip(jax.lax.stop_gradient(pen.fiber_length(L, 1.01 * ls)), low, hi)
+
+    def step(carry, _):
+        x, low, hi = carry
+        f, df = jax.jvp(lambda v: r(v, *sargs), (x,), (jnp.ones_like(x),))
+        low, hi = jnp.where(f < 0, x, low), jnp.where(f < 0, hi, x)
+        newton = x - f / jnp.where(df != 0, df, 1.0)
+        ok = (newton > low) & (newton < hi) & (df != 0)
+        return (jnp.where(ok, newton, 0.5 * (low + hi)), low, hi), None
+
+    (x, _, _), _ = jax.lax.scan(step, (x0, low, hi), None, length=iterations)
+    x = jax.lax.stop_gradient(x)
+    f = r(x, *args)
+    df = jax.lax.stop_gradient(jax.jvp(lambda v: r(v, *sargs), (x,), (jnp.ones_like(x),))[1])
+    x = x - f / jnp.where(df != 0, df, 1.0)
+    return jnp.where(r_low >= 0, lmin, x)
+
+
+def millard_info(P: Params, ctx: Context, S: tuple) -> MuscleInfo:
+    """Every muscle of a group at a Context realized to Velocity."""
+    paths = ctx._model.paths
+    assert paths is not None  # a muscle's Model has its path
+    s = _statics(S)
+    g = path_geometry(paths, ctx)
+    e, a, lm, comp = states(ctx, S)
+    return millard_equations(P, g.length[s[:, 0]], g.speed[s[:, 0]], e, a, lm, comp, s[:, 2] >= 0)
+
+
+@dataclass(frozen=True)
+class Millard2012EquilibriumMuscle(MuscleKernel):
+    """The module's equations over a subsystem's Millard muscles: the tendon force as the
+    tension of each muscle's path; z holds the activations and the fibre lengths."""
+
+    def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
+        return millard_info(P, ctx, S)
+
+    def inextensible_tendon_active_fiber_force(
+        self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
+    ) -> jax.Array:
+        return inextensible_tendon_active_fiber_force(P, L, V, a)
+
+    def equilibrium_tendon_state(self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
+        return equilibrium_fiber_length(P, L, a)
+
+    def calc(self, P: Params, ctx: Context, S: tuple, w: jax.Array):
+        paths = ctx._model.paths
+        assert paths is not None  # a muscle's Model has its path
+        idx = _statics(S)[:, 0]
+        g = path_geometry(paths, ctx)
+        m = millard_info(P, ctx, S)
+        T = jnp.zeros(paths.num_paths, m.tendon_force.dtype).at[idx].add(w * m.tendon_force)
+        return apply_tensions(paths, ctx, g, T)
+
+    def calc_zdot(self, P: Params, ctx: Context, S: tuple) -> jax.Array | None:
+        s = _statics(S)
+        z = ctx.get_z()
+        out = jnp.zeros(z.shape[0], z.dtype)
+        act, ten = np.flatnonzero(s[:, 2] >= 0), np.flatnonzero(s[:, 3] >= 0)
+        if not len(act) and not len(ten):
+            return None
+        m = millard_info(P, ctx, S)
+        if len(act):
+            out = out.at[s[act, 2]].set(m.activation_derivative[act])
+        if len(ten):
+            out = out.at[s[ten, 3]].set(m.normalized_tendon_force_derivative[ten])
+        return out
