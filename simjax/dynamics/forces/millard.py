@@ -203,10 +203,10 @@ class _Pennation:
         return jnp.where(ok, jnp.sqrt(self.h * self.h + jnp.where(ok, along, 1.0) ** 2), self.min_length)
 
 
-def _damped_velocity(a, fal, fpe, target, beta, fmax, fv_curve, fv_inv, iterations=40):
+def _damped_velocity(a, fal, fpe, target, beta, fmax, fv_curve, v0, iterations=30):
     """The normalized fibre velocity ``v`` with ``a fal fv(v) + fpe + beta v = target``
     (the damped model's equilibrium, ``target = fse / cos(phi)``): bracketed Newton from
-    OpenSim's starting guess, then one implicit step for exact derivatives."""
+    OpenSim's starting guess ``v0``, then one implicit step for exact derivatives."""
 
     def g(v, a, fal, fpe, target, beta, fv_curve):
         return a * fal * _curves.evaluate(fv_curve, v) + fpe + beta * v - target
@@ -216,9 +216,7 @@ def _damped_velocity(a, fal, fpe, target, beta, fmax, fv_curve, fv_inv, iteratio
     # the root lies where beta v = target - fpe - a fal fv with 0 <= fv <= fmax
     lo = (starget - sfpe - sa * sfal * jax.lax.stop_gradient(fmax)) / sbeta - 1.0
     hi = (starget - sfpe) / sbeta + 1.0
-    fv0 = (starget - sfpe) / (jnp.maximum(sa, 0.01) * jnp.maximum(sfal, 0.01))
-    v0 = jnp.clip(_curves.evaluate(jax.lax.stop_gradient(fv_inv), fv0), -1.0, 1.0)
-    v0 = jnp.clip(v0, lo, hi)
+    v0 = jnp.clip(jax.lax.stop_gradient(v0), lo, hi)
 
     def step(carry, _):
         v, lo, hi = carry
@@ -279,23 +277,31 @@ def millard_equations(
     slack = lt < ls - SIGNIFICANT_REAL
     nv_rigid = jnp.where(slack, 0.0, V * cos / vmax)
     classic = comp & ~damped
-    safe_a = jnp.where(classic, ac, 1.0)
-    safe_fal = jnp.where(classic, fal, 1.0)
-    fv_classic = (fse / cos - fpe) / (safe_a * safe_fal)
-    nv_classic = _curves.evaluate(fv_inv, fv_classic)
-    use_damped = comp & damped
-    nv_damped = _damped_velocity(
-        jnp.where(use_damped, ac, 1.0),
-        jnp.where(use_damped, fal, 1.0),
-        jnp.where(use_damped, fpe, 0.0),
-        jnp.where(use_damped, fse / cos, 1.0),
-        jnp.where(use_damped, beta, 1.0),
-        P["fv_max_eccentric_velocity_force_multiplier"],
-        fv_c,
-        fv_inv,
-    )
-    nv = jnp.where(comp, jnp.where(damped, nv_damped, nv_classic), nv_rigid)
-    fv = jnp.where(classic, fv_classic, _curves.evaluate(fv_c, nv))
+    if not isinstance(compliant, np.ndarray) or np.any(compliant):  # a rigid group skips these
+        safe_a = jnp.where(classic, ac, 1.0)
+        safe_fal = jnp.where(classic, fal, 1.0)
+        fv_classic = (fse / cos - fpe) / (safe_a * safe_fal)
+        # one inverse-curve evaluation serves both: the classic model's velocity, the
+        # damped model's starting guess (OpenSim's, from the multiplier with a, fal and
+        # cos(phi) kept >= 0.01, clamped to [-1, 1])
+        guess = (fse / jnp.maximum(cos, 0.01) - fpe) / (jnp.maximum(ac, 0.01) * jnp.maximum(fal, 0.01))
+        nv_inv = _curves.evaluate(fv_inv, jnp.where(classic, fv_classic, jnp.where(comp, guess, 1.0)))
+        use_damped = comp & damped
+        nv_damped = _damped_velocity(
+            jnp.where(use_damped, ac, 1.0),
+            jnp.where(use_damped, fal, 1.0),
+            jnp.where(use_damped, fpe, 0.0),
+            jnp.where(use_damped, fse / cos, 1.0),
+            jnp.where(use_damped, beta, 1.0),
+            P["fv_max_eccentric_velocity_force_multiplier"],
+            fv_c,
+            jnp.clip(nv_inv, -1.0, 1.0),
+        )
+        nv = jnp.where(comp, jnp.where(damped, nv_damped, nv_inv), nv_rigid)
+        fv = jnp.where(classic, fv_classic, _curves.evaluate(fv_c, nv))
+    else:
+        nv = nv_rigid
+        fv = _curves.evaluate(fv_c, nv)
     fv = jnp.where(comp | ~slack, fv, 1.0)
     vm = nv * vmax
     dphi = jnp.where(pen.pennated, -(vm / lm) * jnp.tan(phi), 0.0)
