@@ -230,7 +230,7 @@ def ours(slider):
         fa = M.inextensible_tendon_active_fiber_force(
             P, info.length, info.lengthening_speed, jnp.ones_like(info.length)
         )
-        return info, st.udot, l_eq, fa
+        return info, st.udot, l_eq, fa, st.zdot
 
     return build, evaluate, handles
 
@@ -253,9 +253,19 @@ def test_millard_quantities_equal_opensim(slider, ours):
     rng = np.random.default_rng(3)
     worst: dict[str, float] = {}
     exact = rigid | ~damped  # where OpenSim has no iteration in the velocity
+    assert (~exact).any() and (rigid.any()) and (~rigid & ~damped).any()
     for _ in range(40):
         q, u, e, a, lm = _draw(om, s, muscles, coord, rng)
-        info, udot, l_eq, fa = evaluate(q, u, e, a, lm)
+        info, udot, l_eq, fa, zdot = evaluate(q, u, e, a, lm)
+        # the z derivatives the integrators see: OpenSim's state derivatives
+        for i, mus in enumerate(muscles):
+            for slot, var in ((handles[i]._z_act, "activation"), (handles[i]._z_ten, "fiber_length")):
+                if slot >= 0:
+                    theirs_d = mus.getStateVariableDerivativeValue(s, var)
+                    j = handles[i]._z_index(m.default_state, slot)
+                    err = abs(float(zdot[j]) - theirs_d) / max(1.0, abs(theirs_d))
+                    key = "zdot" + (" (damped)" if var == "fiber_length" and not exact[i] else "")
+                    worst[key] = max(worst.get(key, 0.0), err)
         for field, getter in FIELDS + (("normalized_tendon_force_derivative", "getFiberVelocity"),):
             theirs = np.array([getattr(mus, getter)(s) for mus in muscles])
             ours_ = np.asarray(getattr(info, field))
@@ -408,3 +418,38 @@ def test_gpk_generic_muscles_equal_opensim_and_gradients_equal_central_differenc
         ad = np.asarray(getattr(tan, f))
         print(f, "autodiff vs central differences", _rel(ad, fd, max(1e-3 * np.max(np.abs(fd)), 1e-9)))
         assert _rel(ad, fd, max(1e-3 * np.max(np.abs(fd)), 1e-9)) < 1e-6, f
+
+
+def test_bad_millard_input_says_what_to_fix():
+    """Properties out of range or curve parameters OpenSim's curve factory refuses: a
+    ValueError naming the muscle and what to change; set_fiber_length clamps at the minimum
+    fibre length as OpenSim's does; a rigid tendon has no fibre-length state."""
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    body = sj.Body(sj.MassProperties(1.0, [0, 0, 0], sj.Inertia(0.01)))
+    slide = sj.MobilizedBody.Slider(matter.Ground(), sj.Transform(), body, sj.Transform(), name="slide")
+    path = sj.GeometryPath(matter, "m")
+    path.append_path_point(matter.Ground(), [-0.3, 0.0, 0.0])
+    path.append_path_point(slide, [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match=r"'m': optimal_fiber_length must lie in \(0, inf\)"):
+        sj.Millard2012EquilibriumMuscle(forces, path, optimal_fiber_length=0.0)
+    with pytest.raises(ValueError, match="'m': minimum_activation must be >= 0.01 for the undamped"):
+        sj.Millard2012EquilibriumMuscle(forces, path, fiber_damping=0.0, minimum_activation=0.0)
+    with pytest.raises(ValueError, match="'m': FiberForceLengthCurve's .* all given or all left out"):
+        sj.Millard2012EquilibriumMuscle(forces, path, fiber_force_length_curve={"curviness": 0.5})
+    with pytest.raises(ValueError, match="'m': tendon_force_length_curve has no \\['stiffness'\\]"):
+        sj.Millard2012EquilibriumMuscle(forces, path, tendon_force_length_curve={"stiffness": 30.0})
+    with pytest.raises(ValueError, match="'m': ActiveForceLengthCurve needs min_norm_active_fiber_length <"):
+        sj.Millard2012EquilibriumMuscle(
+            forces, path, active_force_length_curve={"transition_norm_fiber_length": 0.3}
+        )
+    mus = sj.Millard2012EquilibriumMuscle(
+        forces, path, name="m", optimal_fiber_length=0.1, tendon_slack_length=0.15
+    )
+    s = system.realize_topology()
+    with pytest.raises(ValueError, match="'m': fiber_damping must lie in"):
+        mus.set_property(s, "fiber_damping", -1.0)
+    lmin = float(mus.get_minimum_fiber_length(s))
+    assert lmin == pytest.approx(0.1 * (0.47 - 0.0259))
+    assert float(mus.get_fiber_length_state(mus.set_fiber_length(s, 0.01))) == lmin
