@@ -221,15 +221,13 @@ def ours(slider):
 
     @jax.jit
     def evaluate(q, u, e, a, lm):
-        st0 = build(q, u, e, a, lm)
-        st = system.realize(st0, sj.Stage.ACCELERATION)
-        eq = sj.equilibrate_muscles(system, st0)
-        l_eq = jnp.stack([h.get_fiber_length_state(eq) for h in handles])
+        st = system.realize(build(q, u, e, a, lm), sj.Stage.ACCELERATION)
         info = calc_muscle_info(forces, st)
-        # static optimization's force per unit activation, from the same path lengths/speeds
-        fa = M.inextensible_tendon_active_fiber_force(
-            P, info.length, info.lengthening_speed, jnp.ones_like(info.length)
-        )
+        # static optimization's force per unit activation and the equilibrium fibre lengths
+        # (what equilibrate_muscles stores) from the same path lengths, speeds, activations
+        one = jnp.ones_like(info.length)
+        fa = M.inextensible_tendon_active_fiber_force(P, info.length, info.lengthening_speed, one)
+        l_eq = M.equilibrium_fiber_length(P, info.length, info.activation)
         return info, st.udot, l_eq, fa, st.zdot
 
     return build, evaluate, handles
@@ -450,6 +448,14 @@ def test_bad_millard_input_says_what_to_fix():
     s = system.realize_topology()
     with pytest.raises(ValueError, match="'m': fiber_damping must lie in"):
         mus.set_property(s, "fiber_damping", -1.0)
+    # the optional curve properties left out hold OpenSim's fitted values (no NaN in the State)
+    assert float(mus.get_property(s, "fse_stiffness_at_one_norm_force")) == pytest.approx(1.375 / 0.049)
+    assert float(mus.get_property(s, "fpe_stiffness_at_one_norm_force")) == pytest.approx(2.0 / 0.7)
+    system.realize(s, sj.Stage.POSITION)  # a concrete State passes realize's checks
     lmin = float(mus.get_minimum_fiber_length(s))
     assert lmin == pytest.approx(0.1 * (0.47 - 0.0259))
     assert float(mus.get_fiber_length_state(mus.set_fiber_length(s, 0.01))) == lmin
+    # equilibrate_muscles stores the kernel's equilibrium fibre length in z (path 0.3 m:
+    # fibre about 0.3 - 0.15 m at low activation, above its minimum)
+    l_eq = float(mus.get_fiber_length_state(sj.equilibrate_muscles(system, mus.set_activation(s, 0.2))))
+    assert 0.1 < l_eq < 0.16

@@ -686,8 +686,10 @@ class Millard2012EquilibriumMuscle(Muscle):
     (``default_fiber_length`` defaults to ``optimal_fiber_length``); each curve's
     properties are a dict by OpenSim's property names (e.g.
     ``active_force_length_curve={"minimum_value": 0.0}``), held in the State as
-    ``fal_``/``fv_``/``fpe_``/``fse_`` + the property name; an optional curve property
-    left out (NaN) takes OpenSim's fitted value.
+    ``fal_``/``fv_``/``fpe_``/``fse_`` + the property name; optional curve properties
+    left out (all three of a curve, as in OpenSim) take OpenSim's fitted values, computed
+    from the curve's strains at construction (OpenSim recomputes them when a strain
+    changes; here set them with ``set_property``).
 
     Args:
         forces: The ``GeneralForceSubsystem``.
@@ -765,6 +767,20 @@ class Millard2012EquilibriumMuscle(Muscle):
             if not (math.isnan(x) and k.startswith(("fpe_", "fse_")) and k not in _REQUIRED_CURVE_PARAMS):
                 self._check(k, x)
         self._check_curves()
+        # optional curve properties left out: OpenSim's fitted values (from the strains)
+        e0, e1 = self._v["fpe_strain_at_zero_force"], self._v["fpe_strain_at_one_norm_force"]
+        et = self._v["fse_strain_at_one_norm_force"]
+        fitted = {
+            "fpe_stiffness_at_low_force": 0.2,
+            "fpe_stiffness_at_one_norm_force": 2.0 / (e1 - e0),
+            "fpe_curviness": 0.75,
+            "fse_stiffness_at_one_norm_force": 1.375 / et,
+            "fse_norm_force_at_toe_end": 2.0 / 3.0,
+            "fse_curviness": 0.5,
+        }
+        for k, x in fitted.items():
+            if math.isnan(self._v[k]):
+                self._v[k] = x
         lo = float(optimal_fiber_length)
         l0 = lo if default_fiber_length is None else float(default_fiber_length)
         self._check("default_activation", float(default_activation))
