@@ -319,7 +319,15 @@ IO = [
 ]
 
 
-VIZ = ["View", "geometry_poses", "plot_coordinates", "plot_marker_errors", "plot_pose", "plot_trajectory"]
+VIZ = [
+    "View",
+    "geometry_poses",
+    "plot_coordinates",
+    "plot_marker_errors",
+    "plot_muscles",
+    "plot_pose",
+    "plot_trajectory",
+]
 
 
 def _public(obj) -> list[str]:

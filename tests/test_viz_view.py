@@ -628,3 +628,89 @@ def test_view_draws_contacts_where_find_contacts_finds_them(tmp_path):
         assert pts.visible and len(pts.points) == 5
     with sj.viz.View(model, contacts=False) as view:
         assert not any("/contacts/" in n for n in view.node_names)
+
+
+def test_view_draws_paths_around_wraps_coloured_by_activation():
+    """A muscle over a cylinder and a bare path: the View draws each as line segments through
+    ``matter.calc_path_points`` (tangent points and arc included), the muscle from blue
+    (activation 0) to red (1) as OpenSim does, the other path grey; animate follows the
+    frames; ``paths=False`` draws none."""
+    pytest.importorskip("viser")
+    system = sj.MultibodySystem()
+    matter = sj.SimbodyMatterSubsystem(system)
+    forces = sj.GeneralForceSubsystem(system)
+    body = sj.Body.Rigid(sj.MassProperties(1.0, [0.2, 0, 0], sj.Inertia(0.01, 0.05, 0.05)))
+    rod = sj.MobilizedBody.Pin(matter.Ground(), sj.Transform(), body, sj.Transform())
+    drum = sj.WrapCylinder(matter, matter.Ground(), 0.05, 1.0, name="drum")
+    path = sj.GeometryPath(matter, "muscle")
+    path.append_path_point(matter.Ground(), [-0.4, 0.0, 0.0])
+    path.append_path_point(rod, [0.4, 0.0, 0.0])
+    path.add_path_wrap(drum)
+    bare = sj.GeometryPath(matter, "ligament")
+    bare.append_path_point(matter.Ground(), [0.0, 0.3, 0.0])
+    bare.append_path_point(rod, [0.2, 0.0, 0.0])
+    muscle = sj.DeGrooteFregly2016Muscle(forces, path, optimal_fiber_length=0.3, tendon_slack_length=0.5)
+    st = rod.set_one_q(system.realize_topology(), 0, 0.05)
+    with sj.viz.View(system) as view:
+        h = view._nodes["/copy0/paths"]
+        view.show(muscle.set_activation(st, 1.0))
+        pts, ok = (np.asarray(a) for a in matter.calc_path_points(system.realize(st, sj.Stage.POSITION)))
+        n0, n1 = ok[0].sum(), ok[1].sum()
+        assert n0 > 4 and n1 == 2 and h.visible and len(h.points) == (n0 - 1) + (n1 - 1)
+        np.testing.assert_allclose(h.points[: n0 - 1, 0], pts[0][ok[0]][:-1], atol=1e-6)
+        np.testing.assert_allclose(h.points[n0 - 1, 1], pts[1][ok[1]][-1], atol=1e-6)
+        assert tuple(h.colors[0, 0]) == (255, 0, 0) and tuple(h.colors[-1, 0]) == (170, 170, 150)
+        view.show(muscle.set_activation(st, 0.0))
+        assert tuple(h.colors[0, 0]) == (0, 0, 255)
+        states = jax.vmap(lambda q: st.with_q(q[None]))(jnp.array([0.05, 1.0]))
+        view.animate(states, play=False)
+        view.frame(1)  # unwrapped: two points each
+        assert len(h.points) == 2
+    with sj.viz.View(system, paths=False) as view:
+        assert "/copy0/paths" not in view.node_names
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgb
+
+    fig = sj.viz.plot_pose(muscle.set_activation(st, 1.0), system, markers=False)
+    colours = [to_rgb(ln.get_color()) for ln in fig.axes[0].get_lines()]
+    assert colours.count((1.0, 0.0, 0.0)) == n0 - 1  # the muscle, red at activation 1
+    assert colours.count(tuple(np.array((170, 170, 150)) / 255)) == n1 - 1  # the ligament
+    fig = sj.viz.plot_pose(st, system, markers=False, paths=False)
+    assert (1.0, 0.0, 0.0) not in [to_rgb(ln.get_color()) for ln in fig.axes[0].get_lines()]
+
+
+def test_plot_muscles_panels_units_reference_and_errors():
+    """plot_muscles draws one panel per muscle with the quantity's unit, the reference dashed
+    at its own times (columns matched by name), from muscle_analysis' dict, an object with
+    ``muscle_analysis`` and static optimization's ``activation``, or a single table; a missing
+    quantity or muscle is named with what there is."""
+    pytest.importorskip("matplotlib")
+    t = np.linspace(0, 1, 11)
+    ma = {
+        "TendonForce": sj.io.CoordinateTable(t, ["a", "b", "c"], np.outer(t, [1.0, 2.0, 3.0])),
+        "MomentArm_knee": sj.io.CoordinateTable(t, ["a", "b", "c"], np.outer(t, [0.01, 0.02, 0.03])),
+    }
+    ref = sj.io.CoordinateTable(t[::2], ["c", "a"], np.outer(t[::2], [3.0, 1.0]))
+    fig = sj.viz.plot_muscles(ma, "TendonForce", ref)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["a", "c"]  # the columns both have
+    ln = shown[1].get_lines()
+    np.testing.assert_allclose(ln[0].get_ydata(), 3 * t)
+    assert ln[1].get_linestyle() == "--" and len(ln[1].get_xdata()) == 6
+    assert shown[0].get_ylabel() == "N"
+    fig = sj.viz.plot_muscles(ma, "MomentArm_knee", muscles=["b"])
+    assert fig.axes[0].get_ylabel().startswith("m") and fig.axes[0].get_title() == "b"
+
+    class Result:  # what an AnalyzeResult holds
+        muscle_analysis = ma
+        activation = sj.io.CoordinateTable(t, ["a", "b"], np.full((11, 2), 0.5))
+        force = None
+
+    fig = sj.viz.plot_muscles(Result(), "activation")
+    assert fig.axes[0].get_ylabel() == "activation"
+    with pytest.raises(ValueError, match="no 'FiberLength'; it has"):
+        sj.viz.plot_muscles(ma, "FiberLength")
+    with pytest.raises(ValueError, match="no column for \\['zz'\\]"):
+        sj.viz.plot_muscles(ma["TendonForce"], muscles=["zz"])
+    with pytest.raises(TypeError, match="must be sj.io.muscle_analysis's tables"):
+        sj.viz.plot_muscles([1, 2], "TendonForce")

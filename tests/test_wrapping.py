@@ -185,6 +185,34 @@ def test_a_pendulum_wraps_as_by_hand_batched_and_differentiated(kind):
     assert np.isfinite(g)
 
 
+@pytest.mark.parametrize("kind", ["cylinder", "sphere"])
+def test_the_drawn_path_follows_the_wrap(kind):
+    """``matter.calc_path_points`` (what the viewer draws; ``get_current_path``): both ends,
+    then the tangent points and the arc's points on the surface of the wrap; its polyline is
+    the path's length up to the arc's chords (1e-3 relative), and exactly it unwrapped."""
+    system, matter, rod, path = _pendulum(kind)
+    state = system.realize_topology()
+    pts_of = jax.jit(
+        jax.vmap(lambda q: matter.calc_path_points(system.realize(state.with_q(q[None]), sj.Stage.POSITION)))
+    )
+    qs = jnp.array([0.03, 0.1, 1.0])  # wrapped, wrapped, straight
+    P, ok = (np.asarray(a) for a in pts_of(qs))
+    for q, p, k in zip(np.asarray(qs), P[:, 0], ok[:, 0]):
+        x = p[k]
+        drawn = np.linalg.norm(np.diff(x, axis=0), axis=1).sum()
+        assert drawn == pytest.approx(_by_hand(float(q)), rel=1e-3)
+        np.testing.assert_allclose(x[0], [-0.4, 0, 0], atol=1e-15)
+        np.testing.assert_allclose(x[-1], [0.4 * math.cos(q), 0.4 * math.sin(q), 0], atol=1e-15)
+        if len(x) > 2:  # wrapped: every point but the ends on the surface
+            inner = x[1:-1]
+            rho = np.linalg.norm(inner[:, :2] if kind == "cylinder" else inner, axis=1)
+            np.testing.assert_allclose(rho, 0.05, rtol=1e-12)
+        else:
+            assert drawn == pytest.approx(_by_hand(float(q)), abs=1e-14)
+    st = system.realize(state.with_q(jnp.array([0.03])), sj.Stage.POSITION)
+    np.testing.assert_allclose(path.get_current_path(st), P[0, 0][ok[0, 0]], atol=1e-15)
+
+
 def test_bad_wraps_are_refused_naming_the_element(tmp_path):
     system = sj.MultibodySystem()
     matter = sj.SimbodyMatterSubsystem(system)

@@ -294,3 +294,58 @@ def wrapped_path_length(
 
     state, L, _ = jax.lax.fori_loop(0, 8, body, (carry, jnp.asarray(jnp.inf, dtype), jnp.array(False)))
     return (L, state) if nodes else L
+
+
+def path_nodes(
+    paths: PathSet, topo: Topology, q: jax.Array, R_GB: jax.Array, p_GB: jax.Array, arc_points: int = 8
+) -> tuple[jax.Array, jax.Array]:
+    """Every path as a polyline in Ground, for drawing: ``(n_paths, S, 3)`` points in path
+    order and ``(n_paths, S)`` which are real (the rest pad the static shape). A path's
+    active points, each wrap's two tangent points and, between them, ``arc_points`` points
+    on the wrap surface along the shorter way from one tangent point to the other (a chord
+    point pushed radially onto the cylinder or sphere: the arc's length within a fraction
+    of a per cent of the exact one for arcs up to a half turn)."""
+    if not paths.num_paths:
+        return jnp.zeros((0, 1, 3), q.dtype), jnp.zeros((0, 1), bool)
+    x, active = point_locations(paths, topo, q, R_GB, p_GB)
+    ws = paths.wraps
+    dtype = x.dtype
+    t = jnp.linspace(0.0, 1.0, arc_points + 2, dtype=dtype)[1:-1]
+    per: list[tuple[jax.Array, jax.Array]] = []
+    for k in range(paths.num_paths):
+        lo, hi = int(paths.start[k]), int(paths.start[k + 1])
+        n = hi - lo
+        wraps = ws.path_wraps[k] if ws is not None else ()
+        if not wraps:
+            per.append((x[lo:hi], active[lo:hi]))
+            continue
+        assert ws is not None
+        _, final = wrapped_path_length(ws, wraps, x[lo:hi], active[lo:hi], R_GB, p_GB, nodes=True)
+        pos, act, key = final[0], final[1], final[2]
+        extra_pos, extra_act, extra_key = [pos], [act], [key]
+        for i, (obj, _, _) in enumerate(wraps):
+            s1, s2 = n + 2 * i, n + 2 * i + 1
+            b = int(ws.body[obj])
+            R_GW = R_GB[b] @ jnp.asarray(ws.R[obj], dtype)
+            o_GW = p_GB[b] + R_GB[b] @ jnp.asarray(ws.p[obj], dtype)
+            a, c = (pos[s1] - o_GW) @ R_GW, (pos[s2] - o_GW) @ R_GW  # in the wrap frame
+            m = a[None] + t[:, None] * (c - a)[None]
+            radius = float(ws.dims[obj, 0])
+            if ws.kind[obj] == "cylinder":  # push onto the surface around the z axis
+                rho = _norm(m[:, :2])
+                m = m.at[:, :2].multiply((radius / jnp.where(rho > 0, rho, 1.0))[:, None])
+            else:
+                rho = _norm(m)
+                m = m * (radius / jnp.where(rho > 0, rho, 1.0))[:, None]
+            extra_pos.append(m @ R_GW.T + o_GW[None])
+            extra_act.append(jnp.broadcast_to(act[s1] & act[s2], t.shape))
+            extra_key.append(key[s1] + t * (key[s2] - key[s1]))
+        pos, act, key = (jnp.concatenate(v) for v in (extra_pos, extra_act, extra_key))
+        o = jnp.argsort(jnp.where(act, key, jnp.inf))
+        per.append((pos[o], act[o]))
+    S = max([len(p) for p, _ in per] + [1])
+    pts = jnp.stack([jnp.concatenate([p, jnp.zeros((S - len(p), 3), dtype)]) for p, _ in per])
+    ok = jnp.stack([jnp.concatenate([a, jnp.zeros(S - len(a), bool)]) for _, a in per])
+    # the real points first, in path order (a path without wraps keeps its file order)
+    o = jnp.argsort(~ok, axis=1, stable=True)
+    return jnp.take_along_axis(pts, o[..., None], axis=1), jnp.take_along_axis(ok, o, axis=1)

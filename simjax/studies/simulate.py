@@ -1106,6 +1106,35 @@ def simulate(
     for k, v in reps:
         if not callable(v):
             raise TypeError(f"simulate: reporter {k!r} must be a function of the State")
+    args = (model, state, t0, tuple(float(x) for x in times), cfg, events, reps, ctl)
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((state, ctl)))
+    # An eager call runs the rollout compiled, and compiled once per model, options, events
+    # and controls function: eagerly, each loop primitive would be traced and compiled anew at
+    # every call (seconds each). Under the caller's jit/vmap/grad it is traced in place.
+    traj = _run(*args) if traced else _run_compiled(*args)
+    if dg.debug_nans_enabled():
+        _diagnose_nonfinite(system, traj, cfg.dt if cfg.dt else (float(times[-1]) - t0) / 1000)
+    _warn_unresolved(traj, events, cfg)
+    if not throw:
+        return traj
+    topo = model.topology(state.use_euler_angles)
+    locks = ", ".join(f"{topo.names[b]!r} ({m.kind})" for b, m in topo.lock_bodies())
+    return _raise_if_failed(traj, t0, float(times[-1]), cfg, locks)
+
+
+def _run(
+    model: Model,
+    state: State,
+    t0: float,
+    times: tuple[float, ...],
+    cfg: _Config,
+    events: tuple[Any, ...],
+    reps: tuple[tuple[str, Any], ...],
+    ctl: _Controls | None,
+) -> Trajectory:
+    """The rollout of ``simulate`` (its arguments checked), batched in chunks under a
+    plain ``jax.vmap`` and refusing the differentiation its loop does not serve."""
+    integrator, adjoint = cfg.integrator, cfg.adjoint
     try:
         # Under a plain ``jax.vmap`` of more than ``sj.vmap``'s chunk of States on a single
         # CPU device, the whole rollout runs in chunks (``_batching.chunked_jvp``; what it
@@ -1114,7 +1143,7 @@ def simulate(
         # with its own slowest member; its derivatives are unchanged. The adaptive
         # integrators' checkpointed loop (adjoint='reverse') is a custom_vjp, which a jvp
         # rule cannot go through: reverse mode's rule (``chunked_vjp``) serves it.
-        run = lambda s: _simulate(model, s, t0, tuple(float(x) for x in times), cfg, events, reps, ctl)
+        run = lambda s: _simulate(model, s, t0, times, cfg, events, reps, ctl)
         if integrator in _ADAPTIVE and adjoint == "reverse":
             again = lambda: _adjoint_refusal(integrator, adjoint, "a second reverse pass")  # noqa: E731
             traj = _batching.chunked_vjp(run, again)(state)
@@ -1128,14 +1157,10 @@ def simulate(
         if integrator not in _ADAPTIVE or adjoint != "reverse" or "forward-mode" not in str(err):
             raise
         raise _adjoint_refusal(integrator, adjoint, "forward-mode differentiation") from None
-    if dg.debug_nans_enabled():
-        _diagnose_nonfinite(system, traj, cfg.dt if cfg.dt else (float(times[-1]) - t0) / 1000)
-    _warn_unresolved(traj, events, cfg)
-    if not throw:
-        return traj
-    topo = model.topology(state.use_euler_angles)
-    locks = ", ".join(f"{topo.names[b]!r} ({m.kind})" for b, m in topo.lock_bodies())
-    return _raise_if_failed(traj, t0, float(times[-1]), cfg, locks)
+    return traj
+
+
+_run_compiled = eqx.filter_jit(_run)
 
 
 _HOW_TO_DIFFERENTIATE = (

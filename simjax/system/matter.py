@@ -108,6 +108,13 @@ class SimbodyMatterSubsystem(Subsystem):
         return pa.calc_path_lengths(self, state)
 
     @compiled_outside_traces
+    def calc_path_points(self, state: State) -> tuple[jax.Array, jax.Array]:
+        """Every path as a polyline in Ground, as a viewer draws it: ``(n_paths, S, 3)``
+        points (each path's active points, its wraps' tangent points and points along each
+        wrap's arc), the real ones first in path order, and ``(n_paths, S)`` which are real
+        (needs Position)."""
+        return pa.calc_path_points(self, state)
+
     def calc_path_lengthening_speeds(self, state: State) -> jax.Array:
         """Every path's lengthening speed (n_paths,) (needs Velocity)."""
         return pa.calc_path_lengthening_speeds(self, state)

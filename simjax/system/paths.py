@@ -22,7 +22,7 @@ from jaxtyping import Array, Float
 
 from .. import _spatial as sp
 from .._stage import Stage
-from ..dynamics.paths import path_lengths, point_locations
+from ..dynamics.paths import path_lengths, path_nodes
 from ..model.paths import MovingPoint, PathSet, WrapSet
 from ..model.state import State
 from ._compiled import reads_cache
@@ -264,17 +264,12 @@ class GeometryPath:
         return self._matter.calc_path_moment_arms(state)[self.index, int(topo.u_start[body]) + which]
 
     def get_current_path(self, state: State) -> np.ndarray:
-        """Ground locations of the active points, in order (k, 3): what a viewer draws
-        (needs Position; a host array, not for tracing). The tangent points of wraps are
-        not among them yet."""
-        state.require(Stage.POSITION, "get_current_path")
-        model = self._matter._system.model_for(state)
-        paths = model.paths
-        topo = model.topology(state.use_euler_angles)
-        pc = state.position_cache
-        x, active = point_locations(paths, topo, state.q, pc.R_GB, pc.p_GB)
-        lo, hi = int(paths.start[self.index]), int(paths.start[self.index + 1])
-        return np.asarray(x)[lo:hi][np.asarray(active)[lo:hi]]
+        """The path as drawn, in Ground (k, 3): its active points in order with, at each
+        wrap, the two tangent points and points on the surface between them (OpenSim's
+        current path plus the arcs; ``matter.calc_path_points``). Needs Position; a host
+        array, not for tracing."""
+        pts, ok = self._matter.calc_path_points(state)
+        return np.asarray(pts[self.index])[np.asarray(ok[self.index])]
 
 
 # ---------------------------------------------------------------------- every path at once
@@ -282,6 +277,19 @@ class GeometryPath:
 
 def _system(matter: Any) -> Any:
     return matter._system
+
+
+def calc_path_points(matter: Any, state: State) -> tuple[jax.Array, jax.Array]:
+    """Every path as a polyline in Ground (``simjax.dynamics.paths.path_nodes``):
+    ``(n_paths, S, 3)`` points, real ones first in path order, and ``(n_paths, S)`` which
+    are real (needs Position)."""
+    state.require(Stage.POSITION, "calc_path_points")
+    model = _system(matter).model_for(state)
+    if model.paths is None:
+        return jnp.zeros((0, 1, 3), state.q.dtype), jnp.zeros((0, 1), bool)
+    topo = model.topology(state.use_euler_angles)
+    pc = state.position_cache
+    return path_nodes(model.paths, topo, state.q, pc.R_GB, pc.p_GB)
 
 
 def calc_path_lengths(matter: Any, state: State) -> jax.Array:

@@ -21,6 +21,9 @@ from ._scene import (
     check_state,
     make_scene,
     marker_locations,
+    num_paths,
+    path_points,
+    path_segments,
     per_system,
     system_of,
 )
@@ -199,6 +202,119 @@ def plot_coordinates(
     return fig
 
 
+#: The unit of each MuscleAnalysis quantity (OpenSim's file keys), by key or key prefix.
+_MUSCLE_UNITS = {
+    "Length": "m",
+    "FiberLength": "m",
+    "NormalizedFiberLength": "optimal lengths",
+    "FiberVelocity": "m/s",
+    "NormFiberVelocity": "max. velocities",
+    "PennationAngle": "rad",
+    "MomentArm_": "m (N m/N)",
+    "Moment_": "N m",
+    "activation": "activation",
+    "force": "N",
+}
+
+
+def plot_muscles(
+    analysis: Any,
+    quantity: str = "TendonForce",
+    reference: Any = None,
+    *,
+    muscles: Sequence[str] | None = None,
+    labels: tuple[str, str] = ("simjax", "reference"),
+    ncols: int = 4,
+) -> Any:
+    """One muscle quantity over a trial, one panel per muscle, with a reference dashed:
+    forces, lengths, velocities, moment arms and moments from OpenSim's MuscleAnalysis, or
+    static optimization's activations and forces.
+
+    Args:
+        analysis: ``sj.io.muscle_analysis``'s tables (a dict by OpenSim's file key), an
+            ``sj.io.AnalyzeResult`` (its muscle analysis, and ``"activation"`` / ``"force"``
+            from its static optimization), or one ``CoordinateTable`` whose columns are
+            muscles (e.g. a ``_StaticOptimization_activation.sto`` read back).
+        quantity: The file key: ``"TendonForce"``, ``"FiberLength"``, ``"ActiveFiberForce"``,
+            ``"MomentArm_<coordinate>"``, ``"Moment_<coordinate>"``, ``"activation"``, ... (all
+            of ``sj.io.MUSCLE_ANALYSIS`` and the moment-arm keys); ignored for a single table.
+        reference: The same quantity from elsewhere, in one of the same forms (e.g.
+            OpenSim's ``_MuscleAnalysis_TendonForce.sto`` read with ``sj.io.read_sto``), its
+            columns matched by name and drawn at its own times.
+        muscles: The muscles to draw (default: every column; with a reference, the columns
+            both have).
+        labels: Legend names of ``analysis`` and ``reference``.
+        ncols: Panels per row.
+
+    Returns:
+        The matplotlib Figure.
+
+    Raises:
+        ValueError: The quantity or a named muscle is missing (the message lists what is
+            there).
+    """
+    table = _muscle_table(analysis, quantity, "analysis")
+    ref = None if reference is None else _muscle_table(reference, quantity, "reference")
+    if muscles is None:
+        muscles = [n for n in table.labels if ref is None or n in ref.labels]
+    missing = [n for n in muscles if n not in table.labels]
+    if ref is not None:
+        missing += [f"{n} (reference)" for n in muscles if n not in ref.labels]
+    if missing:
+        raise ValueError(f"plot_muscles: no column for {missing[:6]}; the muscles are {table.labels[:8]} ...")
+    if not muscles:
+        raise ValueError("plot_muscles: no muscle to draw (no column in common with the reference?)")
+    unit = next(
+        (
+            u
+            for k, u in _MUSCLE_UNITS.items()
+            if quantity == k or (k.endswith("_") and quantity.startswith(k))
+        ),
+        "N",
+    )
+    plt = _pyplot()
+    nc = max(1, min(ncols, len(muscles)))
+    nr = math.ceil(len(muscles) / nc)
+    fig, axes = plt.subplots(nr, nc, figsize=(3.2 * nc, 2.2 * nr), squeeze=False, sharex=True)
+    for i, n in enumerate(muscles):
+        ax = axes[i // nc][i % nc]
+        ax.plot(np.asarray(table.time), table.column(n), lw=1.2, label=labels[0])
+        if ref is not None:
+            ax.plot(np.asarray(ref.time), ref.column(n), "--", lw=1.2, label=labels[1])
+        ax.set_title(n, fontsize="small")
+        ax.set_ylabel(unit, fontsize="small")
+    for j in range(len(muscles), nr * nc):
+        axes[j // nc][j % nc].set_visible(False)
+    if ref is not None:
+        axes[0][0].legend(fontsize="x-small")
+    for ax in axes[-1]:
+        ax.set_xlabel("time (s)")
+    fig.suptitle(quantity, fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def _muscle_table(x: Any, quantity: str, what: str) -> CoordinateTable:
+    """``plot_muscles``' table of ``quantity`` from one of its input forms."""
+    if isinstance(x, CoordinateTable):
+        return x
+    if not isinstance(x, dict) and not hasattr(x, "muscle_analysis"):
+        raise TypeError(
+            f"plot_muscles: {what} must be sj.io.muscle_analysis's tables (a dict), an sj.io.AnalyzeResult "
+            f"or a CoordinateTable, got {type(x).__name__}"
+        )
+    tables = dict(x if isinstance(x, dict) else x.muscle_analysis)
+    for key in ("activation", "force"):
+        if getattr(x, key, None) is not None:
+            tables[key] = getattr(x, key)
+    if quantity not in tables:
+        raise ValueError(
+            f"plot_muscles: {what} has no {quantity!r}; it has {sorted(tables)[:12]}"
+            f"{' ...' if len(tables) > 12 else ''}"
+        )
+    return tables[quantity]
+
+
 def _surface_points(d: Drawable, n: int = 200) -> np.ndarray:
     """Points on a drawable's surface in its body frame (for a light scatter)."""
     if d.shape == "mesh" and d.vertices is not None:
@@ -230,12 +346,14 @@ def plot_pose(
     observed: Any = None,
     geometry: bool = True,
     markers: Any = True,
+    paths: bool = True,
     title: str | None = None,
 ) -> Any:
     """A pose as a static 3D figure (matplotlib; works headless): the skeleton (a line from
     each body to each child joint and on to the child; none from Ground to a floating base),
-    the model's geometry as a light
-    point cloud, the markers (magenta) and, optionally, observed markers (blue crosses).
+    the model's geometry as a light point cloud, the paths (muscles from blue, activation 0,
+    to red, 1; other paths grey), the markers (magenta) and, optionally, observed markers
+    (blue crosses).
 
     Args:
         state: One State of ``model``.
@@ -246,6 +364,7 @@ def plot_pose(
         geometry: Draw the geometry's points.
         markers: ``True``: the model's markers; ``False``: none; or an ``sj.Markers`` goal
             (for a System built by hand), whose markers are drawn.
+        paths: Draw the paths (muscles, ligaments, path springs) around their wraps.
         title: The axes' title.
 
     Returns:
@@ -292,6 +411,11 @@ def plot_pose(
                 g = p[d.body] + v @ R[d.body].T
                 rgb = np.minimum(np.asarray(d.rgba[:3]), 0.6)  # white bones stay visible on white
                 ax.scatter(*P(g), s=1, color=rgb, alpha=0.35, depthshade=False)
+    if paths and num_paths(scene.system):
+        segs, cols = path_segments(*path_points(scene.system, st))
+        for k, (seg, col) in enumerate(zip(segs, cols)):
+            ax.plot(*P(seg), color=col[0] / 255, lw=1.5, label=None if k else "paths")
+        pts.append(segs.reshape(-1, 3))
     if scene.markers:
         mk = marker_locations(scene, R, p)
         ax.scatter(*P(mk), s=14, color=np.array(MARKER_RGB) / 255, label="model markers", depthshade=False)

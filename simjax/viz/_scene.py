@@ -31,6 +31,7 @@ MARKER_RGB = (230, 60, 200)
 OBSERVED_RGB = (40, 120, 255)
 LIMIT_RGB = (230, 30, 30)
 CONTACT_RGB = (255, 150, 0)
+PATH_RGB = (170, 170, 150)  # a path that is not a muscle's (a ligament, a PathSpring)
 
 
 @dataclass
@@ -342,6 +343,68 @@ def contact_points(system: MultibodySystem, states: State) -> tuple[np.ndarray, 
         out = tuple(x.reshape((*batch, *x.shape[1:])) for x in out)
     pos, nrm, active = (np.asarray(x) for x in out)
     return pos, nrm, active.astype(bool)
+
+
+def num_paths(system: MultibodySystem) -> int:
+    """How many paths (``sj.GeometryPath``) the System has."""
+    paths = None if system._model is None else system._model.paths
+    return 0 if paths is None else paths.num_paths
+
+
+def _paths(system: MultibodySystem) -> Any:
+    from ..system.forces import GeneralForceSubsystem  # noqa: PLC0415 - only for drawing paths
+    from ..system.muscles import _muscles_of  # noqa: PLC0415
+
+    matter = system.get_matter_subsystem()
+    subs = [sub for sub in system._subsystems if isinstance(sub, GeneralForceSubsystem)]
+    muscles = [m for sub in subs for m in _muscles_of(sub)]
+
+    def one(s: State) -> tuple[jax.Array, jax.Array, jax.Array]:
+        pts, ok = matter.calc_path_points(system.realize(s, Stage.POSITION))
+        act = jnp.full(pts.shape[0], jnp.nan, pts.dtype)
+        for m in muscles:
+            act = act.at[m.get_geometry_path().index].set(jnp.asarray(m.get_activation(s), pts.dtype))
+        return pts, ok, act
+
+    return one
+
+
+def path_points(system: MultibodySystem, states: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every path as drawn (``matter.calc_path_points``) and its muscle's activation (NaN
+    for a path no muscle pulls along) in a State or a batch of them: ``(..., n_paths, S,
+    3), (..., n_paths, S), (..., n_paths)``."""
+    batch = tuple(states.q.shape[:-1])
+    fn = per_system(system, "paths", _paths)
+    if not batch:
+        out = fn(states)
+    else:
+        n = int(np.prod(batch))
+        flat = jax.tree.map(lambda x: jnp.reshape(x, (n, *jnp.shape(x)[len(batch) :])), states)
+        out = jax.vmap(fn)(flat)
+        out = tuple(x.reshape((*batch, *x.shape[1:])) for x in out)
+    pts, ok, act = (np.asarray(x) for x in out)
+    return pts, ok.astype(bool), act
+
+
+def path_segments(pts: np.ndarray, ok: np.ndarray, act: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One State's paths (``path_points``) as line segments ``(N, 2, 3)`` and their colours
+    ``(N, 2, 3)`` (uint8): a muscle from blue (activation 0) to red (1), as OpenSim draws
+    them, any other path grey."""
+    segs, cols = [], []
+    for p, k, a in zip(pts, ok, act):
+        x = p[k]
+        if len(x) < 2:
+            continue
+        segs.append(np.stack([x[:-1], x[1:]], axis=1))
+        if np.isnan(a):
+            rgb = np.array(PATH_RGB, float)
+        else:
+            a = float(np.clip(a, 0.0, 1.0))
+            rgb = np.array([255.0 * a, 0.0, 255.0 * (1.0 - a)])
+        cols.append(np.broadcast_to(rgb, (len(x) - 1, 2, 3)))
+    if not segs:
+        return np.zeros((0, 2, 3), np.float32), np.zeros((0, 2, 3), np.uint8)
+    return np.concatenate(segs).astype(np.float32), np.concatenate(cols).astype(np.uint8)
 
 
 def geometry_poses(model: LoadedModel, state: State) -> tuple[np.ndarray, np.ndarray]:

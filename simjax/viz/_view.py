@@ -18,6 +18,7 @@ from ._scene import (
     LIMIT_RGB,
     MARKER_RGB,
     OBSERVED_RGB,
+    PATH_RGB,
     Drawable,
     Scene,
     body_poses,
@@ -26,6 +27,9 @@ from ._scene import (
     limit_engagement,
     make_scene,
     marker_locations,
+    num_paths,
+    path_points,
+    path_segments,
     states_of,
 )
 
@@ -87,6 +91,10 @@ class View:
             spacing: Distance between copies, sideways (default: 1.2 x the model's size; 0
                 overlays them, drawn translucent).
             contacts: Draw the contacts (points and normals) of a model with contact surfaces.
+            paths: Draw the paths (``sj.GeometryPath``: muscles, ligaments, path springs)
+                through their points and around their wrap objects; a muscle coloured by
+                its activation, from blue (0) to red (1) as OpenSim draws it, other paths
+                grey.
     """
 
     def __init__(
@@ -103,6 +111,7 @@ class View:
         copies: int = 1,
         spacing: float | None = None,
         contacts: bool = True,
+        paths: bool = True,
     ):
         if not (isinstance(copies, int) and copies >= 1):
             raise ValueError(f"View: copies must be a positive int, got {copies!r}")
@@ -133,6 +142,7 @@ class View:
         matter = sc.system.get_matter_subsystem()
         self._limits = [matter.get_limit(i) for i in range(matter.get_num_limits())]
         self._contacts = bool(contacts) and matter.get_num_contact_surfaces() > 0
+        self._paths = bool(paths) and num_paths(sc.system) > 0
         width = 3 * ext + gap * (copies - 1)
         grid_center = sc.center + self._offsets[-1] / 2
         # the floor: Ground's origin, or below it when the model hangs lower (a pendulum)
@@ -175,6 +185,11 @@ class View:
                 self._nodes[f"{root}/contacts/normals"] = api.add_line_segments(
                     f"{root}/contacts/normals", np.zeros((1, 2, 3), np.float32), CONTACT_RGB,
                     thickness=0.004 * ext, visible=False,
+                )  # fmt: skip
+            if self._paths:  # filled by show/animate
+                self._nodes[f"{root}/paths"] = api.add_line_segments(
+                    f"{root}/paths", np.zeros((1, 2, 3), np.float32), PATH_RGB, thickness=0.006 * ext,
+                    visible=False,
                 )  # fmt: skip
             for name, _, _ in sc.markers:
                 path = f"{root}/markers/{_safe(name)}"
@@ -288,6 +303,18 @@ class View:
         seg.colors = np.tile(np.array(CONTACT_RGB, np.uint8), (len(x), 2, 1))
         pts.visible = seg.visible = True
 
+    def _set_paths(self, c: int, pts: np.ndarray, ok: np.ndarray, act: np.ndarray) -> None:
+        """Copy ``c``'s paths (one State's ``path_points``)."""
+        if not self._paths:
+            return
+        h = self._nodes[f"/copy{c}/paths"]
+        seg, col = path_segments(pts, ok, act)
+        if not len(seg):
+            h.visible = False
+            return
+        h.points, h.colors = seg, col
+        h.visible = True
+
     def _members(self, n: int, what: str) -> int:
         if n > 1 and self.copies == 1:
             raise ValueError(
@@ -322,12 +349,17 @@ class View:
         cts = contact_points(self._system, state) if self._contacts else None
         if cts is not None and state.q.ndim == 1:
             cts = (cts[0][None], cts[1][None], cts[2][None])
+        pth = path_points(self._system, state) if self._paths else None
+        if pth is not None and state.q.ndim == 1:
+            pth = (pth[0][None], pth[1][None], pth[2][None])
         Q = _wxyz(R)
         for c in range(n):
             self._set_pose(c, R[c], p[c], Q[c])
             self._set_limits(c, engaged[c])
             if cts is not None:
                 self._set_contacts(c, cts[0][c], cts[1][c], cts[2][c])
+            if pth is not None:
+                self._set_paths(c, pth[0][c], pth[1][c], pth[2][c])
             if obs is not None:
                 self._show_observed(c, obs[c], marker_locations(self.scene, R[c], p[c]))
         return self
@@ -370,9 +402,11 @@ class View:
         R, p = body_poses(self._system, states)
         engaged = limit_engagement(self._system, states)
         cts = contact_points(self._system, states) if self._contacts else None
+        pth = path_points(self._system, states) if self._paths else None
         if states.q.ndim == 2:
             R, p, engaged = R[None], p[None], engaged[None]
             cts = None if cts is None else (cts[0][None], cts[1][None], cts[2][None])
+            pth = None if pth is None else (pth[0][None], pth[1][None], pth[2][None])
         n = self._members(R.shape[0], "View.animate")
         obs = None
         if observed is not None:
@@ -404,6 +438,7 @@ class View:
         self._anim.update(R=R[:n], p=p[:n], Q=_wxyz(R[:n]), t=t, engaged=engaged[:n])
         self._anim["obs"] = None if obs is None else obs[:n]
         self._anim["contacts"] = None if cts is None else tuple(x[:n] for x in cts)
+        self._anim["paths"] = None if pth is None else tuple(x[:n] for x in pth)
         dt = float(np.median(np.diff(t))) if len(t) > 1 and np.all(np.diff(t) > 0) else 1 / 30
         self._anim["period"] = 1.0 / fps if fps else min(max(dt, 1 / 60), 0.5)
         self.frame(0)
@@ -445,6 +480,9 @@ class View:
                 if a.get("contacts") is not None:
                     cpos, cnrm, con = a["contacts"]
                     self._set_contacts(c, cpos[c, k], cnrm[c, k], con[c, k])
+                if a.get("paths") is not None:
+                    ppts, pok, pact = a["paths"]
+                    self._set_paths(c, ppts[c, k], pok[c, k], pact[c, k])
                 if a.get("obs") is not None:
                     self._show_observed(c, a["obs"][c, k], marker_locations(self.scene, R, p))
             a["time"].value = float(a["t"][k])
