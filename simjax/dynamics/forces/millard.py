@@ -203,10 +203,12 @@ class _Pennation:
         return jnp.where(ok, jnp.sqrt(self.h * self.h + jnp.where(ok, along, 1.0) ** 2), self.min_length)
 
 
-def _damped_velocity(a, fal, fpe, target, beta, fmax, fv_curve, v0, iterations=30):
+def _damped_velocity(mask, a, fal, fpe, target, beta, fmax, fv_curve, v0, v_other, iterations=30):
     """The normalized fibre velocity ``v`` with ``a fal fv(v) + fpe + beta v = target``
-    (the damped model's equilibrium, ``target = fse / cos(phi)``): bracketed Newton from
-    OpenSim's starting guess ``v0``, then one implicit step for exact derivatives."""
+    (the damped model's equilibrium, ``target = fse / cos(phi)``) where ``mask``, else
+    ``v_other``, and the force-velocity multiplier ``fv(v)``: bracketed Newton from
+    OpenSim's starting guess ``v0``, then one implicit step for exact derivatives (the
+    multiplier's value and slope from one evaluation at the end)."""
 
     def g(v, a, fal, fpe, target, beta, fv_curve):
         return a * fal * _curves.evaluate(fv_curve, v) + fpe + beta * v - target
@@ -227,10 +229,13 @@ def _damped_velocity(a, fal, fpe, target, beta, fmax, fv_curve, v0, iterations=3
         return (jnp.where(ok, newton, 0.5 * (lo + hi)), lo, hi), None
 
     (v, _, _), _ = jax.lax.scan(step, (v0, lo, hi), None, length=iterations)
-    v = jax.lax.stop_gradient(v)
-    r = g(v, a, fal, fpe, target, beta, fv_curve)
-    dr = jax.lax.stop_gradient(jax.jvp(lambda x: g(x, *args), (v,), (jnp.ones_like(v),))[1])
-    return v - r / dr
+    x = jnp.where(mask, jax.lax.stop_gradient(v), v_other)
+    fvx, dfv = jax.jvp(lambda y: _curves.evaluate(fv_curve, y), (x,), (jnp.ones_like(x),))
+    dfv = jax.lax.stop_gradient(dfv)
+    r = a * fal * fvx + fpe + beta * x - target
+    dr = jax.lax.stop_gradient(a * fal * dfv + beta)
+    dv = jnp.where(mask, -r / jnp.where(mask, dr, 1.0), 0.0)
+    return x + dv, fvx + dfv * dv
 
 
 def millard_equations(
@@ -287,7 +292,8 @@ def millard_equations(
         guess = (fse / jnp.maximum(cos, 0.01) - fpe) / (jnp.maximum(ac, 0.01) * jnp.maximum(fal, 0.01))
         nv_inv = _curves.evaluate(fv_inv, jnp.where(classic, fv_classic, jnp.where(comp, guess, 1.0)))
         use_damped = comp & damped
-        nv_damped = _damped_velocity(
+        nv, fv_at_nv = _damped_velocity(
+            use_damped,
             jnp.where(use_damped, ac, 1.0),
             jnp.where(use_damped, fal, 1.0),
             jnp.where(use_damped, fpe, 0.0),
@@ -296,9 +302,9 @@ def millard_equations(
             P["fv_max_eccentric_velocity_force_multiplier"],
             fv_c,
             jnp.clip(nv_inv, -1.0, 1.0),
+            jnp.where(comp, nv_inv, nv_rigid),
         )
-        nv = jnp.where(comp, jnp.where(damped, nv_damped, nv_inv), nv_rigid)
-        fv = jnp.where(classic, fv_classic, _curves.evaluate(fv_c, nv))
+        fv = jnp.where(classic, fv_classic, fv_at_nv)
     else:
         nv = nv_rigid
         fv = _curves.evaluate(fv_c, nv)
@@ -423,8 +429,8 @@ def equilibrium_fiber_length(P: Params, L: jax.Array, a: jax.Array, iterations: 
 
     (x, _, _), _ = jax.lax.scan(step, (x0, low, hi), None, length=iterations)
     x = jax.lax.stop_gradient(x)
-    f = r(x, *args)
-    df = jax.lax.stop_gradient(jax.jvp(lambda v: r(v, *sargs), (x,), (jnp.ones_like(x),))[1])
+    f, df = jax.jvp(lambda v: r(v, *args), (x,), (jnp.ones_like(x),))  # one pass: value, slope
+    df = jax.lax.stop_gradient(df)
     x = x - f / jnp.where(df != 0, df, 1.0)
     return jnp.where(r_low >= 0, lmin, x)
 
