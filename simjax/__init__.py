@@ -59,6 +59,7 @@ from .system.forces import SmoothSphereHalfSpaceForce as SmoothSphereHalfSpaceFo
 from .system.forces import TendonSpringDamper as TendonSpringDamper
 from .system.matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .system.muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
+from .system.muscles import Millard2012EquilibriumMuscle as Millard2012EquilibriumMuscle
 from .system.muscles import Muscle as Muscle
 from .system.muscles import Thelen2003Muscle as Thelen2003Muscle
 from .system.muscles import equilibrate_muscles as equilibrate_muscles

@@ -26,6 +26,7 @@ SJ = [
     "Coupling",
     "ConstraintContext",
     "DeGrooteFregly2016Muscle",
+    "Millard2012EquilibriumMuscle",
     "Muscle",
     "Thelen2003Muscle",
     "Context",

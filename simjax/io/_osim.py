@@ -36,12 +36,13 @@ import numpy as np
 from .. import _osim_functions as fn
 from .. import _spatial as sp
 from .._functions import Constant, Linear, Polynomial
+from ..dynamics.forces.millard import CURVE_PARAMS as _MILLARD_CURVE_PARAMS
 from ..system.bodies import Body, MobilizedBody
 from ..system.constraints import Constraint
 from ..system.contact import ContactGeometry, ContactSurface, registry
 from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
-from ..system.muscles import DeGrooteFregly2016Muscle, Thelen2003Muscle
+from ..system.muscles import DeGrooteFregly2016Muscle, Millard2012EquilibriumMuscle, Thelen2003Muscle
 from ..system.paths import GeometryPath, WrapCylinder, WrapSphere
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
@@ -1178,11 +1179,47 @@ class _OsimReader:
             kw[flag] = doc.bool(f, flag, False)
         return kw
 
+    #: Millard2012EquilibriumMuscle's properties read as numbers, with OpenSim's defaults
+    #: (``default_fiber_length``: the optimal fibre length).
+    _MILLARD_PROPERTIES = (
+        ("max_isometric_force", 1000.0),
+        ("optimal_fiber_length", 0.1),
+        ("tendon_slack_length", 0.2),
+        ("pennation_angle_at_optimal", 0.0),
+        ("max_contraction_velocity", 10.0),
+        ("fiber_damping", 0.1),
+        ("default_activation", 0.05),
+        ("activation_time_constant", 0.010),
+        ("deactivation_time_constant", 0.040),
+        ("minimum_activation", 0.01),
+        ("maximum_pennation_angle", math.acos(0.1)),
+    )
+
+    def _millard_keywords(self, f: Any) -> dict[str, Any]:
+        """A ``<Millard2012EquilibriumMuscle>``'s keyword arguments
+        (``sj.Millard2012EquilibriumMuscle``), its four curves from their child elements
+        (an optional curve property left empty: NaN, OpenSim's fitted value)."""
+        doc = self.doc
+        kw: dict[str, Any] = {k: doc.float(f, k, d) for k, d in self._MILLARD_PROPERTIES}
+        kw["default_fiber_length"] = doc.float(f, "default_fiber_length", kw["optimal_fiber_length"])
+        for flag in ("ignore_tendon_compliance", "ignore_activation_dynamics"):
+            kw[flag] = doc.bool(f, flag, False)
+        curves: dict[str, dict[str, float]] = {}
+        for _, tag, prop, default in _MILLARD_CURVE_PARAMS:
+            el = f.find(tag)
+            curves.setdefault(tag, {})[prop] = default if el is None else doc.float(el, prop, default)
+        kw["active_force_length_curve"] = curves["ActiveForceLengthCurve"]
+        kw["force_velocity_curve"] = curves["ForceVelocityCurve"]
+        kw["fiber_force_length_curve"] = curves["FiberForceLengthCurve"]
+        kw["tendon_force_length_curve"] = curves["TendonForceLengthCurve"]
+        return kw
+
     #: The muscle models read: tag -> (handle class, the reader of its element's keyword
     #: arguments). Others are counted as left out.
     _MUSCLE_KINDS: ClassVar[dict[str, tuple[type, str]]] = {
         "DeGrooteFregly2016Muscle": (DeGrooteFregly2016Muscle, "_dgf_keywords"),
         "Thelen2003Muscle": (Thelen2003Muscle, "_thelen_keywords"),
+        "Millard2012EquilibriumMuscle": (Millard2012EquilibriumMuscle, "_millard_keywords"),
     }
     _MUSCLES = tuple(_MUSCLE_KINDS)
     #: The forces along paths read by ``_read_paths`` and ``_read_muscles``.

@@ -11,6 +11,7 @@ from .forces import PathSpring as PathSpring
 from .forces import TendonSpringDamper as TendonSpringDamper
 from .matter import SimbodyMatterSubsystem as SimbodyMatterSubsystem
 from .muscles import DeGrooteFregly2016Muscle as DeGrooteFregly2016Muscle
+from .muscles import Millard2012EquilibriumMuscle as Millard2012EquilibriumMuscle
 from .muscles import Muscle as Muscle
 from .muscles import Thelen2003Muscle as Thelen2003Muscle
 from .muscles import equilibrate_muscles as equilibrate_muscles

@@ -1,8 +1,10 @@
-"""Muscle handles: ``sj.DeGrooteFregly2016Muscle`` and ``sj.Thelen2003Muscle``, forces
+"""Muscle handles: ``sj.DeGrooteFregly2016Muscle``, ``sj.Thelen2003Muscle`` and
+``sj.Millard2012EquilibriumMuscle``, forces
 along a ``sj.GeometryPath`` with their states (activation; the normalized tendon force or
 the fibre length for a compliant tendon) in the State's z and their excitations among the
 subsystem's controls. The equations are the kernels in
-:mod:`simjax.dynamics.forces.muscles` and :mod:`simjax.dynamics.forces.thelen`; this
+:mod:`simjax.dynamics.forces.muscles`, :mod:`simjax.dynamics.forces.thelen` and
+:mod:`simjax.dynamics.forces.millard`; this
 module registers muscles and gets and sets their numbers, with OpenSim's method names in
 snake_case."""
 
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._stage import Stage
+from ..dynamics.forces import millard as _millard
 from ..dynamics.forces import muscles as _muscles
 from ..dynamics.forces import thelen as _thelen
 from ..dynamics.forces.kernel import group_params
@@ -757,3 +760,262 @@ class Thelen2003Muscle(Muscle):
         """d fibre length / dt (the fibre velocity; zero for a rigid tendon; needs
         Velocity)."""
         return self.get_tendon_state_derivative(state)
+
+
+_CURVE_ARGS = {
+    "ActiveForceLengthCurve": "active_force_length_curve",
+    "ForceVelocityCurve": "force_velocity_curve",
+    "FiberForceLengthCurve": "fiber_force_length_curve",
+    "TendonForceLengthCurve": "tendon_force_length_curve",
+}
+_NONNEG = (0.0, math.inf, True, False, "")
+_POS = (0.0, math.inf, False, False, "")
+_CURVINESS = (0.0, 1.0, True, True, "curviness, 0 to 1; NaN: OpenSim's fitted value")
+_MILLARD_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
+    **_RANGES,
+    "fiber_damping": (0.0, math.inf, True, False, "below 0.001: the undamped model"),
+    "minimum_activation": (0.0, 1.0, True, False, ""),
+    "maximum_pennation_angle": (0.0, math.pi / 2, True, True, "rad"),
+    "default_activation": (0.0, 1.0, True, True, "the initial activation"),
+    "default_fiber_length": (0.0, math.inf, False, False, "m; the initial fibre length"),
+    "fal_min_norm_active_fiber_length": _NONNEG,
+    "fal_transition_norm_fiber_length": _POS,
+    "fal_max_norm_active_fiber_length": (1.0, math.inf, False, False, ""),
+    "fal_shallow_ascending_slope": _NONNEG,
+    "fal_minimum_value": _NONNEG,
+    "fv_concentric_slope_at_vmax": (0.0, 1.0, True, False, ""),
+    "fv_concentric_slope_near_vmax": (1.49e-8, 1.0, True, True, ""),
+    "fv_isometric_slope": (1.0, math.inf, False, False, ""),
+    "fv_eccentric_slope_at_vmax": _NONNEG,
+    "fv_eccentric_slope_near_vmax": (1.49e-8, math.inf, True, False, ""),
+    "fv_max_eccentric_velocity_force_multiplier": (1.0, math.inf, False, False, ""),
+    "fv_concentric_curviness": (0.0, 1.0, True, True, ""),
+    "fv_eccentric_curviness": (0.0, 1.0, True, True, ""),
+    "fpe_strain_at_zero_force": (-1.0, math.inf, False, False, ""),
+    "fpe_strain_at_one_norm_force": (-1.0, math.inf, False, False, ""),
+    "fpe_stiffness_at_low_force": _POS,
+    "fpe_stiffness_at_one_norm_force": _POS,
+    "fpe_curviness": _CURVINESS,
+    "fse_strain_at_one_norm_force": _POS,
+    "fse_stiffness_at_one_norm_force": _POS,
+    "fse_norm_force_at_toe_end": (0.0, 1.0, False, False, ""),
+    "fse_curviness": _CURVINESS,
+}
+
+
+class Millard2012EquilibriumMuscle(Muscle):
+    """OpenSim's ``Millard2012EquilibriumMuscle`` on a path (Millard et al. 2013): the
+    Hill-type muscle of most current OpenSim models (Rajagopal 2015 among them), its curves
+    OpenSim's quintic Bezier ``SmoothSegmentedFunction``\\ s.
+
+    The tendon force pulls along ``path`` (``-T dL/dq``). Activation (unless
+    ``ignore_activation_dynamics``) and the fibre length (unless
+    ``ignore_tendon_compliance``: a rigid tendon) are auxiliary variables in the State's z;
+    the excitation is this muscle's control. With ``fiber_damping >= 0.001`` the damped
+    model (fibre velocity by Newton on the damped equilibrium), else with an elastic tendon
+    the classic Hill model (fibre velocity from the inverse force-velocity curve; OpenSim
+    then requires ``minimum_activation >= 0.01``). The equations are in
+    :mod:`simjax.dynamics.forces.millard`. Every number is an Instance-stage parameter
+    (differentiable, settable per State) but the ``ignore_*`` flags, which set the State's
+    layout, and ``default_*``, the initial values of the states. The keyword arguments
+    after ``name`` are OpenSim's properties with OpenSim's defaults
+    (``default_fiber_length`` defaults to ``optimal_fiber_length``); each curve's
+    properties are a dict by OpenSim's property names (e.g.
+    ``active_force_length_curve={"minimum_value": 0.0}``), held in the State as
+    ``fal_``/``fv_``/``fpe_``/``fse_`` + the property name; optional curve properties
+    left out (all three of a curve, as in OpenSim) take OpenSim's fitted values, computed
+    from the curve's strains at construction (OpenSim recomputes them when a strain
+    changes; here set them with ``set_property``).
+
+    Args:
+        forces: The ``GeneralForceSubsystem``.
+        path: The ``sj.GeometryPath`` it acts along.
+        name: Its name (as in the .osim file).
+
+    Raises:
+        ValueError: A property outside its range (the message names the muscle).
+    """
+
+    kernel = _millard.Millard2012EquilibriumMuscle()
+    _params = _millard.PARAMS
+    _ranges = _MILLARD_RANGES
+
+    def __init__(
+        self,
+        forces: GeneralForceSubsystem,
+        path: GeometryPath,
+        *,
+        name: str | None = None,
+        max_isometric_force: float = 1000.0,
+        optimal_fiber_length: float = 0.1,
+        tendon_slack_length: float = 0.2,
+        pennation_angle_at_optimal: float = 0.0,
+        max_contraction_velocity: float = 10.0,
+        fiber_damping: float = 0.1,
+        default_activation: float = 0.05,
+        default_fiber_length: float | None = None,
+        activation_time_constant: float = 0.010,
+        deactivation_time_constant: float = 0.040,
+        minimum_activation: float = 0.01,
+        maximum_pennation_angle: float = math.acos(0.1),
+        ignore_tendon_compliance: bool = False,
+        ignore_activation_dynamics: bool = False,
+        active_force_length_curve: dict[str, float] | None = None,
+        force_velocity_curve: dict[str, float] | None = None,
+        fiber_force_length_curve: dict[str, float] | None = None,
+        tendon_force_length_curve: dict[str, float] | None = None,
+    ):
+        if not isinstance(path, GeometryPath):
+            raise TypeError(
+                f"Millard2012EquilibriumMuscle: path must be an sj.GeometryPath, got {type(path).__name__}"
+            )
+        self.name = name or path.name
+        v: dict[str, float] = {
+            "max_isometric_force": max_isometric_force,
+            "optimal_fiber_length": optimal_fiber_length,
+            "tendon_slack_length": tendon_slack_length,
+            "pennation_angle_at_optimal": pennation_angle_at_optimal,
+            "max_contraction_velocity": max_contraction_velocity,
+            "fiber_damping": fiber_damping,
+            "activation_time_constant": activation_time_constant,
+            "deactivation_time_constant": deactivation_time_constant,
+            "minimum_activation": minimum_activation,
+            "maximum_pennation_angle": maximum_pennation_angle,
+        }
+        given = {
+            "ActiveForceLengthCurve": active_force_length_curve or {},
+            "ForceVelocityCurve": force_velocity_curve or {},
+            "FiberForceLengthCurve": fiber_force_length_curve or {},
+            "TendonForceLengthCurve": tendon_force_length_curve or {},
+        }
+        for curve, props in given.items():
+            known = {p for _, c, p, _ in _millard.CURVE_PARAMS if c == curve}
+            unknown = set(props) - known
+            if unknown:
+                raise ValueError(
+                    f"Millard2012EquilibriumMuscle {self.name!r}: {_CURVE_ARGS[curve]} has no "
+                    f"{sorted(unknown)}; its properties are {sorted(known)}"
+                )
+        for key, curve, prop, default in _millard.CURVE_PARAMS:
+            v[key] = given[curve].get(prop, default)
+        self._v = {k: float(x) for k, x in v.items()}
+        for k, x in self._v.items():
+            if not (math.isnan(x) and k.startswith(("fpe_", "fse_")) and k not in _REQUIRED_CURVE_PARAMS):
+                self._check(k, x)
+        self._check_curves()
+        # optional curve properties left out: OpenSim's fitted values (from the strains)
+        e0, e1 = self._v["fpe_strain_at_zero_force"], self._v["fpe_strain_at_one_norm_force"]
+        et = self._v["fse_strain_at_one_norm_force"]
+        fitted = {
+            "fpe_stiffness_at_low_force": 0.2,
+            "fpe_stiffness_at_one_norm_force": 2.0 / (e1 - e0),
+            "fpe_curviness": 0.75,
+            "fse_stiffness_at_one_norm_force": 1.375 / et,
+            "fse_norm_force_at_toe_end": 2.0 / 3.0,
+            "fse_curviness": 0.5,
+        }
+        for k, x in fitted.items():
+            if math.isnan(self._v[k]):
+                self._v[k] = x
+        lo = float(optimal_fiber_length)
+        l0 = lo if default_fiber_length is None else float(default_fiber_length)
+        self._check("default_activation", float(default_activation))
+        self._check("default_fiber_length", l0)
+        self._path = path
+        self._default_activation = float(default_activation)
+        self._default_tendon_state = l0
+        self.ignore_tendon_compliance = bool(ignore_tendon_compliance)
+        self.ignore_activation_dynamics = bool(ignore_activation_dynamics)
+        if not self.ignore_tendon_compliance and self._v["fiber_damping"] < _millard.MIN_NONZERO_DAMPING:
+            if self._v["minimum_activation"] < 0.01:
+                raise ValueError(
+                    f"{self._who}: minimum_activation must be >= 0.01 for the undamped model with an "
+                    f"elastic tendon (a singularity at activation 0), got {self._v['minimum_activation']:g}; "
+                    "raise it, or set fiber_damping >= 0.001"
+                )
+        super().__init__(forces)
+
+    def _check_curves(self) -> None:
+        """The relations between curve parameters that OpenSim's curve factory requires."""
+        v, who = self._v, self._who
+
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"{who}: {what}; change the curve's properties")
+
+        need(
+            v["fal_min_norm_active_fiber_length"] < v["fal_transition_norm_fiber_length"] < 1.0,
+            "ActiveForceLengthCurve needs min_norm_active_fiber_length < transition_norm_fiber_length < 1",
+        )
+        e0, e1 = v["fpe_strain_at_zero_force"], v["fpe_strain_at_one_norm_force"]
+        need(e1 > e0, "FiberForceLengthCurve needs strain_at_one_norm_force > strain_at_zero_force")
+        opt = [
+            v[k] for k in ("fpe_stiffness_at_low_force", "fpe_stiffness_at_one_norm_force", "fpe_curviness")
+        ]
+        need(
+            all(map(math.isnan, opt)) or not any(map(math.isnan, opt)),
+            "FiberForceLengthCurve's stiffness_at_low_force, stiffness_at_one_norm_force and curviness "
+            "must be all given or all left out",
+        )
+        if not math.isnan(opt[0]):
+            need(
+                opt[1] > 1.0 / (e1 - e0),
+                "FiberForceLengthCurve needs stiffness_at_one_norm_force > 1/(e1-e0)",
+            )
+            need(opt[0] < 1.0 / (e1 - e0), "FiberForceLengthCurve needs stiffness_at_low_force < 1/(e1-e0)")
+        et = v["fse_strain_at_one_norm_force"]
+        opt = [
+            v[k] for k in ("fse_stiffness_at_one_norm_force", "fse_norm_force_at_toe_end", "fse_curviness")
+        ]
+        need(
+            all(map(math.isnan, opt)) or not any(map(math.isnan, opt)),
+            "TendonForceLengthCurve's stiffness_at_one_norm_force, norm_force_at_toe_end and curviness "
+            "must be all given or all left out",
+        )
+        if not math.isnan(opt[0]):
+            need(opt[0] > 1.0 / et, "TendonForceLengthCurve needs stiffness_at_one_norm_force > 1/strain")
+
+    def _values(self) -> dict[str, Any]:
+        # the tendon's kind chooses the curves OpenSim uses (a flag, not a property to set)
+        return {**self._v, "ignore_tendon_compliance": 1.0 if self.ignore_tendon_compliance else 0.0}
+
+    def get_fiber_damping(self, state: State) -> jax.Array:
+        """The fibre damping coefficient (below 0.001: the undamped model)."""
+        return self._get(state, "fiber_damping")
+
+    def get_minimum_activation(self, state: State) -> jax.Array:
+        """The activation's lower bound."""
+        return self._get(state, "minimum_activation")
+
+    def get_minimum_fiber_length(self, state: State) -> jax.Array:
+        """The shortest fibre length (m): the longer of the shortest active length and the
+        pennation model's (at ``maximum_pennation_angle``); fibre lengths are clamped to it."""
+        P = {k: self._get(state, k) for k in self._params}
+        return _millard.minimum_fiber_length(P)
+
+    def set_fiber_length(self, state: State, fiber_length: Any) -> State:
+        """New State with the fibre length state set, clamped to the minimum fibre length as
+        OpenSim's ``setFiberLength`` does (a rigid tendon has none: the State is returned
+        unchanged, as OpenSim does)."""
+        if self.ignore_tendon_compliance:
+            return state
+        if _concrete(fiber_length) and not np.all(np.asarray(fiber_length) > 0):
+            raise ValueError(f"{self._who}: the fibre length must be > 0, got {fiber_length}")
+        lm = jnp.maximum(jnp.asarray(fiber_length, state.z.dtype), self.get_minimum_fiber_length(state))
+        self._model_grp(state)
+        i = self._z_index(state, self._z_ten)
+        return state.with_z(state.z.at[i].set(lm))
+
+    def get_fiber_length_state(self, state: State) -> jax.Array:
+        """The fibre length state (z) of an elastic tendon, NaN for a rigid one."""
+        if self.ignore_tendon_compliance:
+            return jnp.full((), jnp.nan, state.q.dtype)
+        self._model_grp(state)
+        return state.z[self._z_index(state, self._z_ten)]
+
+
+_REQUIRED_CURVE_PARAMS = (
+    "fpe_strain_at_zero_force",
+    "fpe_strain_at_one_norm_force",
+    "fse_strain_at_one_norm_force",
+)
