@@ -143,23 +143,27 @@ def _single_wraps(
     PB = jnp.einsum("pji,pj->pi", R_GW, x[nxt] - o_GW)
     PA = jnp.where(valid[:, None], PA, jnp.asarray([1e3, 0.0, 0.0], dtype)[None])
     PB = jnp.where(valid[:, None], PB, jnp.asarray([0.0, 1e3, 1.0], dtype)[None])
-    radius, length = (jnp.asarray(ws.dims[o, j], dtype) for j in (0, 1))
-    axis, sign = (jnp.asarray(ws.quadrant[o, j]) for j in (0, 1))
     code = jnp.zeros(P, int)
     r1 = r2 = jnp.zeros((P, 3), dtype)
     arc = jnp.zeros(P, dtype)
-    for kind in sorted(set(ws.kind[i] for i in set(obj[obj >= 0].tolist()))):
+    # one vectorised call per (kind, quadrant), on the points it serves only: the quadrant
+    # static, so that one of its branches is traced and its axis indexes statically
+    combo = [(ws.kind[i], int(ws.quadrant[i, 0]), int(ws.quadrant[i, 1])) for i in o]
+    for kind, ax, sg in sorted({combo[i] for i in np.flatnonzero(obj >= 0)}):
+        sel = np.flatnonzero((obj >= 0) & np.array([c == (kind, ax, sg) for c in combo]))
+        radius, length = (jnp.asarray(ws.dims[o[sel], j], dtype) for j in (0, 1))
         if kind == "cylinder":
-            res = jax.vmap(lambda a, b_, r, h, ax, s: cylinder_wrap(a, b_, r, h, ax, s, True))(
-                PA, PB, radius, length, axis, sign
+            res = jax.vmap(lambda a, b_, r, h, ax=ax, sg=sg: cylinder_wrap(a, b_, r, h, ax, sg, True))(
+                PA[sel], PB[sel], radius, length
             )
         else:
-            res = jax.vmap(sphere_wrap)(PA, PB, radius, axis, sign)
-        mine = jnp.asarray(np.array([ws.kind[i] == kind for i in o]) & (obj >= 0))
-        code = jnp.where(mine, res[0], code)
-        r1 = jnp.where(mine[:, None], res[1], r1)
-        r2 = jnp.where(mine[:, None], res[2], r2)
-        arc = jnp.where(mine, res[3], arc)
+            res = jax.vmap(lambda a, b_, r, ax=ax, sg=sg: sphere_wrap(a, b_, r, ax, sg))(
+                PA[sel], PB[sel], radius
+            )
+        code = code.at[sel].set(res[0])
+        r1 = r1.at[sel].set(res[1])
+        r2 = r2.at[sel].set(res[2])
+        arc = arc.at[sel].set(res[3])
     r1g = jnp.einsum("pij,pj->pi", R_GW, r1) + o_GW
     r2g = jnp.einsum("pij,pj->pi", R_GW, r2) + o_GW
     wrapped_len = _norm(r1g - x) + arc + _norm(x[nxt] - r2g)
@@ -172,8 +176,8 @@ def _single_wraps(
     best = jax.ops.segment_min(jnp.where(wrapped, change, jnp.inf), path, num_segments=n)
     at_best = wrapped & (change == best[path])
     first_best = jax.ops.segment_min(jnp.where(at_best, idx, P), path, num_segments=n)
-    sel = jnp.where(first_mand < P, first_mand, first_best)
-    chosen = jnp.asarray(idx) == sel[path]
+    pick = jnp.where(first_mand < P, first_mand, first_best)
+    chosen = jnp.asarray(idx) == pick[path]
     return jnp.where(chosen, wrapped_len, seg)
 
 
