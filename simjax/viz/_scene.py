@@ -19,6 +19,8 @@ from ..io._urdf import align_axis
 from ..model.state import State
 from ..studies.conditions import Markers
 from ..studies.simulate import Trajectory
+from ..system.forces import GeneralForceSubsystem
+from ..system.muscles import _muscles_of
 from ..system.system import MultibodySystem
 from ._meshes import MeshProblems, load_mesh
 
@@ -352,9 +354,6 @@ def num_paths(system: MultibodySystem) -> int:
 
 
 def _paths(system: MultibodySystem) -> Any:
-    from ..system.forces import GeneralForceSubsystem  # noqa: PLC0415 - only for drawing paths
-    from ..system.muscles import _muscles_of  # noqa: PLC0415
-
     matter = system.get_matter_subsystem()
     subs = [sub for sub in system._subsystems if isinstance(sub, GeneralForceSubsystem)]
     muscles = [m for sub in subs for m in _muscles_of(sub)]

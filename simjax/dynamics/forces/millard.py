@@ -47,7 +47,6 @@ from ...model.context import Context
 from . import curves as _curves
 from .kernel import Params
 from .muscles import MuscleInfo, MuscleKernel, _statics, states
-from .paths import apply_tensions, path_geometry
 
 EPS = float(np.finfo(np.float64).eps)
 SIGNIFICANT_REAL = EPS ** (7.0 / 8.0)
@@ -435,23 +434,14 @@ def equilibrium_fiber_length(P: Params, L: jax.Array, a: jax.Array, iterations: 
     return jnp.where(r_low >= 0, lmin, x)
 
 
-def millard_info(P: Params, ctx: Context, S: tuple) -> MuscleInfo:
-    """Every muscle of a group at a Context realized to Velocity."""
-    paths = ctx._model.paths
-    assert paths is not None  # a muscle's Model has its path
-    s = _statics(S)
-    g = path_geometry(paths, ctx)
-    e, a, lm, comp = states(ctx, S)
-    return millard_equations(P, g.length[s[:, 0]], g.speed[s[:, 0]], e, a, lm, comp, s[:, 2] >= 0)
-
-
 @dataclass(frozen=True)
 class Millard2012EquilibriumMuscle(MuscleKernel):
     """The module's equations over a subsystem's Millard muscles: the tendon force as the
     tension of each muscle's path; z holds the activations and the fibre lengths."""
 
-    def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
-        return millard_info(P, ctx, S)
+    def equations(self, P: Params, ctx: Context, S: tuple, L: jax.Array, V: jax.Array) -> MuscleInfo:
+        e, a, lm, comp = states(ctx, S)
+        return millard_equations(P, L, V, e, a, lm, comp, _statics(S)[:, 2] >= 0)
 
     def inextensible_tendon_active_fiber_force(
         self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
@@ -460,26 +450,3 @@ class Millard2012EquilibriumMuscle(MuscleKernel):
 
     def equilibrium_tendon_state(self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
         return equilibrium_fiber_length(P, L, a)
-
-    def calc(self, P: Params, ctx: Context, S: tuple, w: jax.Array):
-        paths = ctx._model.paths
-        assert paths is not None  # a muscle's Model has its path
-        idx = _statics(S)[:, 0]
-        g = path_geometry(paths, ctx)
-        m = millard_info(P, ctx, S)
-        T = jnp.zeros(paths.num_paths, m.tendon_force.dtype).at[idx].add(w * m.tendon_force)
-        return apply_tensions(paths, ctx, g, T)
-
-    def calc_zdot(self, P: Params, ctx: Context, S: tuple) -> jax.Array | None:
-        s = _statics(S)
-        z = ctx.get_z()
-        out = jnp.zeros(z.shape[0], z.dtype)
-        act, ten = np.flatnonzero(s[:, 2] >= 0), np.flatnonzero(s[:, 3] >= 0)
-        if not len(act) and not len(ten):
-            return None
-        m = millard_info(P, ctx, S)
-        if len(act):
-            out = out.at[s[act, 2]].set(m.activation_derivative[act])
-        if len(ten):
-            out = out.at[s[ten, 3]].set(m.normalized_tendon_force_derivative[ten])
-        return out

@@ -262,16 +262,6 @@ def states(ctx: Context, S: tuple) -> tuple[jax.Array, jax.Array, jax.Array, np.
     return e, a, f, s[:, 3] >= 0
 
 
-def muscle_info(P: Params, ctx: Context, S: tuple) -> MuscleInfo:
-    """Every muscle of a group at a Context realized to Velocity."""
-    paths = ctx._model.paths
-    assert paths is not None  # a muscle's Model has its path
-    idx = _statics(S)[:, 0]
-    g = path_geometry(paths, ctx)
-    e, a, f, comp = states(ctx, S)
-    return muscle_equations(P, g.length[idx], g.speed[idx], e, a, f, comp)
-
-
 def inextensible_tendon_active_fiber_force(P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
     """OpenSim's ``calcInextensibleTendonActiveFiberForce``: the active fibre force
     ``F a fl fv`` (not projected on the tendon) with the tendon taken as rigid, at path
@@ -325,11 +315,45 @@ class MuscleKernel(ForceKernel):
     second state (DeGroote-Fregly: the normalized tendon force; Thelen, Millard: the fibre
     length)."""
 
+    def equations(self, P: Params, ctx: Context, S: tuple, L: jax.Array, V: jax.Array) -> MuscleInfo:
+        """Every muscle of a group at path lengths ``L`` and speeds ``V`` (n,), its
+        excitations and states from ``ctx`` (``MuscleInfo``'s ``normalized_tendon_force_state``
+        holds the tendon-state value, NaN for a rigid tendon, and
+        ``normalized_tendon_force_derivative`` its derivative)."""
+        raise TypeError(f"{type(self).__name__} does not define equations()")
+
     def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
-        """Every muscle of a group at a Context realized to Velocity (``MuscleInfo``'s
-        ``normalized_tendon_force_state`` holds the tendon-state value, NaN for a rigid
-        tendon, and ``normalized_tendon_force_derivative`` its derivative)."""
-        raise TypeError(f"{type(self).__name__} does not define info()")
+        """Every muscle of a group at a Context realized to Velocity."""
+        paths = ctx._model.paths
+        assert paths is not None  # a muscle's Model has its path
+        idx = _statics(S)[:, 0]
+        g = path_geometry(paths, ctx)
+        return self.equations(P, ctx, S, g.length[idx], g.speed[idx])
+
+    def calc(self, P: Params, ctx: Context, S: tuple, w: jax.Array):
+        """The tendon force as the tension of each muscle's path."""
+        paths = ctx._model.paths
+        assert paths is not None  # a muscle's Model has its path
+        idx = _statics(S)[:, 0]
+        g = path_geometry(paths, ctx)
+        m = self.equations(P, ctx, S, g.length[idx], g.speed[idx])
+        T = jnp.zeros(paths.num_paths, m.tendon_force.dtype).at[idx].add(w * m.tendon_force)
+        return apply_tensions(paths, ctx, g, T)
+
+    def calc_zdot(self, P: Params, ctx: Context, S: tuple) -> jax.Array | None:
+        """Each activation's and tendon state's rate into its z slot."""
+        s = _statics(S)
+        z = ctx.get_z()
+        out = jnp.zeros(z.shape[0], z.dtype)
+        act, ten = np.flatnonzero(s[:, 2] >= 0), np.flatnonzero(s[:, 3] >= 0)
+        if not len(act) and not len(ten):
+            return None
+        m = self.info(P, ctx, S)
+        if len(act):
+            out = out.at[s[act, 2]].set(m.activation_derivative[act])
+        if len(ten):
+            out = out.at[s[ten, 3]].set(m.normalized_tendon_force_derivative[ten])
+        return out
 
     def inextensible_tendon_active_fiber_force(
         self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
@@ -349,8 +373,9 @@ class DeGrooteFregly2016Muscle(MuscleKernel):
     """The module's equations over a subsystem's muscles: the tendon force as the tension
     of each muscle's path."""
 
-    def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
-        return muscle_info(P, ctx, S)
+    def equations(self, P: Params, ctx: Context, S: tuple, L: jax.Array, V: jax.Array) -> MuscleInfo:
+        e, a, f, comp = states(ctx, S)
+        return muscle_equations(P, L, V, e, a, f, comp)
 
     def inextensible_tendon_active_fiber_force(
         self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
@@ -359,27 +384,3 @@ class DeGrooteFregly2016Muscle(MuscleKernel):
 
     def equilibrium_tendon_state(self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
         return equilibrium_tendon_force(P, L, V, a)
-
-    def calc(self, P: Params, ctx: Context, S: tuple, w: jax.Array):
-        paths = ctx._model.paths
-        assert paths is not None  # a muscle's Model has its path
-        idx = _statics(S)[:, 0]
-        g = path_geometry(paths, ctx)
-        e, a, f, comp = states(ctx, S)
-        m = muscle_equations(P, g.length[idx], g.speed[idx], e, a, f, comp)
-        T = jnp.zeros(paths.num_paths, m.tendon_force.dtype).at[idx].add(w * m.tendon_force)
-        return apply_tensions(paths, ctx, g, T)
-
-    def calc_zdot(self, P: Params, ctx: Context, S: tuple) -> jax.Array | None:
-        s = _statics(S)
-        z = ctx.get_z()
-        out = jnp.zeros(z.shape[0], z.dtype)
-        act, ten = np.flatnonzero(s[:, 2] >= 0), np.flatnonzero(s[:, 3] >= 0)
-        if not len(act) and not len(ten):
-            return None
-        m = muscle_info(P, ctx, S)
-        if len(act):
-            out = out.at[s[act, 2]].set(m.activation_derivative[act])
-        if len(ten):
-            out = out.at[s[ten, 3]].set(m.normalized_tendon_force_derivative[ten])
-        return out

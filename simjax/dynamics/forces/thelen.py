@@ -51,7 +51,6 @@ import numpy as np
 from ...model.context import Context
 from .kernel import Params
 from .muscles import MuscleInfo, MuscleKernel, excitations
-from .paths import apply_tensions, path_geometry
 
 # SimTK's constants (Simbody's NTraits<double>): the branches of OpenSim's code use them.
 EPS = float(np.finfo(np.float64).eps)
@@ -394,23 +393,14 @@ def states(ctx: Context, S: tuple) -> tuple[jax.Array, jax.Array, jax.Array, np.
     return e, a, lce, s[:, 3] >= 0
 
 
-def muscle_info(P: Params, ctx: Context, S: tuple) -> MuscleInfo:
-    """Every muscle of a group at a Context realized to Velocity."""
-    paths = ctx._model.paths
-    assert paths is not None  # a muscle's Model has its path
-    idx = _statics(S)[:, 0]
-    g = path_geometry(paths, ctx)
-    e, a, lce, comp = states(ctx, S)
-    return thelen_equations(P, g.length[idx], g.speed[idx], e, a, lce, comp)
-
-
 @dataclass(frozen=True)
 class Thelen2003Muscle(MuscleKernel):
     """The module's equations over a subsystem's muscles: the tendon force as the tension
     of each muscle's path; the tendon state is the fibre length."""
 
-    def info(self, P: Params, ctx: Context, S: tuple) -> MuscleInfo:
-        return muscle_info(P, ctx, S)
+    def equations(self, P: Params, ctx: Context, S: tuple, L: jax.Array, V: jax.Array) -> MuscleInfo:
+        e, a, lce, comp = states(ctx, S)
+        return thelen_equations(P, L, V, e, a, lce, comp)
 
     def inextensible_tendon_active_fiber_force(
         self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array
@@ -419,27 +409,3 @@ class Thelen2003Muscle(MuscleKernel):
 
     def equilibrium_tendon_state(self, P: Params, L: jax.Array, V: jax.Array, a: jax.Array) -> jax.Array:
         return equilibrium_fiber_length(P, L, V, a)
-
-    def calc(self, P: Params, ctx: Context, S: tuple, w: jax.Array):
-        paths = ctx._model.paths
-        assert paths is not None  # a muscle's Model has its path
-        idx = _statics(S)[:, 0]
-        g = path_geometry(paths, ctx)
-        e, a, lce, comp = states(ctx, S)
-        m = thelen_equations(P, g.length[idx], g.speed[idx], e, a, lce, comp)
-        T = jnp.zeros(paths.num_paths, m.tendon_force.dtype).at[idx].add(w * m.tendon_force)
-        return apply_tensions(paths, ctx, g, T)
-
-    def calc_zdot(self, P: Params, ctx: Context, S: tuple) -> jax.Array | None:
-        s = _statics(S)
-        z = ctx.get_z()
-        out = jnp.zeros(z.shape[0], z.dtype)
-        act, ten = np.flatnonzero(s[:, 2] >= 0), np.flatnonzero(s[:, 3] >= 0)
-        if not len(act) and not len(ten):
-            return None
-        m = muscle_info(P, ctx, S)
-        if len(act):
-            out = out.at[s[act, 2]].set(m.activation_derivative[act])
-        if len(ten):
-            out = out.at[s[ten, 3]].set(m.normalized_tendon_force_derivative[ten])
-        return out
