@@ -69,7 +69,7 @@ def test_wrapped_lengths_and_moment_arms_equal_opensims(key, tmp_path):
     (both sides) and test_two_wraps_equal_opensims checks two wraps on a small model."""
     path = model_path(key) if key == "arm26" else _single_wrap_copy(model_path(key), tmp_path)
     m = _load(path)
-    assert not any("WrapCylinder" in k or "WrapSphere" in k for k in m.ignored)
+    assert not any("Wrap" in k for k in m.ignored)
     om = osim.Model(path)
     s = om.initSystem()
     muscles = om.getMuscles()
@@ -77,9 +77,9 @@ def test_wrapped_lengths_and_moment_arms_equal_opensims(key, tmp_path):
     paths = m.system.model_for(m.system.realize(st0, sj.Stage.POSITION)).paths
     ws = paths.wraps
     single = [k for k, pw in enumerate(ws.path_wraps) if len(pw) == 1]
-    assert len(single) == {"arm26": 3, "GPK_generic": 48}[key]
+    assert len(single) == {"arm26": 4, "GPK_generic": 48}[key]
     kinds = {ws.kind[pw[0][0]] for k in single for pw in [ws.path_wraps[k]]}
-    assert kinds == ({"cylinder"} if key == "arm26" else {"cylinder", "sphere"})
+    assert kinds == ({"cylinder", "ellipsoid"} if key == "arm26" else {"cylinder", "sphere"})
     coords = [om.getCoordinateSet().get(i) for i in range(om.getCoordinateSet().getSize())]
     free = [c for c in coords if not c.getLocked(s)]
     sel = np.asarray(single)
@@ -227,7 +227,7 @@ def test_bad_wraps_are_refused_naming_the_element(tmp_path):
     with pytest.raises(ValueError, match="body 7 is not a body"):
         sj.WrapSphere(matter, 7, 0.1, name="ball")
     system, matter, rod, path = _pendulum("sphere")
-    with pytest.raises(TypeError, match="sj.WrapCylinder or sj.WrapSphere"):
+    with pytest.raises(TypeError, match="sj.WrapCylinder, sj.WrapSphere or sj.WrapEllipsoid"):
         path.add_path_wrap("ball")
     path.add_path_wrap(sj.WrapSphere(matter, rod, 0.01, name="knob"), range=(1, 5))
     with pytest.raises(
@@ -254,7 +254,10 @@ CASES = {
         ("cylinder", "rod", (0.03, 1.0), (0.2, 0.1, 0.0), (0.2, -0.005, 0.0), "all"),
     ],
     "sphere -y": [("sphere", "ground", (0.05,), (0.3, -0.2, 0.1), (0.0, 0.01, 0.0), "-y")],
-}  # also measured, left out for time: a sphere over "+y" and a cylinder over "+x": 2.2e-16
+    "ellipsoid": [("ellipsoid", "ground", ((0.07, 0.04, 0.05),), (0.3, -0.2, 0.1), (0.0, 0.01, 0.0), "all")],
+}
+# also measured, left out for time: a sphere over "+y" and a cylinder over "+x": 2.2e-16; an
+# ellipsoid (0.03, 0.05, 0.04) over "-z" on the rod then a cylinder on Ground: 1.4e-15
 
 
 @pytest.mark.oracle
@@ -279,9 +282,14 @@ def test_small_wrapped_paths_equal_opensims(case):
     gp.appendNewPathPoint("p1", g, osim.Vec3(-0.4, 0.0, 0.08))
     gp.appendNewPathPoint("p2", b, osim.Vec3(0.4, 0.0, -0.05))
     for i, (kind, on, dims, rot, tr, quadrant) in enumerate(spec):
-        w = osim.WrapCylinder() if kind == "cylinder" else osim.WrapSphere()
+        w = {"cylinder": osim.WrapCylinder, "sphere": osim.WrapSphere, "ellipsoid": osim.WrapEllipsoid}[
+            kind
+        ]()
         w.setName(f"w{i}")
-        w.set_radius(dims[0])
+        if kind == "ellipsoid":
+            w.set_dimensions(osim.Vec3(*dims[0]))
+        else:
+            w.set_radius(dims[0])
         if kind == "cylinder":
             w.set_length(dims[1])
         w.set_xyz_body_rotation(osim.Vec3(*rot))
@@ -302,7 +310,7 @@ def test_small_wrapped_paths_equal_opensims(case):
     for kind, on, dims, rot, tr, quadrant in spec:
         where = matter.Ground() if on == "ground" else rod
         kw = dict(xyz_body_rotation=rot, translation=tr, quadrant=quadrant)
-        make = sj.WrapCylinder if kind == "cylinder" else sj.WrapSphere
+        make = {"cylinder": sj.WrapCylinder, "sphere": sj.WrapSphere, "ellipsoid": sj.WrapEllipsoid}[kind]
         path.add_path_wrap(make(matter, where, *dims, **kw))
     state = system.realize_topology()
     qs = np.linspace(-0.3, 0.3, 13)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..model.paths import PathSet, WrapSet
 from ..model.topology import Topology
-from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, sphere_wrap
+from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, ellipsoid_wrap, sphere_wrap
 
 
 def _slot(topo: Topology, body: int, which: int) -> int:
@@ -149,13 +149,23 @@ def _single_wraps(
     r1 = r2 = jnp.zeros((P, 3), dtype)
     arc = jnp.zeros(P, dtype)
     for kind in sorted(set(ws.kind[i] for i in set(obj[obj >= 0].tolist()))):
+        mine_np = np.array([ws.kind[i] == kind for i in o]) & (obj >= 0)
+        if kind == "ellipsoid":  # costly: only the segments of paths over an ellipsoid
+            sub = np.flatnonzero(mine_np)
+            res_sub = jax.vmap(ellipsoid_wrap)(
+                PA[sub], PB[sub], jnp.asarray(ws.dims[o[sub], :3], dtype), axis[sub], sign[sub]
+            )
+            code = code.at[sub].set(res_sub[0])
+            r1, r2 = r1.at[sub].set(res_sub[1]), r2.at[sub].set(res_sub[2])
+            arc = arc.at[sub].set(res_sub[3])
+            continue
         if kind == "cylinder":
             res = jax.vmap(lambda a, b_, r, h, ax, s: cylinder_wrap(a, b_, r, h, ax, s, True))(
                 PA, PB, radius, length, axis, sign
             )
         else:
             res = jax.vmap(sphere_wrap)(PA, PB, radius, axis, sign)
-        mine = jnp.asarray(np.array([ws.kind[i] == kind for i in o]) & (obj >= 0))
+        mine = jnp.asarray(mine_np)
         code = jnp.where(mine, res[0], code)
         r1 = jnp.where(mine[:, None], res[1], r1)
         r2 = jnp.where(mine[:, None], res[2], r2)
@@ -179,8 +189,10 @@ def _single_wraps(
 
 def _wrap_segment(ws: WrapSet, obj: int, single: bool, p1: jax.Array, p2: jax.Array):
     kind = ws.kind[obj]
-    radius, length = (float(v) for v in ws.dims[obj])
+    radius, length = (float(v) for v in ws.dims[obj, :2])
     axis, sign = (int(v) for v in ws.quadrant[obj])
+    if kind == "ellipsoid":
+        return ellipsoid_wrap(p1, p2, jnp.asarray(ws.dims[obj, :3], p1.dtype), axis, sign)
     if kind == "cylinder":
         return cylinder_wrap(p1, p2, radius, length, axis, sign, single)
     return sphere_wrap(p1, p2, radius, axis, sign)
@@ -303,7 +315,7 @@ def path_nodes(
     order and ``(n_paths, S)`` which are real (the rest pad the static shape). A path's
     active points, each wrap's two tangent points and, between them, ``arc_points`` points
     on the wrap surface along the shorter way from one tangent point to the other (a chord
-    point pushed radially onto the cylinder or sphere: the arc's length within a fraction
+    point pushed radially onto the cylinder, sphere or (scaled) ellipsoid: the arc's length within a fraction
     of a per cent of the exact one for arcs up to a half turn)."""
     if not paths.num_paths:
         return jnp.zeros((0, 1, 3), q.dtype), jnp.zeros((0, 1), bool)
@@ -334,6 +346,9 @@ def path_nodes(
             if ws.kind[obj] == "cylinder":  # push onto the surface around the z axis
                 rho = _norm(m[:, :2])
                 m = m.at[:, :2].multiply((radius / jnp.where(rho > 0, rho, 1.0))[:, None])
+            elif ws.kind[obj] == "ellipsoid":  # radially in the frame scaled to a unit sphere
+                rho = _norm(m / jnp.asarray(ws.dims[obj, :3], dtype)[None])
+                m = m / jnp.where(rho > 0, rho, 1.0)[:, None]
             else:
                 rho = _norm(m)
                 m = m * (radius / jnp.where(rho > 0, rho, 1.0))[:, None]
