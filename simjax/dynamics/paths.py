@@ -16,7 +16,7 @@ import numpy as np
 
 from ..model.paths import PathSet, WrapSet
 from ..model.topology import Topology
-from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, ellipsoid_wrap, sphere_wrap
+from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, ellipsoid_wrap_compiled, sphere_wrap
 
 
 def _slot(topo: Topology, body: int, which: int) -> int:
@@ -152,7 +152,7 @@ def _single_wraps(
         mine_np = np.array([ws.kind[i] == kind for i in o]) & (obj >= 0)
         if kind == "ellipsoid":  # costly: only the segments of paths over an ellipsoid
             sub = np.flatnonzero(mine_np)
-            res_sub = jax.vmap(ellipsoid_wrap)(
+            res_sub = jax.vmap(ellipsoid_wrap_compiled)(
                 PA[sub], PB[sub], jnp.asarray(ws.dims[o[sub], :3], dtype), axis[sub], sign[sub]
             )
             code = code.at[sub].set(res_sub[0])
@@ -192,7 +192,7 @@ def _wrap_segment(ws: WrapSet, obj: int, single: bool, p1: jax.Array, p2: jax.Ar
     radius, length = (float(v) for v in ws.dims[obj, :2])
     axis, sign = (int(v) for v in ws.quadrant[obj])
     if kind == "ellipsoid":
-        return ellipsoid_wrap(p1, p2, jnp.asarray(ws.dims[obj, :3], p1.dtype), axis, sign)
+        return ellipsoid_wrap_compiled(p1, p2, ws.dims[obj, :3], axis, sign)
     if kind == "cylinder":
         return cylinder_wrap(p1, p2, radius, length, axis, sign, single)
     return sphere_wrap(p1, p2, radius, axis, sign)

@@ -359,29 +359,31 @@ def sphere_wrap(
 _MU_BLEND_MIN, _MU_BLEND_MAX = 0.7073, 0.9  # OpenSim's blend of the fan and axial ("Frans") planes
 _FAN = 300  # fan samples (OpenSim uses the 298 interior ones)
 _SV_BLEND = 0.3
-_TANGENT_STEPS = 400  # budget of the flattened tangent-point search (OpenSim's loops, step by step)
+_TANGENT_STEPS = 200  # budget of the flattened tangent-point search (OpenSim's loops, step by step)
 _MAX_ARC_SEGMENTS = 499
 
 
-def _newton_closest(u: jax.Array, a: jax.Array) -> jax.Array:
-    """OpenSim's closest point on the ellipsoid (or ellipse: 2 entries) with semi-axes
-    ``a`` to ``u`` (Graphics Gems IV): Newton on the Lagrange parameter from 0 (inside) or
-    max(a)|u| (outside), stopped when the polynomial's value is below 1e-9 (64 steps at
-    most), the point from the parameter it stopped at."""
+def _newton_closest(u: jax.Array, a: jax.Array, on: jax.Array) -> jax.Array:
+    """OpenSim's closest point on the ellipsoid with semi-axes ``a`` to ``u`` (Graphics
+    Gems IV; ``on`` all True), or on the ellipse of the axes where ``on`` is True, the
+    other coordinate kept (its special case for points near a coordinate plane): Newton on
+    the Lagrange parameter from 0 (inside) or max(a)|u| (outside), stopped when the
+    polynomial's value is below 1e-9 (64 steps at most), the point from the parameter it
+    stopped at."""
     a2 = a * a
-    k = a2 * u * u
-    inside = jnp.sum((u / a) ** 2) < 1.0
-    t0 = jnp.where(inside, 0.0, jnp.max(a) * _norm(u))
+    k = jnp.where(on, a2 * u * u, 0.0)
+    inside = jnp.sum(jnp.where(on, (u / a) ** 2, 0.0)) < 1.0
+    t0 = jnp.where(inside, 0.0, jnp.max(jnp.where(on, a, 0.0)) * _norm(jnp.where(on, u, 0.0)))
 
     def f_fp(t):
-        P = t + a2  # (d,)
+        P = jnp.where(on, t + a2, 1.0)
+        inv = jnp.where(on, 1.0 / P, 0.0)
         prod = jnp.prod(P)
-        f = prod * prod - jnp.sum(k * (prod / P) ** 2)
-        # d/dt of prod^2 - sum_i k_i prod_{j != i} P_j^2
-        dprod2 = 2.0 * prod * prod * jnp.sum(1.0 / P)
         others = (prod / P) ** 2
-        dothers = 2.0 * others * (jnp.sum(1.0 / P) - 1.0 / P)
-        return f, dprod2 - jnp.sum(k * dothers)
+        f = prod * prod - jnp.sum(k * others)
+        # d/dt of prod^2 - sum_i k_i prod_{j != i} P_j^2
+        fp = 2.0 * prod * prod * jnp.sum(inv) - jnp.sum(k * 2.0 * others * (jnp.sum(inv) - inv))
+        return f, fp
 
     def body(_, c):
         t, done = c
@@ -390,22 +392,14 @@ def _newton_closest(u: jax.Array, a: jax.Array) -> jax.Array:
         return jnp.where(stop, t, t - f / jnp.where(fp != 0, fp, 1.0)), stop
 
     t, _ = jax.lax.fori_loop(0, 64, body, (t0, jnp.array(False)))
-    return a2 * u / (t + a2)
+    return jnp.where(on, a2 * u / (t + a2), u)
+
+
+_ALL = np.array([True, True, True])
 
 
 def _closest_on_ellipsoid(u: jax.Array, a: jax.Array) -> jax.Array:
-    return _newton_closest(u, a)
-
-
-def _closest_in_plane(u: jax.Array, a: jax.Array, axis: jax.Array) -> jax.Array:
-    """OpenSim's closest point of the ellipse cut by the coordinate plane ``axis`` = u[axis]
-    (its special case for points near a coordinate plane), the axis coordinate kept."""
-    outs = []
-    for ax in range(3):
-        o = [i for i in range(3) if i != ax]
-        xy = _newton_closest(u[jnp.array(o)], a[jnp.array(o)])
-        outs.append(u.at[o[0]].set(xy[0]).at[o[1]].set(xy[1]))
-    return jnp.select([axis == 0, axis == 1], outs[:2], outs[2])
+    return _newton_closest(u, a, jnp.asarray(_ALL))
 
 
 def _tangent_residual(z, p, vs, vs4, a):
@@ -422,17 +416,16 @@ def _tangent_point(pe, r0, p, vs, vs4, a):
     """OpenSim's ``calcTangentPoint``: from ``r0`` its damped Gauss-Newton search (a step
     1/16 of the Levenberg-Marquardt one, its damping raised x4 until the residual drops,
     then the step doubled while it keeps dropping), stopped when the squared residual is
-    below 1e-8 (50 outer steps at most), replayed step by step in a fixed-length loop. The
-    value is OpenSim's stopped iterate; its derivative that of the exact tangent point (one
-    Newton step's, implicit-function style)."""
-    sg = jax.lax.stop_gradient
-    p_, vs_, vs4_, a_ = sg(p), sg(vs), sg(vs4), sg(a)
+    below 1e-8 (50 outer steps at most), replayed step by step in a fixed-length loop:
+    OpenSim's stopped iterate, differentiated as such (the derivative of the length that
+    OpenSim computes)."""
+    p_, vs_, vs4_, a_ = p, vs, vs4, a
     a2 = a_ * a_
 
     def ssq_of(r, d):
         return jnp.sum(_tangent_residual(jnp.concatenate([r, d[None]]), p_, vs_, vs4_, a_) ** 2)
 
-    r = sg(r0)
+    r = r0
     d = -jnp.dot(2.0 * r / a2, r)
     ssq = ssq_of(r, d)
     pm, _ = _unit(p_)
@@ -482,16 +475,7 @@ def _tangent_point(pe, r0, p, vs, vs4, a):
         )
 
     out = jax.lax.fori_loop(0, _TANGENT_STEPS, step, init)
-    z0 = jnp.concatenate([out[0], out[1][None]])
-    z0 = jnp.where(jnp.abs(pe) < 1e-4, jnp.concatenate([sg(p), z0[3:]]), z0)
-    # the exact tangent point's derivative: one Newton step from OpenSim's value
-    J = jax.jacfwd(_tangent_residual)(z0, p_, vs_, vs4_, a_)
-    e = _tangent_residual(z0, p, vs, vs4, a)
-    ok = jnp.abs(jnp.linalg.det(J)) > 1e-300
-    dz = jnp.linalg.solve(jnp.where(ok, J, jnp.eye(4)), e)
-    z = z0 - (dz - sg(dz))
-    z = jnp.where(jnp.abs(pe) < 1e-4, jnp.concatenate([p, z0[3:]]), z)
-    return z[:3], out[10] == 3
+    return jnp.where(jnp.abs(pe) < 1e-4, p, out[0]), out[10] == 3
 
 
 def _ellipsoid_arc(r1, r2, a, vs, vs4, factor, far):
@@ -575,7 +559,6 @@ def ellipsoid_wrap(
     qb = q12[best]
     tb = -q1[best] / jnp.where(qb != 0, qb, 1.0)
     sv_frans = q1 + tb * q12
-    c_frans = _closest_in_plane(sv_frans, a, best)
     mub = mu[best]
     edge = jnp.where(tb > 1.0 - _SV_BLEND, (1.0 - tb) / _SV_BLEND, 1.0)
     s = jnp.where((tb < 0.0) | (tb > 1.0), 0.0, jnp.where(tb < _SV_BLEND, tb / _SV_BLEND, edge))
@@ -583,7 +566,12 @@ def ellipsoid_wrap(
     # the fan: directions from chord points to their closest surface points, averaged
     tt = jnp.arange(1, _FAN - 1, dtype=dtype) / _FAN
     svs = q1[None] + tt[:, None] * q12[None]
-    blades = jax.vmap(lambda u: _unit(_closest_on_ellipsoid(u, a) - u)[0])(svs)
+    # one batch of closest points: the fan's, and the axial one in the plane normal to `best`
+    us = jnp.concatenate([svs, sv_frans[None]])
+    ons = jnp.concatenate([jnp.ones((len(tt), 3), bool), (jnp.arange(3) != best)[None]])
+    cs = jax.vmap(_newton_closest, in_axes=(0, None, 0))(us, a, ons)
+    c_frans = cs[-1]
+    blades = jax.vmap(lambda c, u: _unit(c - u)[0])(cs[:-1], svs)
     vsum, _ = _unit(jnp.sum(blades, axis=0))
     mid = q1 + 0.5 * q12
     c_fan = _closest_on_ellipsoid(mid + vsum, a)
@@ -603,15 +591,29 @@ def ellipsoid_wrap(
         c1 = jnp.where(flip, jnp.where(fw > 0, moved, flipped), c1)
     vs, _ = _unit(jnp.cross(p1p2, P1 - c1))
     vs4 = -jnp.dot(vs, c1)
-    r1, _ = _tangent_point(p1e, start, P1, vs, vs4, a)
-    r2, _ = _tangent_point(p2e, start, P2, vs, vs4, a)
-    arc, w1, w2, interior = _ellipsoid_arc(r1, r2, a, vs, vs4, factor, False)
-    if not (isinstance(sign, int | np.integer) and sign == 0):
+    rr, _ = jax.vmap(_tangent_point, in_axes=(0, None, 0, None, None, None))(
+        jnp.stack([p1e, p2e]), start, jnp.stack([P1, P2]), vs, vs4, a
+    )
+    r1, r2 = rr[0], rr[1]
+    if isinstance(sign, int | np.integer) and sign == 0:
+        arc = _ellipsoid_arc(r1, r2, a, vs, vs4, factor, jnp.array(False))[0]
+    else:  # both ways round at once; the far one where the near one runs backwards
+        arcs, w1, w2, interior = jax.vmap(_ellipsoid_arc, in_axes=(None,) * 6 + (0,))(
+            r1, r2, a, vs, vs4, factor, jnp.array([False, True])
+        )
         d1, _ = _unit(P1 - r1)
-        e1, _ = _unit(w1 - r1)
+        e1, _ = _unit(w1[0] - r1)
         d2, _ = _unit(P2 - r2)
-        e2, _ = _unit(w2 - r2)
-        wrong = (sign != 0) & interior & ((jnp.dot(d1, e1) > 0.0) | (jnp.dot(d2, e2) > 0.0))
-        arc_far, _, _, _ = _ellipsoid_arc(r1, r2, a, vs, vs4, factor, True)
-        arc = jnp.where(wrong, arc_far, arc)
+        e2, _ = _unit(w2[0] - r2)
+        wrong = (sign != 0) & interior[0] & ((jnp.dot(d1, e1) > 0.0) | (jnp.dot(d2, e2) > 0.0))
+        arc = jnp.where(wrong, arcs[1], arcs[0])
     return code, r1 / factor, r2 / factor, arc / factor
+
+
+_ellipsoid_jit = jax.jit(lambda p1, p2, radii, axis, sign: ellipsoid_wrap(p1, p2, radii, axis, sign))
+
+
+def ellipsoid_wrap_compiled(p1, p2, radii, axis, sign):
+    """:func:`ellipsoid_wrap` through one ``jax.jit`` (quadrant as data), so that eager
+    callers reuse its compiled program; inlined when traced."""
+    return _ellipsoid_jit(p1, p2, jnp.asarray(radii, p1.dtype), jnp.asarray(axis), jnp.asarray(sign))
