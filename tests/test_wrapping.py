@@ -333,45 +333,53 @@ def test_small_wrapped_paths_equal_opensims(case):
 
 
 @pytest.mark.oracle
-def test_arm26_ellipsoid_paths_equal_opensims():
+@pytest.mark.parametrize(
+    "names", [("BIClong",), pytest.param(("TRIlong", "BIClong"), marks=pytest.mark.slow)], ids=str
+)
+def test_arm26_ellipsoid_paths_equal_opensims(names, tmp_path):
     """arm26's paths over its WrapEllipsoids (TRIlong: cylinder, ellipsoid TRIlonghh over
     quadrant "z", cylinder; BIClong: ellipsoid BIClonghh over "-y"), now read with the other
-    four (no path left out), over a grid of its range of motion (shoulder -1.57..3.14,
-    elbow 0..2.27, wrapped at most poses): lengths equal OpenSim's getLength to 1e-11 m
-    (measured 2e-12 m: OpenSim's tangent-point search stops at a squared residual of 1e-8,
-    which simjax replays step by step, so the stopped iterates agree to rounding).
+    four (no path left out), over a 4 x 3 grid of the range of motion (shoulder -1.5..3.1,
+    elbow 0.05..2.2). By default BIClong alone (the model without TRIlong, both sides: 8 s
+    here, mostly compiling); both with ``-m slow`` (35-70 s on a shared 2-core machine).
 
-    Moment arms (-dL/dq by autodiff; the tangent points differentiated as exact ones, the
-    polyline's segment count held) equal central differences of simjax's own length to
-    1e-7 m where the differences are clean (two step sizes agree: a step can straddle a
-    change of the 1 mm polyline's segment count, a jump of ~1e-7 m in the length; measured
-    4.5e-10 m), and OpenSim's computeMomentArm to MA_TOL = 1e-2 m (measured 4.2e-3 m:
-    OpenSim sums the tension's forces at its tangent points instead of differentiating its
-    discretised length; since simjax's length equals OpenSim's to 1e-15 m and its -dL/dq
-    equals central differences of it, this gap is OpenSim's computeMomentArm vs the
-    derivative of OpenSim's own length, as with the cylinders above)."""
+    Lengths equal OpenSim's getLength to 1e-11 m (measured 1.7e-16 BIClong, 1.1e-15 with
+    TRIlong; 2e-12 m at one pose of a finer grid): OpenSim's tangent-point search stops at
+    a squared residual of 1e-8, and simjax replays it step by step, so the stopped iterates
+    agree to rounding. Moment arms (-dL/dq by autodiff through that replay, the polyline's
+    segment count held) equal central differences of simjax's own length to 1e-7 m where
+    the differences are clean (two step sizes agree: a step can straddle a change of the
+    1 mm polyline's segment count, a jump of ~1e-7 m in the length; measured 3.2e-10 m
+    BIClong, 4.5e-10 m with TRIlong), and OpenSim's computeMomentArm to MA_TOL = 1e-2 m
+    (measured 2.7e-4 m BIClong, 4.2e-3 m TRIlong): OpenSim sums the tension's forces at its
+    wrap points instead of differentiating its discretised length; simjax's length equals
+    OpenSim's and its -dL/dq equals central differences of it, so this gap is between
+    OpenSim's computeMomentArm and the derivative of OpenSim's own length, as with the
+    cylinders above."""
     path = model_path("arm26")
+    if len(names) == 1:  # without TRIlong (its three sequential wraps cost a long compile)
+        path = _single_wrap_copy(path, tmp_path)
     m = _load(path)
-    assert not any("Wrap" in k for k in m.ignored) and len(m.paths) == 6
+    assert not any("Wrap" in k for k in m.ignored) and len(m.paths) == 4 + len(names)
     om = osim.Model(path)
     s = om.initSystem()
     muscles = om.getMuscles()
     st0 = m.default_state
-    names = ("TRIlong", "BIClong")
     paths = m.system.model_for(m.system.realize(st0, sj.Stage.POSITION)).paths
     ws = paths.wraps
     sel = np.array([paths.names.index(n) for n in names])
-    assert [[ws.kind[o] for o, _, _ in ws.path_wraps[k]] for k in sel] == [
-        ["cylinder", "ellipsoid", "cylinder"],
-        ["ellipsoid"],
-    ]
+    kinds = {"TRIlong": ["cylinder", "ellipsoid", "cylinder"], "BIClong": ["ellipsoid"]}
+    assert [[ws.kind[o] for o, _, _ in ws.path_wraps[k]] for k in sel] == [kinds[n] for n in names]
     coords = [om.getCoordinateSet().get(i) for i in range(2)]
     qi = [m.coordinates[c.getName()].q_index(st0) for c in coords]
-    ui = [m.coordinates[c.getName()].u_index(st0) for c in coords]
 
-    def L_and_r(q):
+    def L_of(q):
         L = m.matter.calc_path_lengths(m.system.realize(st0.with_q(q), sj.Stage.POSITION))[sel]
-        return L, m.matter.calc_path_moment_arms(st0.with_q(q))[sel][:, ui]
+        return L, L
+
+    def L_and_r(q):  # arm26's coordinates are pins (qdot = u): the moment arms are -dL/dq
+        dL, L = jax.jacfwd(L_of, has_aux=True)(q)
+        return L, -dL[:, qi]
 
     poses = [(a, b) for a in np.linspace(-1.5, 3.1, 4) for b in np.linspace(0.05, 2.2, 3)]
     n = len(poses)
@@ -387,7 +395,7 @@ def test_arm26_ellipsoid_paths_equal_opensims():
                 steps.append(Qh)
     Ls, rs = (np.asarray(x) for x in jax.jit(jax.vmap(L_and_r))(jnp.asarray(np.concatenate(steps))))
     L, r = Ls[:n], rs[:n]
-    Lh = Ls[n:].reshape(2, 2, 2, n, 2)
+    Lh = Ls[n:].reshape(2, 2, 2, n, len(names))
     fd = (Lh[:, :, 0] - Lh[:, :, 1]) / (2 * np.array([h1, h2])[:, None, None, None])  # (h, coord, pose, path)
     theirs_L, theirs_r, wrapped = [], [], 0
     for a, b in poses:
@@ -408,8 +416,6 @@ def test_arm26_ellipsoid_paths_equal_opensims():
         "fd": np.abs(mine - fd[1])[clean].max(),
         "osim": np.abs(r - theirs_r).max(),
     }
-    print(
-        {k: f"{v:.1e}" for k, v in worst.items()}, "wrapped", wrapped, 2 * len(poses), "clean", clean.mean()
-    )
-    assert wrapped > len(poses) and clean.mean() > 0.8
+    print(names, {k: f"{v:.1e}" for k, v in worst.items()}, "wrapped", wrapped, clean.mean())
+    assert wrapped > n // 2 * len(names) and clean.mean() > 0.8
     assert worst["L"] < 1e-11 and worst["fd"] < 1e-7 and worst["osim"] < MA_TOL
