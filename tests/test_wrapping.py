@@ -227,6 +227,10 @@ def test_bad_wraps_are_refused_naming_the_element(tmp_path):
         sj.WrapCylinder(matter, matter.Ground(), 0.1, 0.0, name="drum")
     with pytest.raises(ValueError, match="radius must be finite and > 0"):
         sj.WrapSphere(matter, matter.Ground(), 0.0, name="ball")
+    with pytest.raises(ValueError, match="WrapEllipsoid 'egg': radii must be finite and > 0"):
+        sj.WrapEllipsoid(matter, matter.Ground(), (0.1, -0.1, 0.1), name="egg")
+    with pytest.raises(ValueError, match="WrapEllipsoid 'egg': radii must be three semi-axes"):
+        sj.WrapEllipsoid(matter, matter.Ground(), (0.1, 0.1), name="egg")
     with pytest.raises(ValueError, match="quadrant must be one of"):
         sj.WrapSphere(matter, matter.Ground(), 0.1, quadrant="up", name="ball")
     with pytest.raises(ValueError, match="body 7 is not a body"):
@@ -251,6 +255,21 @@ def test_bad_wraps_are_refused_naming_the_element(tmp_path):
     (tmp_path / "bad2.osim").write_text(text[:j] + "<radius>-0.016" + text[k:])
     with pytest.raises(sj.io.ModelFileError, match="radius must be finite and > 0.*WrapCylinder 'TRI'"):
         _load(str(tmp_path / "bad2.osim"))
+    # an ellipsoid's bad <dimensions>; a path over an ellipsoid by a method other than hybrid
+    i = text.index('<WrapEllipsoid name="BIClonghh">')
+    j = text.index("<dimensions>", i)
+    k = text.index("</dimensions>", j)
+    (tmp_path / "bad3.osim").write_text(text[:j] + "<dimensions> 0.025 0 0.02" + text[k:])
+    with pytest.raises(sj.io.ModelFileError, match="radii must be finite and > 0.*WrapEllipsoid 'BIClonghh'"):
+        _load(str(tmp_path / "bad3.osim"))
+    i = text.index("<wrap_object>BIClonghh</wrap_object>")
+    (tmp_path / "mid.osim").write_text(text[:i] + text[i:].replace("hybrid", "midpoint", 1))
+    assert (
+        _load(str(tmp_path / "mid.osim")).ignored[
+            "GeometryPath wrapping over a WrapEllipsoid by method 'midpoint' (not modelled yet: left out)"
+        ]
+        == 1
+    )
 
 
 MA_TOL = 1e-2  # OpenSim's computeMomentArm over an ellipsoid vs -dL/dq of its own length (see below)
