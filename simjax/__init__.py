@@ -65,6 +65,7 @@ from .system.muscles import Thelen2003Muscle as Thelen2003Muscle
 from .system.muscles import equilibrate_muscles as equilibrate_muscles
 from .system.paths import GeometryPath as GeometryPath
 from .system.paths import WrapCylinder as WrapCylinder
+from .system.paths import WrapEllipsoid as WrapEllipsoid
 from .system.paths import WrapSphere as WrapSphere
 from .system.system import ForceSubsystem as ForceSubsystem
 from .system.system import GeneralForceSubsystem as GeneralForceSubsystem

@@ -296,8 +296,20 @@ def _child(cache: Path, model: str) -> dict:
 
 
 def _arm26() -> str:
+    """arm26 without its two muscles over WrapEllipsoids (TRIlong, BIClong): compiling their
+    wraps would multiply this file's time by ~8 (they are tested in test_wrapping.py)."""
+    import re
+    import tempfile
+    from pathlib import Path
+
     member = "osim/models/arm26.osim"
-    return str(fetch("osim-rl", "3.0.11", [member])[member])
+    text = Path(fetch("osim-rl", "3.0.11", [member])[member]).read_text()
+    for name in ("TRIlong", "BIClong"):
+        text = re.sub(rf'<(\w+Muscle) name="{name}">.*?</\1>', "", text, flags=re.S)
+    out = Path(tempfile.gettempdir()) / "simjax_arm26_without_ellipsoid_muscles.osim"
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return str(out)
 
 
 @pytest.mark.parametrize("model", ["code", "arm26"])

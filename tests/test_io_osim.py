@@ -107,6 +107,19 @@ def test_natural_cubic_spline_is_natural_and_interpolates():
 # ----------------------------------------------------------------------------- real models
 
 
+def _without_muscles(path: str, names: tuple[str, ...]) -> str:
+    """A copy of a model file (in the temporary folder) without the named muscles."""
+    import re
+    import tempfile
+
+    text = Path(path).read_text()
+    for name in names:
+        text = re.sub(rf'<(\w+Muscle) name="{name}">.*?</\1>', "", text, flags=re.S)
+    out = Path(tempfile.gettempdir()) / f"simjax_{Path(path).stem}_without_{'_'.join(names)}.osim"
+    out.write_text(text)
+    return str(out)
+
+
 def _opensim_side(path):
     om = osim.Model(path)
     om.updForceSet().clearAndDestroy()

@@ -370,8 +370,8 @@ def test_bad_muscle_input_says_what_to_fix(tmp_path):
     """Zero or negative optimal fibre length, an unsupported dynamics mode, activations
     outside [0, 1]: errors naming the muscle; a tendon slack length longer than the path at
     the default pose: a warning naming the muscle from ``equilibrate_muscles`` (the first
-    step after loading, as in OpenSim; loading itself stays fast). arm26 converted: its one unwrapped
-    muscle read, the five wrapped ones counted as left out, ``appliesForce`` read."""
+    step after loading, as in OpenSim; loading itself stays fast). arm26 converted (less its two
+    muscles over ellipsoids, read in test_wrapping.py): all four muscles read, ``appliesForce`` read."""
     with pytest.raises(ValueError, match=r"'flexor': optimal_fiber_length must lie in \(0, inf\)"):
         _arm(optimal_fiber_length=0.0)
     with pytest.raises(ValueError, match="'flexor': optimal_fiber_length"):
@@ -398,6 +398,12 @@ def test_bad_muscle_input_says_what_to_fix(tmp_path):
     good = tmp_path / "arm26_dgf.osim"
     om.printToXML(str(good))
     text = good.read_text()
+    # without the two muscles over WrapEllipsoids (compiling their wraps costs ~30 s here;
+    # they are read and compared in test_wrapping.py)
+    for name in ("TRIlong", "BIClong"):
+        i = text.index(f'<DeGrooteFregly2016Muscle name="{name}">')
+        j = text.index("</DeGrooteFregly2016Muscle>", i) + len("</DeGrooteFregly2016Muscle>")
+        text = text[:i] + text[j:]
     bad = tmp_path / "bad.osim"
     i = text.index('<DeGrooteFregly2016Muscle name="BICshort">')
     j = text.index("<optimal_fiber_length>", i)
@@ -417,8 +423,7 @@ def test_bad_muscle_input_says_what_to_fix(tmp_path):
     with pytest.warns(UserWarning, match=short):
         with pytest.raises(ValueError, match="no fibre-tendon equilibrium .* for BICshort"):
             m.equilibrate_muscles(m.state)
-    # arm26's muscles over wrap cylinders are read; the two over a WrapEllipsoid are left
-    # out and counted
+    # every muscle is read (those over wrap cylinders too)
     assert "BICshort" in m.muscles and len(m.muscles) == 4
     assert "BICshort [DeGrooteFregly2016Muscle on path 'BICshort'" in m.summary()
     # appliesForce false: read as disabled (its states still evolve, as in OpenSim)
@@ -429,4 +434,4 @@ def test_bad_muscle_input_says_what_to_fix(tmp_path):
         off = sj.io.load_osim(str(bad))
     assert bool(off.muscle("BICshort").is_disabled(off.default_state))
     assert not bool(m.muscle("BICshort").is_disabled(m.default_state))
-    assert m.ignored["DeGrooteFregly2016Muscle (its path wraps over an unsupported object: left out)"] == 2
+    assert not any("wrap" in k.lower() for k in m.ignored)

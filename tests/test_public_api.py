@@ -66,6 +66,7 @@ SJ = [
     "Transform",
     "TriggeredEvent",
     "WrapCylinder",
+    "WrapEllipsoid",
     "WrapSphere",
     "configure",
     "constraints",

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..model.paths import PathSet, WrapSet
 from ..model.topology import Topology
-from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, sphere_wrap
+from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, ellipsoid_wrap_compiled, sphere_wrap
 
 
 def _slot(topo: Topology, body: int, which: int) -> int:
@@ -151,6 +151,18 @@ def _single_wraps(
     combo = [(ws.kind[i], int(ws.quadrant[i, 0]), int(ws.quadrant[i, 1])) for i in o]
     for kind, ax, sg in sorted({combo[i] for i in np.flatnonzero(obj >= 0)}):
         sel = np.flatnonzero((obj >= 0) & np.array([c == (kind, ax, sg) for c in combo]))
+        if kind == "ellipsoid":
+            res = jax.vmap(ellipsoid_wrap_compiled)(
+                PA[sel],
+                PB[sel],
+                jnp.asarray(ws.dims[o[sel], :3], dtype),
+                jnp.full(len(sel), ax),
+                jnp.full(len(sel), sg),
+            )
+            code = code.at[sel].set(res[0])
+            r1, r2 = r1.at[sel].set(res[1]), r2.at[sel].set(res[2])
+            arc = arc.at[sel].set(res[3])
+            continue
         radius, length = (jnp.asarray(ws.dims[o[sel], j], dtype) for j in (0, 1))
         if kind == "cylinder":
             res = jax.vmap(lambda a, b_, r, h, ax=ax, sg=sg: cylinder_wrap(a, b_, r, h, ax, sg, True))(
@@ -183,8 +195,10 @@ def _single_wraps(
 
 def _wrap_segment(ws: WrapSet, obj: int, single: bool, p1: jax.Array, p2: jax.Array):
     kind = ws.kind[obj]
-    radius, length = (float(v) for v in ws.dims[obj])
+    radius, length = (float(v) for v in ws.dims[obj, :2])
     axis, sign = (int(v) for v in ws.quadrant[obj])
+    if kind == "ellipsoid":
+        return ellipsoid_wrap_compiled(p1, p2, ws.dims[obj, :3], axis, sign)
     if kind == "cylinder":
         return cylinder_wrap(p1, p2, radius, length, axis, sign, single)
     return sphere_wrap(p1, p2, radius, axis, sign)
@@ -307,7 +321,7 @@ def path_nodes(
     order and ``(n_paths, S)`` which are real (the rest pad the static shape). A path's
     active points, each wrap's two tangent points and, between them, ``arc_points`` points
     on the wrap surface along the shorter way from one tangent point to the other (a chord
-    point pushed radially onto the cylinder or sphere: the arc's length within a fraction
+    point pushed radially onto the cylinder, sphere or (scaled) ellipsoid: the arc's length within a fraction
     of a per cent of the exact one for arcs up to a half turn)."""
     if not paths.num_paths:
         return jnp.zeros((0, 1, 3), q.dtype), jnp.zeros((0, 1), bool)
@@ -338,6 +352,9 @@ def path_nodes(
             if ws.kind[obj] == "cylinder":  # push onto the surface around the z axis
                 rho = _norm(m[:, :2])
                 m = m.at[:, :2].multiply((radius / jnp.where(rho > 0, rho, 1.0))[:, None])
+            elif ws.kind[obj] == "ellipsoid":  # radially in the frame scaled to a unit sphere
+                rho = _norm(m / jnp.asarray(ws.dims[obj, :3], dtype)[None])
+                m = m / jnp.where(rho > 0, rho, 1.0)[:, None]
             else:
                 rho = _norm(m)
                 m = m * (radius / jnp.where(rho > 0, rho, 1.0))[:, None]

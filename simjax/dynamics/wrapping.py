@@ -353,3 +353,267 @@ def sphere_wrap(
     ang = _acos(jnp.dot(e1, e2))
     ang = jnp.where(far, -(2.0 * jnp.pi - ang), ang)
     return code, w1, w2, R * ang
+
+
+# ---------------------------------------------------------------------------- ellipsoid
+_MU_BLEND_MIN, _MU_BLEND_MAX = 0.7073, 0.9  # OpenSim's blend of the fan and axial ("Frans") planes
+_FAN = 300  # fan samples (OpenSim uses the 298 interior ones)
+_SV_BLEND = 0.3
+_TANGENT_STEPS = 200  # budget of the flattened tangent-point search (OpenSim's loops, step by step)
+_MAX_ARC_SEGMENTS = 499
+
+
+def _newton_closest(u: jax.Array, a: jax.Array, on: jax.Array) -> jax.Array:
+    """OpenSim's closest point on the ellipsoid with semi-axes ``a`` to ``u`` (Graphics
+    Gems IV; ``on`` all True), or on the ellipse of the axes where ``on`` is True, the
+    other coordinate kept (its special case for points near a coordinate plane): Newton on
+    the Lagrange parameter from 0 (inside) or max(a)|u| (outside), stopped when the
+    polynomial's value is below 1e-9 (64 steps at most), the point from the parameter it
+    stopped at."""
+    a2 = a * a
+    k = jnp.where(on, a2 * u * u, 0.0)
+    inside = jnp.sum(jnp.where(on, (u / a) ** 2, 0.0)) < 1.0
+    t0 = jnp.where(inside, 0.0, jnp.max(jnp.where(on, a, 0.0)) * _norm(jnp.where(on, u, 0.0)))
+
+    def f_fp(t):
+        P = jnp.where(on, t + a2, 1.0)
+        inv = jnp.where(on, 1.0 / P, 0.0)
+        prod = jnp.prod(P)
+        others = (prod / P) ** 2
+        f = prod * prod - jnp.sum(k * others)
+        # d/dt of prod^2 - sum_i k_i prod_{j != i} P_j^2
+        fp = 2.0 * prod * prod * jnp.sum(inv) - jnp.sum(k * 2.0 * others * (jnp.sum(inv) - inv))
+        return f, fp
+
+    def body(_, c):
+        t, done = c
+        f, fp = f_fp(t)
+        stop = done | (jnp.abs(f) < 1e-9)
+        return jnp.where(stop, t, t - f / jnp.where(fp != 0, fp, 1.0)), stop
+
+    t, _ = jax.lax.fori_loop(0, 64, body, (t0, jnp.array(False)))
+    return jnp.where(on, a2 * u / (t + a2), u)
+
+
+_ALL = np.array([True, True, True])
+
+
+def _closest_on_ellipsoid(u: jax.Array, a: jax.Array) -> jax.Array:
+    return _newton_closest(u, a, jnp.asarray(_ALL))
+
+
+def _tangent_residual(z, p, vs, vs4, a):
+    """OpenSim's four conditions on a tangent point r (z = r, d): in the wrap plane, on the
+    ellipsoid, and the ellipsoid's tangent plane (normal 2r/a^2, offset d) through r and p."""
+    r, d = z[:3], z[3]
+    nr = 2.0 * r / (a * a)
+    return jnp.stack(
+        [jnp.dot(vs, r) + vs4, jnp.sum((r / a) ** 2) - 1.0, jnp.dot(nr, r) + d, jnp.dot(nr, p) + d]
+    )
+
+
+def _tangent_point(pe, r0, p, vs, vs4, a):
+    """OpenSim's ``calcTangentPoint``: from ``r0`` its damped Gauss-Newton search (a step
+    1/16 of the Levenberg-Marquardt one, its damping raised x4 until the residual drops,
+    then the step doubled while it keeps dropping), stopped when the squared residual is
+    below 1e-8 (50 outer steps at most), replayed step by step in a fixed-length loop:
+    OpenSim's stopped iterate, differentiated as such (the derivative of the length that
+    OpenSim computes)."""
+    p_, vs_, vs4_, a_ = p, vs, vs4, a
+    a2 = a_ * a_
+
+    def ssq_of(r, d):
+        return jnp.sum(_tangent_residual(jnp.concatenate([r, d[None]]), p_, vs_, vs4_, a_) ** 2)
+
+    r = r0
+    d = -jnp.dot(2.0 * r / a2, r)
+    ssq = ssq_of(r, d)
+    pm, _ = _unit(p_)
+    z4 = jnp.zeros(4, r.dtype)
+    # carry: r, d, ssq, ssqo, alpha, fakt, vt, v, JTJ, dd, phase, nit, nit2
+    one = jnp.asarray(1.0, r.dtype)
+    i0 = jnp.asarray(0)
+    init = (r, d, ssq, ssq, 0.01 * one, 0.5 * one, z4, z4, jnp.zeros((4, 4), r.dtype), one, i0, i0, i0)
+
+    def step(_, c):
+        r, d, ssq, ssqo, alpha, fakt, vt, v, JTJ, dd, phase, nit, nit2 = c
+        # phase 0: start an outer step (or finish: phase 3)
+        go = (ssq > 1e-8) & (nit < 50)
+        e = _tangent_residual(jnp.concatenate([r, d[None]]), p_, vs_, vs4_, a_)
+        Jt = jnp.zeros((4, 4), r.dtype)
+        Jt = Jt.at[:3, 0].set(vs_).at[:3, 1].set(2.0 * r / a2).at[:3, 2].set(4.0 * r / a2)
+        Jt = Jt.at[:3, 3].set(2.0 * p_ / a2).at[3, 2].set(1.0).at[3, 3].set(1.0)
+        pr, _ = _unit(p_ - r)
+        pcos = jnp.dot(pr, pm)
+        dd0 = jnp.where(pcos > 0.1, 1.0 - jnp.where(pcos > 0.1, pcos, 0.0) ** 100, 1.0)
+        s0 = (r, d, ssq, ssqo, alpha, fakt, vt, -Jt @ e, Jt @ Jt.T, dd0,
+              jnp.where(go, 1, 3), nit + 1, jnp.asarray(0))  # fmt: skip
+        # phase 1: raise the damping until the residual drops (the steps accumulate)
+        c1 = (ssq >= ssqo) & (nit2 < 1000)
+        M = JTJ.at[jnp.diag_indices(4)].set(jnp.diag(JTJ) * (1.0 + alpha))
+        vt1 = dd * (jnp.linalg.inv(M) @ v) / 16.0
+        r1, d1 = r + vt1[:3], d + vt1[3]
+        s1_go = (r1, d1, ssq_of(r1, d1), ssq, alpha * 4.0, fakt, vt1, v, JTJ, dd, phase, nit, nit2 + 1)
+        half, two = jnp.asarray(0.5, r.dtype), jnp.asarray(2)
+        s1_end = (r, d, ssq, ssqo, alpha / 8.0, half, vt, v, JTJ, dd, two, nit, jnp.asarray(0))
+        # phase 2: double the step while the residual keeps dropping, then undo the last
+        c2 = (ssq <= ssqo) & (nit2 < 1000)
+        f2 = fakt * 2.0
+        r2, d2 = r + vt[:3] * f2, d + vt[3] * f2
+        s2_go = (r2, d2, ssq_of(r2, d2), ssq, alpha, f2, vt, v, JTJ, dd, phase, nit, nit2 + 1)
+        r3, d3 = r - vt[:3] * fakt, d - vt[3] * fakt
+        q3 = ssq_of(r3, d3)
+        s2_end = (r3, d3, q3, q3, alpha, fakt, vt, v, JTJ, dd, jnp.asarray(0), nit, nit2)
+        s1 = jax.tree.map(lambda x, y: jnp.where(c1, x, y), s1_go, s1_end)
+        s2 = jax.tree.map(lambda x, y: jnp.where(c2, x, y), s2_go, s2_end)
+        return jax.tree.map(
+            lambda a0, a1, a2_, a3: jnp.select([phase == 0, phase == 1, phase == 2], [a0, a1, a2_], a3),
+            s0,
+            s1,
+            s2,
+            c,
+        )
+
+    out = jax.lax.fori_loop(0, _TANGENT_STEPS, step, init)
+    return jnp.where(jnp.abs(pe) < 1e-4, p, out[0]), out[10] == 3
+
+
+def _ellipsoid_arc(r1, r2, a, vs, vs4, factor, far):
+    """OpenSim's ``CalcDistanceOnEllipsoid`` (scaled frame): the chord if shorter than 1 mm,
+    else a polyline of int(chord / 1 mm) segments (499 at most) whose points are rays from
+    the point a0 where the wrap plane meets the coordinate axis most normal to it, at equal
+    angles between r1 and r2 (the far way round when ``far``), met with the ellipsoid."""
+    chord = _norm(r1 - r2)
+    length_m = chord / factor
+    n = jnp.clip(jnp.floor(jax.lax.stop_gradient(length_m) / 0.001), 1.0, _MAX_ARC_SEGMENTS)
+    imax = jnp.argmax(jnp.abs(vs))
+    u = jax.nn.one_hot(imax, 3, dtype=r1.dtype)
+    vsi = jnp.dot(vs, u)
+    a0 = u * (-vs4 / jnp.where(vsi != 0, vsi, 1.0))
+    ar1, _ = _unit(r1 - a0)
+    ar2, _ = _unit(r2 - a0)
+    phi0 = _acos(jnp.dot(ar1, ar2))
+    dphi = jnp.where(far, -(2.0 * jnp.pi - phi0), phi0) / n
+    vsz, _ = _unit(jnp.cross(ar1, ar2))
+    vsy = jnp.cross(vsz, ar1)
+    k = jnp.arange(1, _MAX_ARC_SEGMENTS, dtype=r1.dtype)  # interior points 1..498
+    phi = k * dphi
+    ray = jnp.cos(phi)[:, None] * ar1[None] + jnp.sin(phi)[:, None] * vsy[None]
+    f1 = ray / a[None]
+    f2 = a0 / a
+    aa = jnp.sum(f1 * f1, axis=1)
+    bb = 2.0 * (f1 @ f2)
+    cc = jnp.dot(f2, f2) - 1.0
+    mu3 = (-bb + _sqrt(bb * bb - 4.0 * aa * cc)) / (2.0 * aa)
+    s = a0[None] + mu3[:, None] * ray
+    s = jnp.where((k < n)[:, None], s, r2[None])
+    pts = jnp.concatenate([r1[None], s, r2[None]])
+    poly = jnp.sum(_norm(pts[1:] - pts[:-1]))
+    short = length_m < 0.001
+    arc = jnp.where(short, chord, poly)
+    # the first and last interior points (OpenSim's wrong-way test), valid when n >= 2
+    return arc, s[0], s[jnp.maximum(n.astype(int) - 2, 0)], (~short) & (n >= 2)
+
+
+def ellipsoid_wrap(
+    p1: jax.Array, p2: jax.Array, radii: jax.Array, axis: int | jax.Array, sign: int | jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """OpenSim's ``WrapEllipsoid`` (centred at the origin, semi-axes ``radii``; its
+    ``hybrid`` method) on the segment ``p1``-``p2`` (wrap frame), in the frame scaled by
+    3 / sum(radii) as OpenSim does: a wrap only where the straight segment passes through
+    the ellipsoid (then always "mandatory"); the wrap plane through p1, p2 and a point c1
+    on the surface (the closest point to where the segment crosses the coordinate plane
+    most normal to it, blended with the average direction of a fan of 298 closest-point
+    directions along the chord when the segment is less than 25 degrees from that plane's
+    normal; moved to the allowed side for a quadrant); the tangent points by OpenSim's
+    iterative search within that plane; the length along the surface as OpenSim's polyline
+    (1 mm segments), the far way round when the near way leaves a quadrant's tangent
+    points backwards."""
+    dtype = p1.dtype
+    radii = jnp.asarray(radii, dtype)
+    factor = 3.0 / jnp.sum(radii)
+    P1, P2, a = p1 * factor, p2 * factor, radii * factor
+    p1e = jnp.sum((P1 / a) ** 2) - 1.0
+    p2e = jnp.sum((P2 / a) ** 2) - 1.0
+    inside = (p1e < -1e-4) | (p2e < -1e-4)
+    p1m, _ = _unit(P1)
+    p2m, _ = _unit(P2)
+    collinear = jnp.abs(jnp.dot(p1m, p2m) - 1.0) < 1e-4
+    p1p2 = P1 - P2
+    f1, f2 = p1p2 / a, P2 / a
+    aa, bb, cc = jnp.dot(f1, f1), 2.0 * jnp.dot(f1, f2), jnp.dot(f2, f2) - 1.0
+    disc = bb * bb - 4.0 * aa * cc
+    sq = _sqrt(disc)
+    aa_ = jnp.where(aa > 0, aa, 1.0)
+    l1, l2 = (-bb + sq) / (2.0 * aa_), (-bb - sq) / (2.0 * aa_)
+    hits = (disc >= 0.0) & (0.0 < l1) & (l1 < 1.0) & (0.0 < l2) & (l2 < 1.0)
+    code = jnp.where(inside, INSIDE_RADIUS, jnp.where(collinear | ~hits, NO_WRAP, MANDATORY))
+    # stand-ins where it does not wrap (no NaN in the unused branch's derivatives)
+    l1 = jnp.where(hits, l1, 0.75)
+    l2 = jnp.where(hits, l2, 0.25)
+    q1, q2 = P2 + l1 * p1p2, P2 + l2 * p1p2
+    q12 = q2 - q1
+    mu, _ = _unit(p1p2)
+    mu = jnp.abs(mu)
+    best = jnp.argmax(mu)
+    qb = q12[best]
+    tb = -q1[best] / jnp.where(qb != 0, qb, 1.0)
+    sv_frans = q1 + tb * q12
+    mub = mu[best]
+    edge = jnp.where(tb > 1.0 - _SV_BLEND, (1.0 - tb) / _SV_BLEND, 1.0)
+    s = jnp.where((tb < 0.0) | (tb > 1.0), 0.0, jnp.where(tb < _SV_BLEND, tb / _SV_BLEND, edge))
+    mub = jnp.where((mub > _MU_BLEND_MIN) & (s < 1.0), _MU_BLEND_MIN + s * (mub - _MU_BLEND_MIN), mub)
+    # the fan: directions from chord points to their closest surface points, averaged
+    tt = jnp.arange(1, _FAN - 1, dtype=dtype) / _FAN
+    svs = q1[None] + tt[:, None] * q12[None]
+    # one batch of closest points: the fan's, and the axial one in the plane normal to `best`
+    us = jnp.concatenate([svs, sv_frans[None]])
+    ons = jnp.concatenate([jnp.ones((len(tt), 3), bool), (jnp.arange(3) != best)[None]])
+    cs = jax.vmap(_newton_closest, in_axes=(0, None, 0))(us, a, ons)
+    c_frans = cs[-1]
+    blades = jax.vmap(lambda c, u: _unit(c - u)[0])(cs[:-1], svs)
+    vsum, _ = _unit(jnp.sum(blades, axis=0))
+    mid = q1 + 0.5 * q12
+    c_fan = _closest_on_ellipsoid(mid + vsum, a)
+    w = (mub - _MU_BLEND_MIN) / (_MU_BLEND_MAX - _MU_BLEND_MIN)
+    c_blend = _closest_on_ellipsoid(w * c_frans + (1.0 - w) * c_fan, a)
+    frans_only = mub >= _MU_BLEND_MAX
+    fan_only = mub <= _MU_BLEND_MIN
+    c1 = jnp.where(frans_only, c_frans, jnp.where(fan_only, c_fan, c_blend))
+    fan_weight = jnp.where(frans_only, -jnp.inf, jnp.where(fan_only, 1.0, 1.0 - w))
+    start = c1
+    if not (isinstance(sign, int | np.integer) and sign == 0):
+        flip = (sign != 0) & (_sgn(c1[axis]) != sign)
+        flipped = c1.at[axis].multiply(-1.0)
+        fw = jnp.minimum(fan_weight, 1.0)
+        moved = _closest_on_ellipsoid(flipped.at[axis].multiply(1.0 - jnp.where(fw > 0, fw, 0.0)), a)
+        start = jnp.where(flip, flipped, c1)
+        c1 = jnp.where(flip, jnp.where(fw > 0, moved, flipped), c1)
+    vs, _ = _unit(jnp.cross(p1p2, P1 - c1))
+    vs4 = -jnp.dot(vs, c1)
+    rr, _ = jax.vmap(_tangent_point, in_axes=(0, None, 0, None, None, None))(
+        jnp.stack([p1e, p2e]), start, jnp.stack([P1, P2]), vs, vs4, a
+    )
+    r1, r2 = rr[0], rr[1]
+    if isinstance(sign, int | np.integer) and sign == 0:
+        arc = _ellipsoid_arc(r1, r2, a, vs, vs4, factor, jnp.array(False))[0]
+    else:  # both ways round at once; the far one where the near one runs backwards
+        arcs, w1, w2, interior = jax.vmap(_ellipsoid_arc, in_axes=(None,) * 6 + (0,))(
+            r1, r2, a, vs, vs4, factor, jnp.array([False, True])
+        )
+        d1, _ = _unit(P1 - r1)
+        e1, _ = _unit(w1[0] - r1)
+        d2, _ = _unit(P2 - r2)
+        e2, _ = _unit(w2[0] - r2)
+        wrong = (sign != 0) & interior[0] & ((jnp.dot(d1, e1) > 0.0) | (jnp.dot(d2, e2) > 0.0))
+        arc = jnp.where(wrong, arcs[1], arcs[0])
+    return code, r1 / factor, r2 / factor, arc / factor
+
+
+_ellipsoid_jit = jax.jit(lambda p1, p2, radii, axis, sign: ellipsoid_wrap(p1, p2, radii, axis, sign))
+
+
+def ellipsoid_wrap_compiled(p1, p2, radii, axis, sign):
+    """:func:`ellipsoid_wrap` through one ``jax.jit`` (quadrant as data), so that eager
+    callers reuse its compiled program; inlined when traced."""
+    return _ellipsoid_jit(p1, p2, jnp.asarray(radii, p1.dtype), jnp.asarray(axis), jnp.asarray(sign))

@@ -43,7 +43,7 @@ from ..system.contact import ContactGeometry, ContactSurface, registry
 from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
 from ..system.muscles import DeGrooteFregly2016Muscle, Millard2012EquilibriumMuscle, Thelen2003Muscle
-from ..system.paths import GeometryPath, WrapCylinder, WrapSphere
+from ..system.paths import GeometryPath, WrapCylinder, WrapEllipsoid, WrapSphere
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._paths import ModelFiles, model_folders
@@ -1016,10 +1016,10 @@ class _OsimReader:
         path: ``PathPoint``,
         ``ConditionalPathPoint`` and ``MovingPathPoint`` on their frames (3.x ``<body>`` or
         4.x ``socket_parent_frame``), and its ``<PathWrapSet>``: each ``PathWrap``'s
-        ``wrap_object`` (a ``WrapCylinder`` or ``WrapSphere`` of a body's
+        ``wrap_object`` (a ``WrapCylinder``, ``WrapSphere`` or ``WrapEllipsoid`` of a body's
         ``<WrapObjectSet>``) and ``range``. A path over another kind of wrap object
-        (``WrapEllipsoid``, ``WrapTorus``, ...) is left out (counted by kind): its length
-        would be wrong without it."""
+        (``WrapTorus``, ...), or over an ellipsoid by a ``method`` other than "hybrid", is left
+        out (counted by kind): its length would be wrong without it."""
         doc = self.doc
         out: dict[str, GeometryPath] = {}
         wrap_objects: dict[str, Any] = {}  # name -> handle, or the unsupported kind's tag
@@ -1044,6 +1044,10 @@ class _OsimReader:
                 wo = wrap_objects[wname]
                 if isinstance(wo, str):
                     left_out = wo
+                    break
+                method = (doc.text(pw, "method") or "hybrid").strip() or "hybrid"
+                if isinstance(wo, WrapEllipsoid) and method != "hybrid":
+                    left_out = f"WrapEllipsoid by method {method!r}"
                     break
                 if wo is not None:  # None: an inactive wrap object, which OpenSim skips
                     a, b = doc.floats(pw, "range", 2, [-1, -1])
@@ -1255,7 +1259,7 @@ class _OsimReader:
             self.control_ranges[name] = (lo, doc.float(f, "max_control", 1.0))
         return out
 
-    _WRAPS = {"WrapCylinder": WrapCylinder, "WrapSphere": WrapSphere}
+    _WRAPS = {"WrapCylinder": WrapCylinder, "WrapSphere": WrapSphere, "WrapEllipsoid": WrapEllipsoid}
 
     def _read_wrap_objects(
         self, matter: SimbodyMatterSubsystem, bodies: dict[str, MobilizedBody]
@@ -1286,7 +1290,9 @@ class _OsimReader:
                     )
                 quadrant = (doc.text(w, "quadrant") or "all").strip() or "all"
                 quadrant = "all" if quadrant.lower() == "unassigned" else quadrant
-                dims = {"radius": doc.float(w, "radius", math.nan)}
+                dims: dict[str, Any] = {"radius": doc.float(w, "radius", math.nan)}
+                if w.tag == "WrapEllipsoid":
+                    dims = {"radii": doc.floats(w, "dimensions", 3, [0.05, 0.05, 0.05])}
                 if w.tag == "WrapCylinder":
                     dims["length"] = doc.float(w, "length", 1.0)
                 try:
@@ -1301,7 +1307,7 @@ class _OsimReader:
                     )
                 except ValueError as err:
                     raise doc.error(
-                        w, f"{err} (fix <radius>/<length>/<quadrant> of {w.tag} {wname!r})"
+                        w, f"{err} (fix <radius>/<length>/<dimensions>/<quadrant> of {w.tag} {wname!r})"
                     ) from None
         return out
 

@@ -17,6 +17,7 @@ from .muscles import Thelen2003Muscle as Thelen2003Muscle
 from .muscles import equilibrate_muscles as equilibrate_muscles
 from .paths import GeometryPath as GeometryPath
 from .paths import WrapCylinder as WrapCylinder
+from .paths import WrapEllipsoid as WrapEllipsoid
 from .paths import WrapSphere as WrapSphere
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem

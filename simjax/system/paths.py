@@ -5,8 +5,8 @@ loader builds, and the frozen :class:`simjax.model.paths.PathSet` it becomes at
 A path's length, lengthening speed and moment arms are evaluated for every path at once
 (:mod:`simjax.dynamics.paths`); the moment arms come from autodiff, ``r = -dL/dq`` (per
 generalized speed: ``-dL/dq N(q)``, which is ``dL/dq`` negated for a coordinate with
-``qdot = u``). A path wraps over cylinders and spheres fixed on bodies
-(:class:`WrapCylinder`, :class:`WrapSphere`; OpenSim's wrap objects), added to it with
+``qdot = u``). A path wraps over cylinders, spheres and ellipsoids fixed on bodies
+(:class:`WrapCylinder`, :class:`WrapSphere`, :class:`WrapEllipsoid`; OpenSim's wrap objects), added to it with
 :meth:`GeometryPath.add_path_wrap`.
 """
 
@@ -106,7 +106,7 @@ class WrapObject:
         objects.append(self)
         matter._system.invalidate_topology()
 
-    def _dims(self) -> tuple[float, float]:
+    def _dims(self) -> tuple[float, float, float]:
         raise NotImplementedError
 
     @staticmethod
@@ -133,8 +133,8 @@ class WrapCylinder(WrapObject):
         self.length = self._positive(length, "length", who)
         super().__init__(matter, body, **kw)
 
-    def _dims(self) -> tuple[float, float]:
-        return self.radius, self.length
+    def _dims(self) -> tuple[float, float, float]:
+        return self.radius, self.length, 0.0
 
 
 class WrapSphere(WrapObject):
@@ -147,8 +147,27 @@ class WrapSphere(WrapObject):
         self.radius = self._positive(radius, "radius", f"WrapSphere {kw.get('name')!r}")
         super().__init__(matter, body, **kw)
 
-    def _dims(self) -> tuple[float, float]:
-        return self.radius, 0.0
+    def _dims(self) -> tuple[float, float, float]:
+        return self.radius, 0.0, 0.0
+
+
+class WrapEllipsoid(WrapObject):
+    """An ellipsoid centred on its frame's origin with semi-axes ``radii`` = (rx, ry, rz)
+    along its frame's axes (OpenSim's ``WrapEllipsoid``, its ``dimensions``; a path wraps
+    by OpenSim's ``hybrid`` method). See :class:`WrapObject` for the frame and quadrant."""
+
+    kind = "ellipsoid"
+
+    def __init__(self, matter: Any, body: MobilizedBody | int, radii: Any, **kw: Any):
+        who = f"WrapEllipsoid {kw.get('name')!r}"
+        r = np.asarray(radii, dtype=float).reshape(-1)
+        if r.shape != (3,):
+            raise ValueError(f"{who}: radii must be three semi-axes (metres), got {radii!r}")
+        self.radii = tuple(self._positive(v, "radii", who) for v in r)
+        super().__init__(matter, body, **kw)
+
+    def _dims(self) -> tuple[float, float, float]:
+        return self.radii  # type: ignore[return-value]
 
 
 class GeometryPath:
@@ -234,7 +253,9 @@ class GeometryPath:
         convention)."""
         who = f"GeometryPath {self.name!r}: add_path_wrap"
         if not isinstance(wrap_object, WrapObject):
-            raise TypeError(f"{who}: expected an sj.WrapCylinder or sj.WrapSphere, got {wrap_object!r}")
+            raise TypeError(
+                f"{who}: expected an sj.WrapCylinder, sj.WrapSphere or sj.WrapEllipsoid, got {wrap_object!r}"
+            )
         if wrap_object._matter is not self._matter:
             raise ValueError(f"{who}: {wrap_object.name!r} belongs to another matter subsystem")
         a, b = (int(v) for v in range)
@@ -380,7 +401,7 @@ def build_path_set(matter: Any) -> PathSet | None:
             body=np.asarray([o.body for o in objects], dtype=int),
             R=np.asarray([o.R for o in objects], dtype=float).reshape(-1, 3, 3),
             p=np.asarray([o.p for o in objects], dtype=float).reshape(-1, 3),
-            dims=np.asarray([o._dims() for o in objects], dtype=float).reshape(-1, 2),
+            dims=np.asarray([o._dims() for o in objects], dtype=float).reshape(-1, 3),
             quadrant=np.asarray([_QUADRANTS[o.quadrant] for o in objects], dtype=int).reshape(-1, 2),
             path_wraps=tuple(path_wraps),
         )
