@@ -79,6 +79,7 @@ def _pinocchio_cpp():
 
 
 @pytest.mark.oracle
+@pytest.mark.slow  # builds the C++ peer (96 s in CI): a check of the benchmark's harness, not of simjax
 def test_bench_forward_pinocchio_cpp_peer_agrees(tmp_path):
     """Pinocchio's ``aba`` looped in C++ (built once, about a minute; cached): the benchmark
     checks its accelerations against ``pin.aba``'s from Python (1e-11) and fails otherwise.
