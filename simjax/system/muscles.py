@@ -332,6 +332,17 @@ class Muscle(Force):
         model = self._subsystem._system.model_for(state)
         return int(model.z_slices[self._subsystem.name].start) + slot
 
+    def _get_z(self, state: State, slot: int) -> jax.Array:
+        """This muscle's state in z slot ``slot`` (its ``_z_act`` or ``_z_ten``)."""
+        self._model_grp(state)
+        return state.z[self._z_index(state, slot)]
+
+    def _set_z(self, state: State, slot: int, value: Any) -> State:
+        """New State with this muscle's z slot ``slot`` set to ``value``."""
+        self._model_grp(state)
+        i = self._z_index(state, slot)
+        return state.with_z(state.z.at[i].set(jnp.asarray(value, state.z.dtype)))
+
     def get_excitation(self, state: State) -> jax.Array:
         """The excitation (this muscle's control, as set)."""
         self._model_grp(state)
@@ -350,8 +361,7 @@ class Muscle(Force):
         """The activation (the excitation under ``ignore_activation_dynamics``)."""
         if self.ignore_activation_dynamics:
             return self.get_excitation(state)
-        self._model_grp(state)
-        return state.z[self._z_index(state, self._z_act)]
+        return self._get_z(state, self._z_act)
 
     def set_activation(self, state: State, a: Any) -> State:
         """New State with the activation set (the excitation under
@@ -361,9 +371,7 @@ class Muscle(Force):
             raise ValueError(f"{self._who}: activation must lie in [0, 1], got {a}")
         if self.ignore_activation_dynamics:
             return self.set_excitation(state, a)
-        self._model_grp(state)
-        i = self._z_index(state, self._z_act)
-        return state.with_z(state.z.at[i].set(jnp.asarray(a, state.z.dtype)))
+        return self._set_z(state, self._z_act, a)
 
     # -- muscle quantities ---------------------------------------------------------------
     @reads_cache
@@ -609,8 +617,7 @@ class DeGrooteFregly2016Muscle(Muscle):
         force over the max isometric force (needs Velocity then)."""
         if self.ignore_tendon_compliance:
             return self.get_tendon_force(state) / self.get_max_isometric_force(state)
-        self._model_grp(state)
-        return state.z[self._z_index(state, self._z_ten)]
+        return self._get_z(state, self._z_ten)
 
     def set_normalized_tendon_force(self, state: State, f: Any) -> State:
         """New State with the normalized tendon force state set (compliant tendons only;
@@ -622,9 +629,7 @@ class DeGrooteFregly2016Muscle(Muscle):
             )
         if _concrete(f) and not np.all((np.asarray(f) >= 0) & (np.asarray(f) <= 5)):
             raise ValueError(f"{who}: the normalized tendon force must lie in [0, 5], got {f}")
-        self._model_grp(state)
-        i = self._z_index(state, self._z_ten)
-        return state.with_z(state.z.at[i].set(jnp.asarray(f, state.z.dtype)))
+        return self._set_z(state, self._z_ten, f)
 
     def get_normalized_tendon_force_derivative(self, state: State) -> jax.Array:
         """d normalized tendon force / dt (zero for a rigid tendon)."""
@@ -746,9 +751,7 @@ class Thelen2003Muscle(Muscle):
             )
         if _concrete(length) and not np.all(np.asarray(length) > 0):
             raise ValueError(f"{self._who}: the fibre length must be positive, got {length}")
-        self._model_grp(state)
-        i = self._z_index(state, self._z_ten)
-        return state.with_z(state.z.at[i].set(jnp.asarray(length, state.z.dtype)))
+        return self._set_z(state, self._z_ten, length)
 
     def get_minimum_fiber_length(self, state: State) -> jax.Array:
         """The pennation model's minimum fibre length (m): the fibre at the maximum
@@ -1002,16 +1005,13 @@ class Millard2012EquilibriumMuscle(Muscle):
         if _concrete(fiber_length) and not np.all(np.asarray(fiber_length) > 0):
             raise ValueError(f"{self._who}: the fibre length must be > 0, got {fiber_length}")
         lm = jnp.maximum(jnp.asarray(fiber_length, state.z.dtype), self.get_minimum_fiber_length(state))
-        self._model_grp(state)
-        i = self._z_index(state, self._z_ten)
-        return state.with_z(state.z.at[i].set(lm))
+        return self._set_z(state, self._z_ten, lm)
 
     def get_fiber_length_state(self, state: State) -> jax.Array:
         """The fibre length state (z) of an elastic tendon, NaN for a rigid one."""
         if self.ignore_tendon_compliance:
             return jnp.full((), jnp.nan, state.q.dtype)
-        self._model_grp(state)
-        return state.z[self._z_index(state, self._z_ten)]
+        return self._get_z(state, self._z_ten)
 
 
 _REQUIRED_CURVE_PARAMS = (

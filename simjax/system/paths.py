@@ -107,7 +107,10 @@ class WrapObject:
         matter._system.invalidate_topology()
 
     def _dims(self) -> tuple[float, float, float]:
-        raise NotImplementedError
+        """The shape's dimensions for the WrapSet (each wrap kind defines them)."""
+        raise TypeError(
+            f"{type(self).__name__} is not a wrap shape: use WrapCylinder, WrapSphere or WrapEllipsoid"
+        )
 
     @staticmethod
     def _positive(value: Any, what: str, who: str) -> float:
