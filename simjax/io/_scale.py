@@ -7,14 +7,18 @@ trial: for each marker pair, the mean over the setup's frames of the experimenta
 divided by the model's distance at its default pose, averaged over the measurement's
 pairs, given to the measurement's bodies along its axes; then the manual scales, in the
 setup's ``scaling_order``. :func:`scale_osim` writes the scaled model as OpenSim's
-``Model::scale`` does: joint and offset frames, markers, centres of mass, CustomJoint
-translation functions, coupler scale factors, wrap objects and geometry scaled by the
-factors of the body they are fixed on; inertias scaled exactly for uniform factors and by
-OpenSim's cylinder rule otherwise; masses kept (``preserve_mass_distribution``) or scaled
-by volume, then all scaled to the subject's mass. :func:`place_markers` is OpenSim's
-``MarkerPlacer``: inverse kinematics on the static trial averaged over its time range,
-then every marker that is not ``fixed`` moved onto its observation. ``setup.run()`` does
-the whole tool and returns a :class:`ScaleResult`.
+``Model::scale`` does, from OpenSim 4 and 3.x files alike: joint and offset frames (3.x
+``location_in_parent``/``location``), markers, path points (``MovingPathPoint`` functions
+too), centres of mass, CustomJoint translation functions, coupler scale factors, wrap
+objects and geometry scaled by the factors of the body they are fixed on; each muscle's
+optimal fibre and tendon slack lengths (a PathSpring's or Ligament's resting length) times
+its path's change of length at the default pose (OpenSim's ``postScale``); inertias scaled
+exactly for uniform factors and by OpenSim's cylinder rule otherwise; masses kept
+(``preserve_mass_distribution``) or scaled by volume, then all scaled to the subject's
+mass. :func:`place_markers` is OpenSim's ``MarkerPlacer``: inverse kinematics on the
+static trial averaged over its time range, then every marker that is not ``fixed`` moved
+onto its observation. ``setup.run()`` does the whole tool and returns a
+:class:`ScaleResult`.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from .._stage import Stage
 from ..studies import _traces
 from ._loaded import LoadedModel, ModelFileError
 from ._motion import MarkerTable, read_trc
-from ._osim import FUNCTION_TAGS, _OsimReader, load_osim, rotation_body_xyz
+from ._osim import _X, FUNCTION_TAGS, _OsimReader, load_osim, rotation_body_xyz
 from ._setup import CoordinateTask, IKSetup, _bool, _file, _float, _read_tasks, _text, _time_range, _tool_root
 from ._xml import XmlDoc
 
@@ -457,13 +461,51 @@ def _function_child(axis_el: ET.Element) -> tuple[ET.Element, ET.Element] | None
     return None
 
 
+_INERTIA_3X = ("inertia_xx", "inertia_yy", "inertia_zz", "inertia_xy", "inertia_xz", "inertia_yz")
+
+
+def _get_inertia(b: ET.Element) -> np.ndarray:
+    """A body's inertia ``[xx yy zz xy xz yz]``: OpenSim 4's ``<inertia>`` or 3.x's six
+    ``<inertia_xx>``... elements (which OpenSim reads to 6 significant digits)."""
+    if b.find("inertia") is not None or b.find("inertia_xx") is None:
+        return _numbers(b.find("inertia"), 6, [0] * 6)
+    return np.array([float(f"{float(_numbers(b.find(k), 1, [0])[0]):.6g}") for k in _INERTIA_3X])
+
+
+def _set_inertia(b: ET.Element, I6: np.ndarray) -> None:
+    if b.find("inertia") is not None or b.find("inertia_xx") is None:
+        _set(b, "inertia", I6)
+    else:
+        for k, v in zip(_INERTIA_3X, I6, strict=True):
+            _set(b, k, v)
+
+
+def _anchor(r: _OsimReader, el: ET.Element, path: str) -> tuple[str, Any]:
+    """``(body, X_B_frame)`` of a marker or path point: its 3.x ``<body>`` or its 4.x
+    ``socket_parent_frame`` (followed through offset frames)."""
+    if el.find("body") is not None:
+        return (r.doc.text(el, "body") or "").strip(), _X()
+    return r._frame_on_body(r._resolve(r.doc.text(el, "socket_parent_frame") or "", path, el), el)
+
+
+def _multiply_function(holder: ET.Element, fn_el: ET.Element, factor: float) -> None:
+    """Multiply the function ``fn_el`` (a child of ``holder``) by ``factor`` as OpenSim does:
+    a MultiplierFunction's scale is multiplied, any other function is wrapped in one."""
+    if fn_el.tag == "MultiplierFunction":
+        _set(fn_el, "scale", float(_numbers(fn_el.find("scale"), 1, [1])[0]) * factor)
+        return
+    idx = list(holder).index(fn_el)
+    mf = ET.Element("MultiplierFunction", {"name": fn_el.get("name") or "function"})
+    inner = ET.SubElement(mf, "function")
+    holder.remove(fn_el)
+    inner.append(fn_el)
+    ET.SubElement(mf, "scale").text = _fmt(factor)
+    holder.insert(idx, mf)
+
+
 def _scale_doc(doc: XmlDoc, factors: Mapping[str, Any], mass: float | None, preserve: bool) -> list[str]:
     """Scale the model in ``doc`` in place; returns notes on what was not scaled."""
     r = _OsimReader(doc, warn=False)
-    if r.old:
-        raise ModelFileError(
-            f"{doc.name}: scaling needs an OpenSim 4 model file; open and save it in OpenSim 4 first"
-        )
     r._read_bodies()
     joints = r._read_joints()
     F: dict[str, np.ndarray] = {}
@@ -495,7 +537,7 @@ def _scale_doc(doc: XmlDoc, factors: Mapping[str, Any], mass: float | None, pres
                 sf.text = _fmt(_numbers(sf, 3, [1, 1, 1]) * f)
 
     # frames: offset frames by their parent's body, geometry by their own body
-    for path, (el, parent, _X) in r.frames.items():
+    for path, (el, parent, _frame) in r.frames.items():
         if el.tag == "PhysicalOffsetFrame":
             body = base_of(parent or "", el)
             f = F.get(body)
@@ -504,12 +546,37 @@ def _scale_doc(doc: XmlDoc, factors: Mapping[str, Any], mass: float | None, pres
             scale_geometry(el, base_of(path, el))
         elif el.tag in ("Body", "Ground"):
             scale_geometry(el, el.get("name") or ground)
+    if r.old:  # 3.x: each joint's frames are locations in its parent and child bodies
+        for jt in joints:
+            for tag, body in (("location_in_parent", jt.parent[0]), ("location", jt.child[0])):
+                if body in F and jt.el.find(tag) is not None:
+                    _set(jt.el, tag, _numbers(jt.el.find(tag), 3, [0, 0, 0]) * F[body])
+        for name, b in r.body_els.items():
+            vo = b.find("VisibleObject")
+            if name in F and vo is not None:
+                _set(vo, "scale_factors", _numbers(vo.find("scale_factors"), 3, [1, 1, 1]) * F[name])
     # markers
     for m in r._set_objects("MarkerSet"):
-        s = doc.text(m, "socket_parent_frame") or ""
-        body = base_of(r._resolve(s, f"/markerset/{m.get('name')}", m), m)
+        body, _ = _anchor(r, m, f"/markerset/{m.get('name')}")
         if body in F:
             _set(m, "location", _numbers(m.find("location"), 3, [0, 0, 0]) * F[body])
+    # path points (PathPoint::extendScale, MovingPathPoint's functions times a MultiplierFunction)
+    for f_el in r._set_objects("ForceSet"):
+        for pt in f_el.findall(".//PathPointSet/objects/*"):
+            body, _ = _anchor(r, pt, f"/forceset/{f_el.get('name')}/path/{pt.get('name')}")
+            f = F.get(body)
+            if f is None:
+                continue
+            if pt.tag == "MovingPathPoint":
+                for k, ax in enumerate("xyz"):
+                    holder = pt.find(f"{ax}_location")
+                    if holder is None or not len(holder):
+                        continue
+                    if not (doc.text(pt, f"{ax}_coordinate") or doc.text(pt, f"socket_{ax}_coordinate")):
+                        continue
+                    _multiply_function(holder, holder[0], float(f[k]))
+            if pt.find("location") is not None:
+                _set(pt, "location", _numbers(pt.find("location"), 3, [0, 0, 0]) * f)
     # bodies: centre of mass and wrap objects
     for name, b in r.body_els.items():
         f = F.get(name)
@@ -552,17 +619,7 @@ def _scale_doc(doc: XmlDoc, factors: Mapping[str, Any], mass: float | None, pres
                 coef = _numbers(fn_el.find("coefficients"), 2, [1, 0])
                 if coef[0] == 1.0 and coef[1] == 0.0:
                     continue
-            sf = float(np.abs(_numbers(a.find("axis"), 3, [1, 0, 0])) @ f)
-            if fn_el.tag == "MultiplierFunction":
-                _set(fn_el, "scale", float(_numbers(fn_el.find("scale"), 1, [1])[0]) * sf)
-            else:
-                idx = list(holder).index(fn_el)
-                mf = ET.Element("MultiplierFunction", {"name": fn_el.get("name") or "function"})
-                inner = ET.SubElement(mf, "function")
-                holder.remove(fn_el)
-                inner.append(fn_el)
-                ET.SubElement(mf, "scale").text = _fmt(sf)
-                holder.insert(idx, mf)
+            _multiply_function(holder, fn_el, float(np.abs(_numbers(a.find("axis"), 3, [1, 0, 0])) @ f))
     # coordinate couplers whose dependent coordinate is a translation
     for cc in r._set_objects("ConstraintSet"):
         if cc.tag != "CoordinateCouplerConstraint":
@@ -591,21 +648,15 @@ def _scale_doc(doc: XmlDoc, factors: Mapping[str, Any], mass: float | None, pres
         m0 = float(_numbers(b.find("mass"), 1, [0])[0])
         m1 = m0 if preserve else m0 * abs(float(f[0] * f[1] * f[2]))
         _set(b, "mass", m1)
-        _set(b, "inertia", scale_inertia(_numbers(b.find("inertia"), 6, [0] * 6), m0, m1, f, not preserve))
+        _set_inertia(b, scale_inertia(_get_inertia(b), m0, m1, f, not preserve))
     if mass is not None and mass > 0:
         total = sum(float(_numbers(b.find("mass"), 1, [0])[0]) for b in r.body_els.values())
         if total > 0:
             ratio = mass / total
             for b in r.body_els.values():
                 _set(b, "mass", float(_numbers(b.find("mass"), 1, [0])[0]) * ratio)
-                _set(b, "inertia", _numbers(b.find("inertia"), 6, [0] * 6) * ratio)
-    notes = []
-    if any(len(r._set_objects(s)) for s in ("ForceSet",)):
-        notes.append(
-            "forces (muscles, path points, ligaments) are not scaled in the written model; "
-            "scale it in OpenSim if you use them"
-        )
-    return notes
+                _set_inertia(b, _get_inertia(b) * ratio)
+    return []
 
 
 def _source_doc(model: LoadedModel | str | os.PathLike[str]) -> XmlDoc:
@@ -652,11 +703,63 @@ def scale_osim(
         The scaled model, loaded.
     """
     doc = _source_doc(model)
-    notes = _scale_doc(doc, factors, mass, preserve_mass_distribution)
     name = os.fspath(model.path if isinstance(model, LoadedModel) else model)
+    forces = _OsimReader(doc, warn=False)._set_objects("ForceSet")
+    has_paths = any(el.find(".//PathPointSet") is not None for el in forces)
+    before: dict[str, float] = {}
+    if has_paths:
+        source = model if isinstance(model, LoadedModel) else load_osim(model, warn_ignored=False)
+        before = _path_lengths(source)
+    notes = _scale_doc(doc, factors, mass, preserve_mass_distribution)
+    if before:
+        after = _path_lengths(_load_doc(doc, name, None))
+        notes += _post_scale(doc, before, after)
     new = _load_doc(doc, name, output)
     new.notes.extend(notes)
     return new
+
+
+def _path_lengths(model: LoadedModel) -> dict[str, float]:
+    """Every path's length at the model's default pose (as OpenSim's ``preScale`` and
+    ``postScale`` take it), by the name of the force that owns it."""
+    if not model.paths:
+        return {}
+    paths = model.paths
+    st = model.system.realize(model.state, Stage.POSITION)
+    return {n: float(p.get_length(st)) for n, p in paths.items()}
+
+
+#: Length properties OpenSim's ``extendPostScale`` multiplies by the path's change of length.
+_POST_SCALED = ("optimal_fiber_length", "tendon_slack_length", "resting_length")
+
+
+def _post_scale(doc: XmlDoc, before: Mapping[str, float], after: Mapping[str, float]) -> list[str]:
+    """OpenSim's ``extendPostScale`` of path actuators: a muscle's optimal fibre and tendon
+    slack lengths, a PathSpring's or Ligament's resting length, times the ratio of its
+    path's length after scaling to before (at the default pose). Returns notes naming the
+    path forces simjax did not load (left unscaled)."""
+    skipped = []
+    for f_el in _OsimReader(doc, warn=False)._set_objects("ForceSet"):
+        if f_el.find(".//PathPointSet") is None:
+            continue
+        n = f_el.get("name") or ""
+        if n not in before or n not in after:
+            skipped.append(n)
+            continue
+        if before[n] <= 0.0:
+            continue
+        ratio = after[n] / before[n]
+        for tag in _POST_SCALED:
+            el = f_el.find(tag)
+            if el is not None:
+                _set(f_el, tag, float(_numbers(el, 1, [0])[0]) * ratio)
+    if not skipped:
+        return []
+    return [
+        f"{len(skipped)} path forces simjax does not load ({', '.join(skipped[:5])}"
+        + (", ..." if len(skipped) > 5 else "")
+        + "): their lengths (optimal fibre, tendon slack, resting) are not scaled"
+    ]
 
 
 # ----------------------------------------------------------------------------- placing
@@ -767,8 +870,7 @@ def place_markers(
                     stacklevel=2,
                 )
                 continue
-            s = doc.text(m, "socket_parent_frame") or ""
-            body, X = r._frame_on_body(r._resolve(s, f"/markerset/{n}", m), m)
+            body, X = _anchor(r, m, f"/markerset/{n}")
             Xg = model.bodies[body].get_body_transform(rs) if body in model.bodies else None
             if Xg is None:
                 R_GB, p_GB = np.eye(3), np.zeros(3)

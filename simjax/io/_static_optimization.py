@@ -72,8 +72,8 @@ def dependent_speeds(model: LoadedModel, state: Any) -> list[int]:
     by_slot = {(c.body.index, c.which): c for c in model.coordinates.values()}
     for con in model.constraints.values():
         if isinstance(con, CoordinateCoupler) and not bool(con.is_disabled(state)):
-            mob, k = con._sel[-1]
-            c = by_slot.get((int(mob), int(k)))
+            mob, k = con._sel[-1]  # (the constraint's own mobilizer number, q number)
+            c = by_slot.get((int(con._mobilizers[mob].index), int(k)))
             if c is not None:
                 out.add(c.u_index(state))
     return sorted(out)
