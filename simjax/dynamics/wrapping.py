@@ -622,7 +622,7 @@ def ellipsoid_wrap_compiled(p1, p2, radii, axis, sign):
 
 # -------------------------------------------------------------------------------- torus
 _TORUS_CYL_LENGTH = 10000.0  # the length of the cylinder OpenSim puts on the torus's tube
-_LM_TRIALS = 48  # budget of the replayed Levenberg-Marquardt search (it uses 5 to 12)
+_LM_TRIALS = 48  # budget of the replayed search (20000 random segments about a torus: all stop by 24)
 _DWARF = 1.0e-38
 
 
