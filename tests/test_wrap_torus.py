@@ -9,6 +9,10 @@ OpenSim changed it: a fixed finite-difference step, tolerances 1e-4, and a resid
 radius term carries a factor 2) from each end, then wraps the segment over a cylinder of the
 tube's radius tangent to the circle at c, on its side towards the torus's axis. simjax
 replays that search step by step, so its lengths equal OpenSim's to roundoff.
+
+Measured outside the tests (a 150 s compile): MoBL_ARMS's 11 paths over its 11 tori (one
+to four wraps each, the tori among cylinders and ellipsoids) equal OpenSim's to 3.4e-15 m
+at 12 random poses.
 """
 
 from __future__ import annotations
@@ -275,7 +279,8 @@ def test_bad_tori_are_refused_naming_the_element(tmp_path):
     (tmp_path / "bad.osim").write_text(text[:j] + "<outer_radius>0.01" + text[k:])
     with pytest.raises(
         sj.io.ModelFileError,
-        match=r"greater than inner_radius.*<inner_radius>/<outer_radius>.* of WrapTorus 'pelvisOITorus2_l'",
+        match=r"greater than inner_radius.*fix <inner_radius>/<outer_radius>/<quadrant> of WrapTorus "
+        r"'pelvisOITorus2_l'",
     ):
         _load(str(tmp_path / "bad.osim"))
 

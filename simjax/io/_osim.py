@@ -1319,11 +1319,13 @@ class _OsimReader:
                         name=wname,
                     )
                 except ValueError as err:
-                    raise doc.error(
-                        w,
-                        f"{err} (fix <radius>/<length>/<dimensions>/<inner_radius>/<outer_radius>/<quadrant> "
-                        f"of {w.tag} {wname!r})",
-                    ) from None
+                    fields = {
+                        "WrapCylinder": "<radius>/<length>",
+                        "WrapSphere": "<radius>",
+                        "WrapEllipsoid": "<dimensions>",
+                        "WrapTorus": "<inner_radius>/<outer_radius>",
+                    }[w.tag]
+                    raise doc.error(w, f"{err} (fix {fields}/<quadrant> of {w.tag} {wname!r})") from None
         return out
 
     def _count_ignored(self) -> None:
