@@ -67,6 +67,7 @@ from .system.paths import GeometryPath as GeometryPath
 from .system.paths import WrapCylinder as WrapCylinder
 from .system.paths import WrapEllipsoid as WrapEllipsoid
 from .system.paths import WrapSphere as WrapSphere
+from .system.paths import WrapTorus as WrapTorus
 from .system.system import ForceSubsystem as ForceSubsystem
 from .system.system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system.system import MultibodySystem as MultibodySystem

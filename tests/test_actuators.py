@@ -420,7 +420,7 @@ def test_opensim_actuators_and_limit_forces_equal_opensim(key, tmp_path):
     for i in reversed(range(fs.getSize())):
         if fs.get(i).getConcreteClassName() not in ("CoordinateActuator", "CoordinateLimitForce"):
             fs.remove(i)
-    # both sides read the file without the other forces (GPK_generic's 94 Millard muscles on
+    # both sides read the file without the other forces (GPK_generic's 100 Millard muscles on
     # wrapped paths would cost minutes of compilation here)
     path = str(tmp_path / f"{key}_actuators.osim")
     om.printToXML(path)

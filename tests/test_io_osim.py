@@ -147,7 +147,7 @@ def test_real_model_matches_opensim(key, tmp_path):
     _load(path)  # the whole file loads (its forces too)
     om, s, coords, uslot = _opensim_side(path)
     # both sides then read OpenSim's copy without the ForceSet: only gravity acts on either
-    # side, and forces that would be disabled anyway (GPK_generic's 94 muscles on wrapped
+    # side, and forces that would be disabled anyway (GPK_generic's 100 muscles on wrapped
     # paths) cost no compilation
     path = str(tmp_path / "no_forces.osim")
     om.printToXML(path)

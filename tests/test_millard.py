@@ -300,7 +300,7 @@ def test_millard_quantities_equal_opensim(slider, ours):
     assert max(worst.values()) < 1e-11, worst
 
 
-# -- a real model: GPK_generic (msk-modelling-python 0.4.2), 94 Millard muscles ---------------
+# -- a real model: GPK_generic (msk-modelling-python 0.4.2), 100 Millard muscles --------------
 GPK = ("msk-modelling-python", "0.4.2", "msk_modelling_python/models/GPK_generic.osim")
 GPK_FIELDS = (
     "fiber_length", "pennation_angle", "tendon_length", "fiber_velocity", "active_fiber_force",
@@ -326,8 +326,8 @@ def _kernel_with_tangent(P, L, V, e, a, lm, comp, act, dlm, dlo):
 def test_gpk_generic_muscles_equal_opensim_and_gradients_equal_central_differences():
     """GPK_generic (a gait model: elastic tendons, fibre damping 0.01, its own active
     force-length curves and fitted passive curves given in full) loaded by ``load_osim``:
-    at 4 random poses with random activations and fibre lengths, the 94 muscles whose paths
-    are modelled (6 wrap over a torus), evaluated from OpenSim's path lengths and speeds with
+    at 4 random poses with random activations and fibre lengths, its 100 muscles (6 of them
+    over a torus), evaluated from OpenSim's path lengths and speeds with
     the parameters the loader read: every quantity equals OpenSim's getter to 1e-11 where
     computed in closed form and 1e-7 through OpenSim's damped Newton (stopping at 1e-10 F,
     so ~1e-8 at damping 0.01). Then the derivative of every muscle's tendon force, fibre
@@ -341,7 +341,7 @@ def test_gpk_generic_muscles_equal_opensim_and_gradients_equal_central_differenc
         warnings.simplefilter("ignore")
         m = sj.io.load_osim(path)
     names = list(m.muscles)
-    assert len(names) == 94
+    assert len(names) == 100
     handles = [m.muscles[n] for n in names]
     assert all(isinstance(h, sj.Millard2012EquilibriumMuscle) for h in handles)
     vals = [h._values() for h in handles]
@@ -380,7 +380,7 @@ def test_gpk_generic_muscles_equal_opensim_and_gradients_equal_central_differenc
         for f in GPK_FIELDS:
             getter = "get" + "".join(w.title() for w in f.split("_"))
             theirs[f].append([getattr(mu, getter)(s) for mu in mus])
-    # the 4 states side by side as 4 x 94 muscles
+    # the 4 states side by side as 4 x 100 muscles
     Pk = {k: jnp.tile(v, 4) for k, v in P.items()}
     x = {k: jnp.asarray(np.concatenate(v)) for k, v in rows.items()}
     ck, ak = jnp.tile(comp, 4), jnp.tile(act, 4)

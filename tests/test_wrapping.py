@@ -236,7 +236,7 @@ def test_bad_wraps_are_refused_naming_the_element(tmp_path):
     with pytest.raises(ValueError, match="body 7 is not a body"):
         sj.WrapSphere(matter, 7, 0.1, name="ball")
     system, matter, rod, path = _pendulum("sphere")
-    with pytest.raises(TypeError, match="sj.WrapCylinder, sj.WrapSphere or sj.WrapEllipsoid"):
+    with pytest.raises(TypeError, match="sj.WrapCylinder, sj.WrapSphere, sj.WrapEllipsoid or sj.WrapTorus"):
         path.add_path_wrap("ball")
     path.add_path_wrap(sj.WrapSphere(matter, rod, 0.01, name="knob"), range=(1, 5))
     with pytest.raises(

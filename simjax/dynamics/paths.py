@@ -16,7 +16,7 @@ import numpy as np
 
 from ..model.paths import PathSet, WrapSet
 from ..model.topology import Topology
-from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, ellipsoid_wrap_compiled, sphere_wrap
+from .wrapping import MANDATORY, WRAPPED, cylinder_wrap, ellipsoid_wrap_compiled, sphere_wrap, torus_wrap
 
 
 def _slot(topo: Topology, body: int, which: int) -> int:
@@ -168,6 +168,10 @@ def _single_wraps(
             res = jax.vmap(lambda a, b_, r, h, ax=ax, sg=sg: cylinder_wrap(a, b_, r, h, ax, sg, True))(
                 PA[sel], PB[sel], radius, length
             )
+        elif kind == "torus":  # dims: (inner, outer, 0)
+            res = jax.vmap(lambda a, b_, r, h, ax=ax, sg=sg: torus_wrap(a, b_, r, h, ax, sg, True))(
+                PA[sel], PB[sel], radius, length
+            )
         else:
             res = jax.vmap(lambda a, b_, r, ax=ax, sg=sg: sphere_wrap(a, b_, r, ax, sg))(
                 PA[sel], PB[sel], radius
@@ -201,6 +205,8 @@ def _wrap_segment(ws: WrapSet, obj: int, single: bool, p1: jax.Array, p2: jax.Ar
         return ellipsoid_wrap_compiled(p1, p2, ws.dims[obj, :3], axis, sign)
     if kind == "cylinder":
         return cylinder_wrap(p1, p2, radius, length, axis, sign, single)
+    if kind == "torus":
+        return torus_wrap(p1, p2, radius, length, axis, sign, single)
     return sphere_wrap(p1, p2, radius, axis, sign)
 
 
@@ -321,8 +327,9 @@ def path_nodes(
     order and ``(n_paths, S)`` which are real (the rest pad the static shape). A path's
     active points, each wrap's two tangent points and, between them, ``arc_points`` points
     on the wrap surface along the shorter way from one tangent point to the other (a chord
-    point pushed radially onto the cylinder, sphere or (scaled) ellipsoid: the arc's length within a fraction
-    of a per cent of the exact one for arcs up to a half turn)."""
+    point pushed radially onto the cylinder, sphere, (scaled) ellipsoid or torus tube: the
+    arc's length within a fraction of a per cent of the exact one for arcs up to a half
+    turn; on a torus the wrap runs over a cylinder tangent to the tube, drawn on the tube)."""
     if not paths.num_paths:
         return jnp.zeros((0, 1, 3), q.dtype), jnp.zeros((0, 1), bool)
     x, active = point_locations(paths, topo, q, R_GB, p_GB)
@@ -352,6 +359,11 @@ def path_nodes(
             if ws.kind[obj] == "cylinder":  # push onto the surface around the z axis
                 rho = _norm(m[:, :2])
                 m = m.at[:, :2].multiply((radius / jnp.where(rho > 0, rho, 1.0))[:, None])
+            elif ws.kind[obj] == "torus":  # onto the tube about the circle of the outer radius
+                rho = _norm(m[:, :2])
+                cc = m.at[:, 2].set(0.0) * (float(ws.dims[obj, 1]) / jnp.where(rho > 0, rho, 1.0))[:, None]
+                dd = _norm(m - cc)
+                m = cc + (m - cc) * (radius / jnp.where(dd > 0, dd, 1.0))[:, None]
             elif ws.kind[obj] == "ellipsoid":  # radially in the frame scaled to a unit sphere
                 rho = _norm(m / jnp.asarray(ws.dims[obj, :3], dtype)[None])
                 m = m / jnp.where(rho > 0, rho, 1.0)[:, None]

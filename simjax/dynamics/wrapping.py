@@ -1,6 +1,7 @@
-"""Wrapping of path segments over surfaces fixed on bodies (OpenSim's ``WrapCylinder`` and
-``WrapSphere`` as its ``GeometryPath`` applies them), as pure JAX functions of the two
-points a segment joins, expressed in the wrap object's frame.
+"""Wrapping of path segments over surfaces fixed on bodies (OpenSim's ``WrapCylinder``,
+``WrapSphere``, ``WrapEllipsoid`` and ``WrapTorus`` as its ``GeometryPath`` applies them),
+as pure JAX functions of the two points a segment joins, expressed in the wrap object's
+frame.
 
 OpenSim's wrap algorithms are geometric constructions with case analysis (which tangent
 point, which side of the quadrant, near or far side); here every case is computed and the
@@ -617,3 +618,179 @@ def ellipsoid_wrap_compiled(p1, p2, radii, axis, sign):
     """:func:`ellipsoid_wrap` through one ``jax.jit`` (quadrant as data), so that eager
     callers reuse its compiled program; inlined when traced."""
     return _ellipsoid_jit(p1, p2, jnp.asarray(radii, p1.dtype), jnp.asarray(axis), jnp.asarray(sign))
+
+
+# -------------------------------------------------------------------------------- torus
+_TORUS_CYL_LENGTH = 10000.0  # the length of the cylinder OpenSim puts on the torus's tube
+_LM_TRIALS = 48  # budget of the replayed search (20000 random segments about a torus: all stop by 24)
+_DWARF = 1.0e-38
+
+
+def _circle_resid(u: jax.Array, p: jax.Array, n: jax.Array, r: jax.Array) -> jax.Array:
+    """OpenSim's residual of its search for the point of the line ``p + u n`` nearest the
+    circle of radius ``r`` about the z axis: ``d/du (|x|^2 - 4 r rho)`` (its factor 2 on
+    the radius term included: the stationary points are those of the distance to the
+    circle of radius 2r)."""
+    c2 = 2.0 * jnp.dot(p, n)
+    c3 = p[0] * n[0] + p[1] * n[1]
+    c4 = n[0] * n[0] + n[1] * n[1]
+    c5 = p[0] * p[0] + p[1] * p[1]
+    g = u * u * c4 + 2.0 * c3 * u + c5
+    sg = jnp.sqrt(jnp.where(g > 0, g, 1.0))
+    return c2 + 2.0 * u - 2.0 * r * (2.0 * c4 * u + 2.0 * c3) / sg
+
+
+def _lmdif_1d(f):
+    """OpenSim's ``lmdif_C`` (MINPACK's Levenberg-Marquardt as OpenSim changed it: a
+    forward-difference Jacobian with a fixed step 1e-5, the initial step bound 0.2 where
+    0.2 |x0| <= 1e-4) on one residual of one unknown from x = 0 with ftol = xtol = 1e-4,
+    gtol = 0, factor 0.2, replayed trial step by trial step (MINPACK's ``lmpar`` for one
+    unknown, its trust-region updates and tests) in a fixed-length loop: the iterate
+    OpenSim stops at. Returns it and whether the search stopped within the budget."""
+    zero = jnp.zeros(())
+    f0 = f(zero)
+
+    def jac(x, fx):
+        return (f(x + 1e-5) - fx) / 1e-5
+
+    J0 = jac(zero, f0)
+    diag0 = jnp.where(J0 == 0, 1.0, jnp.abs(J0))
+    # carry: x, fx, fnorm, diag, delta, par, first, xnorm, done
+    init = (zero, f0, jnp.abs(f0), diag0, jnp.asarray(0.2), zero, jnp.array(True), zero, jnp.array(False))
+
+    def lmpar(J, fx, d, delta, par_in):
+        R, qtb = -J, -fx
+        Rs = jnp.where(R != 0, R, 1.0)
+        x_gn = qtb / Rs
+        dx = jnp.abs(d * x_gn)
+        fp0 = dx - delta
+        gn = fp0 <= 0.1 * delta
+        dxs = jnp.where(dx > 0, dx, 1.0)
+        w = d * (d * x_gn / dxs) / Rs
+        parl0 = (fp0 / delta) / (w * w)
+        gnorm = jnp.abs(R * qtb / d)
+        paru0 = gnorm / delta
+        paru0 = jnp.where(paru0 == 0, _DWARF / jnp.minimum(delta, 0.1), paru0)
+        par0 = jnp.minimum(jnp.maximum(par_in, parl0), paru0)
+        par0 = jnp.where(par0 == 0, gnorm / dxs, par0)
+
+        def it(_, c):
+            par, parl, paru, fp, x, stop = c
+            par1 = jnp.where(par == 0, jnp.maximum(_DWARF, 0.001 * paru), par)
+            s2 = R * R + par1 * d * d
+            xp = R * qtb / s2
+            dxp = jnp.abs(d * xp)
+            fpn = dxp - delta
+            brk = (jnp.abs(fpn) <= 0.1 * delta) | ((parl == 0) & (fpn <= fp) & (fp < 0))
+            ww = d * (d * xp / jnp.where(dxp > 0, dxp, 1.0)) / jnp.sqrt(s2)
+            parc = (fpn / delta) / (ww * ww)
+            parl1 = jnp.where(fpn > 0, jnp.maximum(parl, par1), parl)
+            paru1 = jnp.where(fpn < 0, jnp.minimum(paru, par1), paru)
+            par2 = jnp.where(brk, par1, jnp.maximum(parl1, par1 + parc))
+            new = (par2, parl1, paru1, fpn, xp, brk)
+            return jax.tree.map(lambda a, b: jnp.where(stop, a, b), c, new)
+
+        out = jax.lax.fori_loop(0, 10, it, (par0, parl0, paru0, fp0, x_gn, jnp.array(False)))
+        return jnp.where(gn, x_gn, out[4]), jnp.where(gn, 0.0, out[0])
+
+    def trial(_, c):
+        x, fx, fnorm, diag, delta, par, first, xnorm, done = c
+        J = jac(x, fx)
+        diag = jnp.maximum(diag, jnp.abs(J))
+        stop = done | (fx == 0) | (J == 0)  # gnorm <= gtol = 0
+        xs, par = lmpar(J, fx, diag, delta, par)
+        p = -xs
+        pnorm = jnp.abs(diag * p)
+        delta = jnp.where(first, jnp.minimum(delta, pnorm), delta)
+        f1 = f(x + p)
+        fnorm1 = jnp.abs(f1)
+        fn = jnp.where(fnorm > 0, fnorm, 1.0)
+        actred = jnp.where(0.1 * fnorm1 < fnorm, 1.0 - (fnorm1 / fn) ** 2, -1.0)
+        t1 = jnp.abs(J * p) / fn
+        t2 = jnp.sqrt(par) * pnorm / fn
+        prered = t1 * t1 + t2 * t2 / 0.5
+        dirder = -(t1 * t1 + t2 * t2)
+        ratio = jnp.where(prered != 0, actred / jnp.where(prered != 0, prered, 1.0), 0.0)
+        temp = jnp.where(actred >= 0, 0.5, 0.5 * dirder / (dirder + 0.5 * actred))
+        temp = jnp.where((0.1 * fnorm1 >= fnorm) | (temp < 0.1), 0.1, temp)
+        low = ratio <= 0.25
+        grow = ~low & ((par == 0) | (ratio >= 0.75))
+        delta = jnp.where(low, temp * jnp.minimum(delta, pnorm / 0.1), jnp.where(grow, pnorm / 0.5, delta))
+        par = jnp.where(low, par / temp, jnp.where(grow, 0.5 * par, par))
+        ok = ratio >= 1e-4
+        x = jnp.where(ok, x + p, x)
+        fx = jnp.where(ok, f1, fx)
+        xnorm = jnp.where(ok, jnp.abs(diag * x), xnorm)
+        fnorm = jnp.where(ok, fnorm1, fnorm)
+        first = first & ~ok
+        conv = ((jnp.abs(actred) <= 1e-4) & (prered <= 1e-4) & (0.5 * ratio <= 1.0)) | (delta <= 1e-4 * xnorm)
+        new = (x, fx, fnorm, diag, delta, par, first, xnorm, conv)
+        keep = c[:-1] + (jnp.array(True),)
+        return jax.tree.map(lambda a, b: jnp.where(stop, a, b), keep, new)
+
+    out = jax.lax.fori_loop(0, _LM_TRIALS, trial, init)
+    return out[0], out[-1]
+
+
+def _torus_closest(p1, p2, radius):
+    """One pass of OpenSim's ``findClosestPoint``: the stopped iterate u of its search from
+    ``p1`` towards ``p2``, with the derivative of the residual's root (implicit function
+    theorem at u), the point ``p1 + u n`` and its distance to the circle of ``radius``."""
+    d = p2 - p1
+    mag = _norm(d)
+    n = d / jnp.where(mag > 0, mag, 1.0)
+    ps, ns, rs = (jax.lax.stop_gradient(v) for v in (p1, n, radius))
+    u0, _ = _lmdif_1d(lambda u: _circle_resid(u, ps, ns, rs))
+    u0 = jax.lax.stop_gradient(u0)
+    slope = jax.lax.stop_gradient(jax.grad(_circle_resid)(u0, ps, ns, rs))
+    step = -_circle_resid(u0, p1, n, radius) / jnp.where(slope != 0, slope, 1.0)
+    u = u0 + step - jax.lax.stop_gradient(step)
+    a = p1 + u * n
+    rho = _norm(a[:2])
+    dist = _sqrt(jnp.dot(a, a) + radius * radius - 2.0 * radius * rho)
+    return a, dist
+
+
+def torus_wrap(
+    p1: jax.Array,
+    p2: jax.Array,
+    inner: float | jax.Array,
+    outer: float | jax.Array,
+    axis: int | jax.Array,
+    sign: int | jax.Array,
+    single: bool,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """OpenSim's ``WrapTorus`` (about the z axis, centred at the origin: a tube of radius
+    ``inner`` about the circle of radius ``outer``) on the segment ``p1``-``p2`` (wrap
+    frame), as OpenSim computes it: the point c of that circle nearest the line (its
+    Levenberg-Marquardt search from each end, replayed; the pass whose line point is nearer
+    the circle, or for a quadrant the one on its side, none if neither is), then OpenSim's
+    ``WrapCylinder`` of radius ``inner`` tangent to the circle at c (axis along the
+    circle's tangent, 10000 long) wrapping on its side towards the torus's axis (its
+    quadrant "+x"). The code is 2 (wrapped) where that cylinder wraps, mandatory or not
+    (OpenSim's torus reports either as "wrapped"), 0 otherwise."""
+    dtype = p1.dtype
+    inner = jnp.asarray(inner, dtype)
+    outer = jnp.asarray(outer, dtype)
+    a1, dist1 = _torus_closest(p1, p2, outer)
+    a2, dist2 = _torus_closest(p2, p1, outer)
+    nearer1 = dist1 < dist2
+    if isinstance(sign, int | np.integer) and sign == 0:
+        use1, found = nearer1, jnp.array(True)
+    else:
+        s1, s2 = _sgn(a1[axis]) == sign, _sgn(a2[axis]) == sign
+        use1 = jnp.where(s1 & s2, nearer1, s1)
+        found = (sign == 0) | s1 | s2
+        use1 = jnp.where(sign == 0, nearer1, use1)
+    a = jnp.where(use1, a1, a2)
+    rho = _norm(a[:2])
+    c = jnp.concatenate([a[:2] * (outer / jnp.where(rho > 0, rho, 1.0)), jnp.zeros(1, dtype)])
+    # the cylinder's frame: x from c towards the torus's axis, y = -z, z = x cross y
+    ex, _ = _unit(-c)
+    ey = jnp.asarray([0.0, 0.0, -1.0], dtype)
+    Rc = jnp.stack([ex, ey, jnp.cross(ex, ey)])  # rows: the cylinder's axes in the torus frame
+    o = jnp.stack([outer, jnp.zeros((), dtype), jnp.zeros((), dtype)])
+    q1, q2 = Rc @ p1 + o, Rc @ p2 + o
+    code, w1, w2, arc = cylinder_wrap(q1, q2, inner, _TORUS_CYL_LENGTH, 0, 1, single)
+    code = jnp.where(found & ((code == WRAPPED) | (code == MANDATORY)), WRAPPED, NO_WRAP)
+    return code, Rc.T @ (w1 - o), Rc.T @ (w2 - o), arc

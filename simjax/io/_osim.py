@@ -15,7 +15,8 @@ OpenSim builds its Simbody system from the file in a fixed way, and so does this
   ``Constraint.Ball``; locked coordinates → ``Constraint.ConstantCoordinate``, prescribed
   ones → ``Constraint.PrescribedMotion``.
 
-Paths (``GeometryPath`` with its points and its ``WrapCylinder``/``WrapSphere`` wraps),
+Paths (``GeometryPath`` with its points and its ``WrapCylinder``/``WrapSphere``/
+``WrapEllipsoid``/``WrapTorus`` wraps),
 ``PathSpring``, contact and the coordinate actuators and forces are read; what is not
 modelled (muscles, other wrap kinds, controllers, probes, ...) is counted in
 ``model.ignored`` and reported in one warning line.
@@ -43,7 +44,7 @@ from ..system.contact import ContactGeometry, ContactSurface, registry
 from ..system.forces import Force, HuntCrossleyForce, PathSpring, SmoothSphereHalfSpaceForce
 from ..system.matter import SimbodyMatterSubsystem
 from ..system.muscles import DeGrooteFregly2016Muscle, Millard2012EquilibriumMuscle, Thelen2003Muscle
-from ..system.paths import GeometryPath, WrapCylinder, WrapEllipsoid, WrapSphere
+from ..system.paths import GeometryPath, WrapCylinder, WrapEllipsoid, WrapSphere, WrapTorus
 from ..system.system import GeneralForceSubsystem, MultibodySystem
 from ._loaded import Coordinate, LoadedModel, Marker, ModelFileError, VisualGeometry, add_coordinate_limits
 from ._paths import ModelFiles, model_folders
@@ -1016,10 +1017,10 @@ class _OsimReader:
         path: ``PathPoint``,
         ``ConditionalPathPoint`` and ``MovingPathPoint`` on their frames (3.x ``<body>`` or
         4.x ``socket_parent_frame``), and its ``<PathWrapSet>``: each ``PathWrap``'s
-        ``wrap_object`` (a ``WrapCylinder``, ``WrapSphere`` or ``WrapEllipsoid`` of a body's
-        ``<WrapObjectSet>``) and ``range``. A path over another kind of wrap object
-        (``WrapTorus``, ...), or over an ellipsoid by a ``method`` other than "hybrid", is left
-        out (counted by kind): its length would be wrong without it."""
+        ``wrap_object`` (a ``WrapCylinder``, ``WrapSphere``, ``WrapEllipsoid`` or
+        ``WrapTorus`` of a body's ``<WrapObjectSet>``) and ``range``. A path over another kind
+        of wrap object, or over an ellipsoid by a ``method`` other than "hybrid", is left out
+        (counted by kind): its length would be wrong without it."""
         doc = self.doc
         out: dict[str, GeometryPath] = {}
         wrap_objects: dict[str, Any] = {}  # name -> handle, or the unsupported kind's tag
@@ -1259,14 +1260,21 @@ class _OsimReader:
             self.control_ranges[name] = (lo, doc.float(f, "max_control", 1.0))
         return out
 
-    _WRAPS = {"WrapCylinder": WrapCylinder, "WrapSphere": WrapSphere, "WrapEllipsoid": WrapEllipsoid}
+    _WRAPS = {
+        "WrapCylinder": WrapCylinder,
+        "WrapSphere": WrapSphere,
+        "WrapEllipsoid": WrapEllipsoid,
+        "WrapTorus": WrapTorus,
+    }
 
     def _read_wrap_objects(
         self, matter: SimbodyMatterSubsystem, bodies: dict[str, MobilizedBody]
     ) -> dict[str, Any]:
-        """Every body's (and Ground's) ``<WrapObjectSet>``: ``WrapCylinder`` and ``WrapSphere``
-        as handles on their bodies (``xyz_body_rotation``, ``translation``, ``quadrant``,
-        ``radius``, ``length``); an inactive one as None; another kind as its tag."""
+        """Every body's (and Ground's) ``<WrapObjectSet>``: ``WrapCylinder``, ``WrapSphere``,
+        ``WrapEllipsoid`` and ``WrapTorus`` as handles on their bodies (``xyz_body_rotation``,
+        ``translation``, ``quadrant``, ``radius``, ``length``, ``dimensions``,
+        ``inner_radius``, ``outer_radius``); an inactive one as None; another kind as its
+        tag."""
         doc = self.doc
         owners = list(self.body_els.items())
         ground = self.model.find("Ground")
@@ -1295,6 +1303,11 @@ class _OsimReader:
                     dims = {"radii": doc.floats(w, "dimensions", 3, [0.05, 0.05, 0.05])}
                 if w.tag == "WrapCylinder":
                     dims["length"] = doc.float(w, "length", 1.0)
+                if w.tag == "WrapTorus":  # OpenSim's defaults
+                    dims = {
+                        "inner_radius": doc.float(w, "inner_radius", 0.01),
+                        "outer_radius": doc.float(w, "outer_radius", 0.05),
+                    }
                 try:
                     out[wname] = self._WRAPS[w.tag](
                         matter,
@@ -1306,9 +1319,13 @@ class _OsimReader:
                         name=wname,
                     )
                 except ValueError as err:
-                    raise doc.error(
-                        w, f"{err} (fix <radius>/<length>/<dimensions>/<quadrant> of {w.tag} {wname!r})"
-                    ) from None
+                    fields = {
+                        "WrapCylinder": "<radius>/<length>",
+                        "WrapSphere": "<radius>",
+                        "WrapEllipsoid": "<dimensions>",
+                        "WrapTorus": "<inner_radius>/<outer_radius>",
+                    }[w.tag]
+                    raise doc.error(w, f"{err} (fix {fields}/<quadrant> of {w.tag} {wname!r})") from None
         return out
 
     def _count_ignored(self) -> None:

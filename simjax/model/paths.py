@@ -25,12 +25,12 @@ class MovingPoint:
 @dataclass(frozen=True, eq=False)
 class WrapSet:
     """The wrap objects paths wrap over (OpenSim's ``WrapCylinder``, ``WrapSphere``,
-    ``WrapEllipsoid``) and which path uses which (static NumPy).
+    ``WrapEllipsoid``, ``WrapTorus``) and which path uses which (static NumPy).
 
-    Per object: ``names``, ``kind`` ("cylinder", "sphere" or "ellipsoid"), ``body`` (O,) the
+    Per object: ``names``, ``kind`` ("cylinder", "sphere", "ellipsoid" or "torus"), ``body`` (O,) the
     body it is fixed on, ``R`` (O, 3, 3) and ``p`` (O, 3) its frame in the body (X_BW),
     ``dims`` (O, 3): (radius, length, 0) of a cylinder, (radius, 0, 0) of a sphere, the three
-    semi-axes of an ellipsoid, ``quadrant`` (O, 2): (axis,
+    semi-axes of an ellipsoid, (inner radius, outer radius, 0) of a torus, ``quadrant`` (O, 2): (axis,
     sign) with sign 0 for all. ``path_wraps`` per path, its wraps in order: ``(object,
     first, last)`` with ``first``/``last`` the 0-based indices, within the path, of the
     point range the wrap applies to (OpenSim's ``range``, resolved)."""

@@ -19,6 +19,7 @@ from .paths import GeometryPath as GeometryPath
 from .paths import WrapCylinder as WrapCylinder
 from .paths import WrapEllipsoid as WrapEllipsoid
 from .paths import WrapSphere as WrapSphere
+from .paths import WrapTorus as WrapTorus
 from .system import GeneralForceSubsystem as GeneralForceSubsystem
 from .system import MultibodySystem as MultibodySystem
 from .tendons import Tendon as Tendon

@@ -5,8 +5,9 @@ loader builds, and the frozen :class:`simjax.model.paths.PathSet` it becomes at
 A path's length, lengthening speed and moment arms are evaluated for every path at once
 (:mod:`simjax.dynamics.paths`); the moment arms come from autodiff, ``r = -dL/dq`` (per
 generalized speed: ``-dL/dq N(q)``, which is ``dL/dq`` negated for a coordinate with
-``qdot = u``). A path wraps over cylinders, spheres and ellipsoids fixed on bodies
-(:class:`WrapCylinder`, :class:`WrapSphere`, :class:`WrapEllipsoid`; OpenSim's wrap objects), added to it with
+``qdot = u``). A path wraps over cylinders, spheres, ellipsoids and tori fixed on bodies
+(:class:`WrapCylinder`, :class:`WrapSphere`, :class:`WrapEllipsoid`, :class:`WrapTorus`;
+OpenSim's wrap objects), added to it with
 :meth:`GeometryPath.add_path_wrap`.
 """
 
@@ -109,7 +110,8 @@ class WrapObject:
     def _dims(self) -> tuple[float, float, float]:
         """The shape's dimensions for the WrapSet (each wrap kind defines them)."""
         raise TypeError(
-            f"{type(self).__name__} is not a wrap shape: use WrapCylinder, WrapSphere or WrapEllipsoid"
+            f"{type(self).__name__} is not a wrap shape: use WrapCylinder, WrapSphere, WrapEllipsoid or "
+            "WrapTorus"
         )
 
     @staticmethod
@@ -171,6 +173,33 @@ class WrapEllipsoid(WrapObject):
 
     def _dims(self) -> tuple[float, float, float]:
         return self.radii  # type: ignore[return-value]
+
+
+class WrapTorus(WrapObject):
+    """A torus about the z axis of its frame, centred on its origin (OpenSim's
+    ``WrapTorus``): a tube of radius ``inner_radius`` about the circle of radius
+    ``outer_radius`` (OpenSim's names), ``0 < inner_radius < outer_radius``. A path wraps
+    on the tube's side towards the torus's axis (through its hole), as OpenSim computes it:
+    over a cylinder of radius ``inner_radius`` tangent to the circle at the circle's point
+    nearest the straight line. See :class:`WrapObject` for the frame and quadrant."""
+
+    kind = "torus"
+
+    def __init__(
+        self, matter: Any, body: MobilizedBody | int, inner_radius: float, outer_radius: float, **kw: Any
+    ):
+        who = f"WrapTorus {kw.get('name')!r}"
+        self.inner_radius = self._positive(inner_radius, "inner_radius", who)
+        self.outer_radius = self._positive(outer_radius, "outer_radius", who)
+        if not self.outer_radius > self.inner_radius:
+            raise ValueError(
+                f"{who}: outer_radius (the circle the tube runs round, {outer_radius!r}) must be greater "
+                f"than inner_radius (the tube's radius, {inner_radius!r})"
+            )
+        super().__init__(matter, body, **kw)
+
+    def _dims(self) -> tuple[float, float, float]:
+        return self.inner_radius, self.outer_radius, 0.0
 
 
 class GeometryPath:
@@ -257,7 +286,8 @@ class GeometryPath:
         who = f"GeometryPath {self.name!r}: add_path_wrap"
         if not isinstance(wrap_object, WrapObject):
             raise TypeError(
-                f"{who}: expected an sj.WrapCylinder, sj.WrapSphere or sj.WrapEllipsoid, got {wrap_object!r}"
+                f"{who}: expected an sj.WrapCylinder, sj.WrapSphere, sj.WrapEllipsoid or sj.WrapTorus, "
+                f"got {wrap_object!r}"
             )
         if wrap_object._matter is not self._matter:
             raise ValueError(f"{who}: {wrap_object.name!r} belongs to another matter subsystem")
