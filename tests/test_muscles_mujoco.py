@@ -353,6 +353,7 @@ def test_muscle_without_length_range_is_named(tmp_path):
     ))  # fmt: skip
     lm = load_mjcf(str(p))
     np.testing.assert_array_equal(lm.actuators["biceps"]._v["length_range"], [-1.0, 1.0])
+    assert "gain muscle, bias muscle, unlimited, muscle activation]" in lm.summary()
 
 
 def test_report_errors():

@@ -2274,9 +2274,9 @@ def _add_actuators(
     note and counted as ignored. ``mechanics`` (system, matter, coordinates) gives a
     muscle's ``acc0``."""
     tendons = tendons or {}
-    at_qpos0: list[Any] = []  # (M, tendon Jacobians, State) at qpos0, made once when needed
+    at_qpos0: list[Any] = []  # (M, tendon Jacobians, u indices) at qpos0, made once when needed
 
-    def acc0(j: _Joint | None, t: _TendonSpec | None) -> float:
+    def acc0(gear: float, j: _Joint | None, t: _TendonSpec | None) -> float:
         """MuJoCo's ``actuator_acc0``: ``|M^-1 moment|`` at qpos0 (the default State)."""
         assert mechanics is not None
         system, matter, coordinates = mechanics
@@ -2291,7 +2291,6 @@ def _add_actuators(
             M, J = np.asarray(M), None if J is None else np.asarray(J)
             at_qpos0.extend((M, J, {k: c.u_index(s0) for k, c in coordinates.items()}))
         M, J, u_index = at_qpos0
-        gear = float(p["gear"][0])
         if t is not None:
             moment = gear * J[t.handle.index]
         else:
@@ -2345,7 +2344,7 @@ def _add_actuators(
                     comp,
                     who,
                     (t.range[0], t.range[1]) if t.limited else None,
-                    lambda: acc0(None, t),
+                    lambda: acc0(float(p["gear"][0]), None, t),
                 )
                 if isinstance(muscle, str):
                     _count(ignored, "muscle without lengthrange")
@@ -2394,7 +2393,13 @@ def _add_actuators(
             if np.any(p["gainprm"][3:] != 0) and p["gaintype"] == "affine":
                 raise _error(el, f"{who}: gainprm terms past the third are not used by an affine gain")
             muscle = _muscle_kwargs(
-                el, a, p, comp, who, j.range if j.limited else None, lambda: acc0(j, None)
+                el,
+                a,
+                p,
+                comp,
+                who,
+                j.range if j.limited else None,
+                lambda: acc0(float(p["gear"][0]), j, None),
             )
             if isinstance(muscle, str):
                 _count(ignored, "muscle without lengthrange")
