@@ -359,6 +359,26 @@ def test_muscle_without_length_range_is_named(tmp_path):
     assert "gain muscle, bias muscle, unlimited, muscle activation]" in lm.summary()
 
 
+@pytest.mark.oracle
+def test_negative_muscle_attributes_are_left_unset_as_mujoco_does(tmp_path, mujoco):
+    """MuJoCo reads a negative muscle attribute as not given (its default stays; a negative
+    ``force`` is the automatic one): the same parameters, and a note naming them."""
+    p = tmp_path / "neg.xml"
+    p.write_text(
+        BAD.format(
+            '<muscle name="n" joint="j" lengthrange="-1 1" timeconst="-0.5 0.03" vmax="-2" force="-3"/>'
+        )
+    )
+    with pytest.warns(
+        UserWarning, match=r"actuator 'n': negative muscle timeconst, vmax left at the default"
+    ):
+        lm = load_mjcf(str(p))
+    m = mujoco.MjModel.from_xml_path(str(p))
+    v = lm.actuators["n"]._v
+    np.testing.assert_array_equal(v["muscle_gain"], m.actuator_gainprm[0, :9])
+    np.testing.assert_array_equal(v["muscle_dynamics"], m.actuator_dynprm[0, :3])
+
+
 def test_report_errors():
     """Prints the measured errors (``pytest -s``)."""
     for k, v in ERR.items():

@@ -2078,6 +2078,7 @@ def _actuator_base() -> dict[str, Any]:
         "gear": np.array([1.0, 0, 0, 0, 0, 0]),
         "dampratio": 0.0,
         "attrs": {},
+        "negative": [],  # muscle attributes given negative (MuJoCo leaves them unset)
     }
 
 
@@ -2140,8 +2141,8 @@ _MUSCLE_ATTRS = ("range", "force", "scale", "lmin", "lmax", "vmax", "fpmax", "fv
 def _apply_muscle(el: _El, a: dict[str, str], p: dict[str, Any]) -> None:
     """MuJoCo's ``<muscle>`` shortcut (``mjs_setToMuscle``): its defaults where the class
     holds ``<general>``'s, then the attributes given; a negative value leaves the parameter
-    as it is (as MuJoCo does; a note is not needed: ``force="-1"`` is the documented
-    automatic force), ``tausmooth`` < 0 is refused as MuJoCo refuses it."""
+    as it is, as MuJoCo does (listed in ``p["negative"]`` for a note; ``force`` < 0 is the
+    documented automatic force), and ``tausmooth`` < 0 is refused as MuJoCo refuses it."""
     gp, dp = p["gainprm"].copy(), p["dynprm"].copy()
     if dp[0] == 1:
         dp[0] = 0.01
@@ -2165,6 +2166,10 @@ def _apply_muscle(el: _El, a: dict[str, str], p: dict[str, Any]) -> None:
     for i, v in enumerate(vals):
         if v >= 0:
             gp[i] = v
+    names = ["timeconst"] * 2 + ["range"] * 2 + list(_MUSCLE_ATTRS[1:])
+    for k, v in zip(names, [tc[0], tc[1], *vals]):
+        if v < 0 and k in a and k != "force" and k not in p["negative"]:  # force < 0: the automatic one
+            p["negative"] = [*p["negative"], k]
     bp = p["biasprm"].copy()
     bp[:9] = gp[:9]
     p.update(gaintype="muscle", biastype="muscle", dyntype="muscle", gainprm=gp, biasprm=bp, dynprm=dp)
@@ -2321,6 +2326,11 @@ def _add_actuators(
                     _apply_actuator(tag, el, attrs, p)
             _apply_actuator(el.tag, el, el.attrib, p)
             a = p["attrs"]
+            if p["negative"]:
+                notes.append(
+                    f"{who}: negative muscle {', '.join(p['negative'])} left at the default, as MuJoCo "
+                    "does (it reads a negative value as not given)"
+                )
             target = next((k for k in ("joint", "jointinparent", "tendon") if k in el.attrib), None)
             if target is None:
                 kind = next((k for k in ("site", "cranksite", "body") if k in el.attrib), "no target")
