@@ -359,6 +359,28 @@ def test_muscle_without_length_range_is_named(tmp_path):
     assert "gain muscle, bias muscle, unlimited, muscle activation]" in lm.summary()
 
 
+def test_muscle_actuator_api_refuses_bad_parameters(tmp_path):
+    """``Force.CoordinateActuator(gain="muscle", ...)`` checks MuJoCo's conditions itself."""
+    p = tmp_path / "m.xml"
+    p.write_text(BAD.format('<motor name="m" joint="j"/>'))
+    lm = load_mjcf(str(p))
+    body = lm.joints["j"]
+    good = [0.75, 1.05, -1, 200, 0.5, 1.6, 1.5, 1.3, 1.2]
+    cases = [
+        ({"gain": "hill"}, "gain must be three numbers or 'muscle'"),
+        ({"gain": "muscle", "muscle": good[:8]}, "muscle must be nine finite numbers"),
+        ({"gain": "muscle", "muscle": [1.1, 1.0, *good[2:]]}, r"range\[0\] < range\[1\]"),
+        ({"bias": "muscle", "muscle": [*good[:5], 0.9, *good[6:]]}, "lmin < 1 < lmax"),
+        ({"gain": "muscle", "muscle": [*good[:6], 0.0, *good[7:]]}, "vmax, fpmax and fvmax must be > 0"),
+        ({"gain": "muscle", "muscle": good, "length_range": (0, 1, 2)}, "length_range must be two"),
+        ({"dynamics": "muscle", "muscle_dynamics": (0.01, 0.04, -1)}, "tausmooth >= 0"),
+        ({"gain": "muscle", "muscle": good, "acc0": -1.0}, "acc0 must be >= 0"),
+    ]
+    for kw, match in cases:
+        with pytest.raises(ValueError, match=match):
+            sj.Force.CoordinateActuator(lm.forces, body, 0, name="x", **kw)
+
+
 @pytest.mark.oracle
 def test_negative_muscle_attributes_are_left_unset_as_mujoco_does(tmp_path, mujoco):
     """MuJoCo reads a negative muscle attribute as not given (its default stays; a negative
