@@ -8,7 +8,8 @@ written here: muscles on hinge and slide joints (gear, the joint's range as leng
 through ``<compiler><lengthrange uselimit>``, a default class with ``timeconst``,
 ``tausmooth``, ``lmin``, ``lmax``), on a fixed and a spatial tendon, ``<general>`` with
 muscle gain/bias/dynamics of its own parameters (``biasprm`` unlike ``gainprm``) and a
-muscle gain with an affine bias and a filter.
+muscle gain with an affine bias and a filter, and a fixed gain with muscle activation
+dynamics.
 
 Checked: the compiled ``actuator_lengthrange``, ``actuator_acc0`` (``|M^-1 moment|`` at
 qpos0), ``gainprm``, ``biasprm`` and ``dynprm`` (measured: acc0 to 2e-15 relative, the rest
@@ -86,6 +87,8 @@ SYNTH = """<mujoco model="muscles">
     <general name="g_mix" joint="elbow" gaintype="muscle" biastype="affine" biasprm="0 -1 -0.1"
              dyntype="filter"
              dynprm="0.05" gainprm="0.75 1.05 20 200 0.5 1.6 1.5 1.3 1.2" lengthrange="-2 2"/>
+    <general name="g_dyn" joint="shoulder" dyntype="muscle" dynprm="0.02 0.05" gaintype="fixed"
+             biastype="none" gainprm="30"/>
   </actuator>
 </mujoco>
 """
