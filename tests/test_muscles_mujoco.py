@@ -6,7 +6,8 @@ does not converge, so both sides read it with each muscle's ``lengthrange`` set 
 tendon's length range over the joints' ranges, found with MuJoCo on a grid) and a model
 written here: muscles on hinge and slide joints (gear, the joint's range as length range
 through ``<compiler><lengthrange uselimit>``, a default class with ``timeconst``,
-``tausmooth``, ``lmin``, ``lmax``), on a fixed and a spatial tendon, ``<general>`` with
+``tausmooth``, ``lmin``, ``lmax``), on a fixed and a spatial tendon (``forcerange``: clamped
+in 13 of the 48 states), ``<general>`` with
 muscle gain/bias/dynamics of its own parameters (``biasprm`` unlike ``gainprm``) and a
 muscle gain with an affine bias and a filter, and a fixed gain with muscle activation
 dynamics.
@@ -83,7 +84,7 @@ SYNTH = """<mujoco model="muscles">
     <general name="g_fx" tendon="fx" dyntype="muscle" gaintype="muscle" biastype="muscle"
              dynprm="0.02 0.05 0.1"
              gainprm="0.7 1.1 80 200 0.5 1.6 1.5 1.3 1.2" biasprm="0.7 1.1 80 200 0.5 1.6 1.5 2.0 1.2"/>
-    <muscle name="m_sp" tendon="sp" lengthrange="0.3 0.9" timeconst="0.015 0.05"/>
+    <muscle name="m_sp" tendon="sp" lengthrange="0.3 0.9" timeconst="0.015 0.05" forcerange="-150 0"/>
     <general name="g_mix" joint="elbow" gaintype="muscle" biastype="affine" biasprm="0 -1 -0.1"
              dyntype="filter"
              dynprm="0.05" gainprm="0.75 1.05 20 200 0.5 1.6 1.5 1.3 1.2" lengthrange="-2 2"/>
