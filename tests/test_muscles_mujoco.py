@@ -1,16 +1,17 @@
 """MuJoCo's muscle actuators in ``load_mjcf`` against MuJoCo 4.0.1.
 
-Models: MJX's ``arm26`` (two hinges, six ``<muscle>``s on spatial tendons wrapping two
-cylinders; MuJoCo 4.0.1 cannot compile the file as shipped, its length-range simulation
-does not converge, so both sides read it with each muscle's ``lengthrange`` set to its
-tendon's length range over the joints' ranges, found with MuJoCo on a grid) and a model
+Models: MJX's ``arm21`` (a muscle with ``force`` and ``lengthrange`` on a spatial tendon
+of constant length: compiled parameters only) and ``arm26`` (two hinges, six
+``<muscle>``s on spatial tendons wrapping two cylinders; MuJoCo 4.0.1 cannot compile the
+file as shipped, its length-range simulation does not converge, so both sides read it
+with each muscle's ``lengthrange`` set to its tendon's length range over the joints'
+ranges, found with MuJoCo on a grid) and a model
 written here: muscles on hinge and slide joints (gear, the joint's range as length range
-through ``<compiler><lengthrange uselimit>``, a default class with ``timeconst``,
-``tausmooth``, ``lmin``, ``lmax``), on a fixed and a spatial tendon (``forcerange``: clamped
-in 13 of the 48 states), ``<general>`` with
-muscle gain/bias/dynamics of its own parameters (``biasprm`` unlike ``gainprm``) and a
-muscle gain with an affine bias and a filter, and a fixed gain with muscle activation
-dynamics.
+through ``<compiler><lengthrange uselimit>``, a default class with ``timeconst``, ``lmin``,
+``lmax``, ``tausmooth`` on the element), on a fixed and a spatial tendon (``forcerange``:
+clamped in 13 of the 48 states), ``<general>`` with muscle gain/bias/dynamics of its own
+parameters (``biasprm`` unlike ``gainprm``), a muscle gain with an affine bias and a
+filter, and a fixed gain with muscle activation dynamics.
 
 Checked: the compiled ``actuator_lengthrange``, ``actuator_acc0`` (``|M^-1 moment|`` at
 qpos0), ``gainprm``, ``biasprm`` and ``dynprm`` (measured: acc0 to 2e-15 relative, the rest
