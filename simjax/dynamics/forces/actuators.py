@@ -85,7 +85,7 @@ def muscle_length_curve(L: jax.Array, lmin: jax.Array, lmax: jax.Array) -> jax.A
 
 def muscle_gain(
     length: jax.Array, velocity: jax.Array, length_range: jax.Array, acc0: jax.Array, prm: jax.Array
-):
+) -> jax.Array:
     """MuJoCo's ``mju_muscleGain``: ``-F0 FL(L) FV(V)`` with ``V = velocity / (L0 vmax)``,
     ``FV`` 0 below ``V = -1``, ``(V + 1)^2`` up to 0, then rising to ``fvmax``."""
     L, L0 = _norm_length(length, length_range, prm)
