@@ -332,7 +332,7 @@ def test_bad_controls_and_actuators_say_what_to_fix():
     with pytest.raises(ValueError, match="'servo': a filter needs time_constant > 0"):
         _pendulum(dynamics="filter", time_constant=0.0)
     with pytest.raises(ValueError, match="dynamics must be one of"):
-        _pendulum(dynamics="muscle")
+        _pendulum(dynamics="hill")
     with pytest.raises(ValueError, match="armature must be finite and >= 0"):
         sj.MobilizedBody.Pin(
             sj.SimbodyMatterSubsystem(sj.MultibodySystem()).Ground(), sj.Transform(),
@@ -363,7 +363,7 @@ def test_mjcf_actuators_left_out_are_named_and_bad_ones_refused(tmp_path):
     for part in (
         "on_ball (on the ball joint 'ball'",
         "on_site (transmission through a site",
-        "mu (a MuJoCo muscle",
+        "mu (a muscle without lengthrange",
     ):
         assert part in msg
     assert "dr (dampratio (give kv instead" in msg

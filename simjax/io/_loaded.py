@@ -451,7 +451,7 @@ class LoadedModel:
                 f"actuators ({len(self.actuators)}, one control each, in this order): "
                 "name [speed, gear, gain, bias, control range, activation]"
             )
-            dyn = {0: "", 1: ", integrator", 2: ", filter"}
+            dyn = {0: "", 1: ", integrator", 2: ", filter", 3: ", muscle activation"}
             for name, a in self.actuators.items():
                 if name in self.muscles:
                     lines.append(
@@ -463,12 +463,13 @@ class LoadedModel:
                     )
                     continue
                 g, b = np.asarray(a._get(st, "gain")), np.asarray(a._get(st, "bias"))
+                gain = "muscle" if a._gain_kind else np.array2string(g, precision=4)
+                bias = "muscle" if a._bias_kind else np.array2string(b, precision=4)
                 lo, hi = np.asarray(a._get(st, "control_range"))
                 rng = f"{lo:.4g}..{hi:.4g}" if np.isfinite([lo, hi]).all() else "unlimited"
                 lines.append(
                     f"  {name} [{a._body.name} u{a._which}, gear {float(a._get(st, 'gear')):.4g}, "
-                    f"gain {np.array2string(g, precision=4)}, bias {np.array2string(b, precision=4)}, "
-                    f"{rng}{dyn[a._dyn]}]"
+                    f"gain {gain}, bias {bias}, {rng}{dyn[a._dyn]}]"
                 )
         arm = np.asarray(self.matter.get_armature(st))
         if np.any(arm):

@@ -46,7 +46,7 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   (``MobilizedBody.set_default_armature``), as MuJoCo does.
 - ``<actuator>``: ``motor``, ``position`` (``kp``, ``kv``, ``timeconst``), ``velocity``,
   ``intvelocity``, ``damper`` and ``general`` (``gaintype``/``biastype`` fixed or affine,
-  ``dyntype`` none, integrator, filter or filterexact) on a hinge or slide joint (``joint`` or
+  ``dyntype`` none, integrator, filter or filterexact; muscle below) on a hinge or slide joint (``joint`` or
   ``jointinparent``), with ``gear``, ``ctrlrange``/``ctrllimited``, ``forcerange``/
   ``forcelimited``, ``actrange``/``actlimited``, ``inheritrange`` (the control range, or an
   ``intvelocity``'s activation range, is the joint's ``range`` scaled about its midpoint, as
@@ -54,11 +54,24 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``Force.CoordinateActuator`` whose control is in the State (``model.actuators``, in the
   file's order; ``<flag actuation="disable">`` disables them); the same on a tendon
   (``tendon=``) is a ``Force.TendonActuator`` (length and velocity the tendon's times
-  ``gear``, force along the tendon; no ``inheritrange``). An actuator on a site,
-  body or ball/free joint, a muscle, cylinder or adhesion actuator, ``dampratio``,
-  ``actearly``, an actuator's own ``damping``, ``armature`` or ``delay``, and any attribute
-  simjax does not know are not modelled: the warning names each one (attributes that do not
-  change the dynamics, such as ``group``, ``user`` or ``lengthrange``, are accepted).
+  ``gear``, force along the tendon; no ``inheritrange``).
+- MuJoCo's muscles: ``<muscle>`` (``timeconst``, ``tausmooth``, ``range``, ``force``,
+  ``scale``, ``lmin``, ``lmax``, ``vmax``, ``fpmax``, ``fvmax``, set onto ``gainprm``/
+  ``biasprm``/``dynprm`` as ``mjs_setToMuscle`` sets them) and ``<general>`` with
+  ``gaintype``/``biastype``/``dyntype="muscle"``, on joints and tendons: MuJoCo's
+  force-length-velocity gain, passive bias and activation dynamics (smooth with
+  ``tausmooth``). The compiler's ``actuator_acc0`` (``force="-1"``: ``scale / acc0``) is
+  computed at qpos0; the length range is ``lengthrange`` when given (``<compiler><lengthrange
+  useexisting>``), or with ``uselimit="true"`` the limited joint's or tendon's ``range``
+  (as MuJoCo copies it); a muscle whose length range MuJoCo's compiler would find by
+  simulation (``mj_setLengthRange``) is left out and named in the warning (give it
+  ``lengthrange``). MuJoCo's compiler checks (range[0] < range[1], lmin < 1 < lmax,
+  positive scale, vmax, fpmax, fvmax, tausmooth >= 0) are errors naming the actuator.
+- Not modelled: an actuator on a site, body or ball/free joint, a cylinder or adhesion
+  actuator, ``dampratio``, ``actearly``, an actuator's own ``damping``, ``armature`` or
+  ``delay``, and any attribute simjax does not know: the warning names each one (attributes
+  that do not change the dynamics, such as ``group`` or ``user``, are accepted; so is
+  ``lengthrange`` on an actuator that is not a muscle).
 
 - Contact (``load_mjcf(..., contact=True)``): MuJoCo's soft constraint rows for the
   colliding geoms (``condim``, ``friction``, ``solref``/``solimp``, ``margin``/``gap``,
@@ -121,6 +134,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import jax
 import numpy as np
 
 from .. import _spatial as sp
@@ -414,6 +428,10 @@ class _Compiler:
         self.meshdir: str | None = None
         self.assetdir: str | None = None
         self.fitaabb = False
+        #: ``<compiler><lengthrange>``: mode, useexisting, uselimit (MuJoCo's defaults)
+        self.lr_mode = "muscle"
+        self.lr_useexisting = True
+        self.lr_uselimit = False
 
     def read(self, el: _El, notes: list[str]) -> None:
         a = el.attrib
@@ -444,6 +462,11 @@ class _Compiler:
         self.fitaabb = _flag(el, a, "fitaabb", self.fitaabb)
         self.meshdir = a.get("meshdir", self.meshdir)
         self.assetdir = a.get("assetdir", self.assetdir)
+        for c in (c for c in el.children if c.tag == "lengthrange"):
+            ca = c.attrib
+            self.lr_mode = _choice(c, ca, "mode", ("none", "muscle", "muscleuser", "all"), self.lr_mode)
+            self.lr_useexisting = _flag(c, ca, "useexisting", self.lr_useexisting)
+            self.lr_uselimit = _flag(c, ca, "uselimit", self.lr_uselimit)
         if _flag(el, a, "fusestatic", False):
             notes.append("compiler fusestatic: static bodies are kept as welded bodies (same dynamics)")
 
@@ -1559,8 +1582,9 @@ def load_mjcf(
     tendons = _add_tendons(sj, root, reader, defaults, comp, meshes, matter, by_id, coordinates, notes)
     _add_tendon_forces(sj, system, forces, tendons, passive, contact, ignored, reader.joints, coordinates)
     actuators = _add_actuators(
-        sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off, tendons
-    )
+        sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off, tendons,
+        (system, matter, coordinates),
+    )  # fmt: skip
     constraints, assembled = _add_equalities(
         sj, root, reader, defaults, matter, by_id, joint_mobods, ignored, {} if contact else tendons
     )
@@ -2029,13 +2053,17 @@ def _add_passive_forces(
 
 
 #: The actuator elements, and the ones simjax does not model (with why).
-_ACTUATORS = ("general", "motor", "position", "velocity", "intvelocity", "damper")
+_ACTUATORS = ("general", "motor", "position", "velocity", "intvelocity", "damper", "muscle")
 _UNMODELLED_ACTUATORS = {
     "cylinder": "a pneumatic cylinder (area, activation dynamics of its own)",
-    "muscle": "a MuJoCo muscle (its force-length-velocity curves are not modelled)",
     "adhesion": "an adhesion actuator (it acts through contacts)",
     "plugin": "a plugin actuator",
 }
+
+
+_GAINTYPES = ("fixed", "affine", "muscle")
+_BIASTYPES = ("none", "affine", "muscle")
+_DYNTYPES = ("none", "integrator", "filter", "filterexact", "muscle")
 
 
 def _actuator_base() -> dict[str, Any]:
@@ -2050,6 +2078,7 @@ def _actuator_base() -> dict[str, Any]:
         "gear": np.array([1.0, 0, 0, 0, 0, 0]),
         "dampratio": 0.0,
         "attrs": {},
+        "negative": [],  # muscle attributes given negative (MuJoCo leaves them unset)
     }
 
 
@@ -2097,19 +2126,67 @@ def _apply_actuator(tag: str, el: _El, a: dict[str, str], p: dict[str, Any]) -> 
         p.update(gaintype="affine", biastype="none", dyntype="none")
         p["gainprm"] = np.array([0.0, 0.0, -kv] + [0.0] * 7)
         p["biasprm"] = np.zeros(10)
+    elif tag == "muscle":
+        _apply_muscle(el, a, p)
+
+
+#: MuJoCo's ``<muscle>`` defaults, set where the class still holds ``<general>``'s
+#: (``mjs_setToMuscle``): gainprm (range0, range1, force, scale, lmin, lmax, vmax, fpmax,
+#: fvmax) and dynprm (tau_act, tau_deact).
+_MUSCLE_GAIN = ((1.0, 0.75), (0.0, 1.05), (0.0, -1.0), (0.0, 200.0), (0.0, 0.5), (0.0, 1.6), (0.0, 1.5),
+                (0.0, 1.3), (0.0, 1.2))  # fmt: skip
+_MUSCLE_ATTRS = ("range", "force", "scale", "lmin", "lmax", "vmax", "fpmax", "fvmax")
+
+
+def _apply_muscle(el: _El, a: dict[str, str], p: dict[str, Any]) -> None:
+    """MuJoCo's ``<muscle>`` shortcut (``mjs_setToMuscle``): its defaults where the class
+    holds ``<general>``'s, then the attributes given; a negative value leaves the parameter
+    as it is, as MuJoCo does (listed in ``p["negative"]`` for a note; ``force`` < 0 is the
+    documented automatic force), and ``tausmooth`` < 0 is refused as MuJoCo refuses it."""
+    gp, dp = p["gainprm"].copy(), p["dynprm"].copy()
+    if dp[0] == 1:
+        dp[0] = 0.01
+    if dp[1] == 0:
+        dp[1] = 0.04
+    for i, (was, new) in enumerate(_MUSCLE_GAIN):
+        if gp[i] == was:
+            gp[i] = new
+    tausmooth = _number(el, a, "tausmooth", float(dp[2]))
+    if tausmooth < 0:
+        raise _error(
+            el, f"muscle {el.get('name') or '(unnamed)'}: tausmooth cannot be negative (got {tausmooth})"
+        )
+    dp[2] = tausmooth
+    tc = _floats(el, a, "timeconst", 2, (-1.0, -1.0))
+    for i in range(2):
+        if tc[i] >= 0:
+            dp[i] = tc[i]
+    rng = _floats(el, a, "range", 2, (-1.0, -1.0))
+    vals = [rng[0], rng[1]] + [_number(el, a, k, -1.0) for k in _MUSCLE_ATTRS[1:]]
+    for i, v in enumerate(vals):
+        if v >= 0:
+            gp[i] = v
+    names = ["timeconst"] * 2 + ["range"] * 2 + list(_MUSCLE_ATTRS[1:])
+    for k, v in zip(names, [tc[0], tc[1], *vals]):
+        if v < 0 and k in a and k != "force" and k not in p["negative"]:  # force < 0: the automatic one
+            p["negative"] = [*p["negative"], k]
+    bp = p["biasprm"].copy()
+    bp[:9] = gp[:9]
+    p.update(gaintype="muscle", biastype="muscle", dyntype="muscle", gainprm=gp, biasprm=bp, dynprm=dp)
 
 
 #: Actuator attributes simjax models (or checks and refuses), and the ones that do not change
 #: the dynamics of an actuator on a hinge or slide joint (display tags, the declared input,
-#: transmissions' own parameters, a muscle's length range, a PID's ranges, the control history
-#: buffer); any other attribute, set, leaves its actuator out with a note naming it.
+#: transmissions' own parameters, a PID's ranges, the control history buffer); any other
+#: attribute, set, leaves its actuator out with a note naming it.
 _ACTUATOR_ATTRS = frozenset(
     "name class joint jointinparent tendon site body cranksite ctrllimited ctrlrange forcelimited "
     "forcerange actlimited actrange gear dyntype gaintype biastype dynprm gainprm biasprm kp kv "
-    "timeconst dampratio actearly actdim inheritrange delay damping armature".split()
+    "timeconst dampratio actearly actdim inheritrange delay damping armature lengthrange tausmooth "
+    "range force scale lmin lmax vmax fpmax fvmax".split()
 )
 _ACTUATOR_ATTRS_NO_EFFECT = frozenset(
-    "group user input lengthrange nsample interp cranklength slidersite refsite velrange ffrange".split()
+    "group user input nsample interp cranklength slidersite refsite velrange ffrange".split()
 )
 
 
@@ -2195,11 +2272,38 @@ def _add_actuators(
     notes: list[str],
     off: bool,
     tendons: dict[str, _TendonSpec] | None = None,
+    mechanics: tuple[Any, Any, dict[str, Coordinate]] | None = None,
 ) -> dict[str, Any]:
     """MuJoCo's actuators on hinge and slide joints as ``Force.CoordinateActuator``s and on
     tendons as ``Force.TendonActuator``s, in the file's order; the others are named in a
-    note and counted as ignored."""
+    note and counted as ignored. ``mechanics`` (system, matter, coordinates) gives a
+    muscle's ``acc0``."""
     tendons = tendons or {}
+    at_qpos0: list[Any] = []  # (M, tendon Jacobians, u indices) at qpos0, made once when needed
+
+    def acc0(gear: float, j: _Joint | None, t: _TendonSpec | None) -> float:
+        """MuJoCo's ``actuator_acc0``: ``|M^-1 moment|`` at qpos0 (the default State)."""
+        assert mechanics is not None
+        system, matter, coordinates = mechanics
+        if not at_qpos0:  # the mechanics do not change as actuators are added
+
+            def mass_and_jacobians(s: Any) -> tuple[Any, Any]:
+                s = system.realize(s, Stage.POSITION)
+                return matter.calc_mass_matrix(s), matter.calc_tendon_jacobians(s) if tendons else None
+
+            s0 = system.realize_topology()
+            M, J = jax.jit(mass_and_jacobians)(s0)  # one program: compiles in 2/3 of the time
+            M, J = np.asarray(M), None if J is None else np.asarray(J)
+            at_qpos0.extend((M, J, {k: c.u_index(s0) for k, c in coordinates.items()}))
+        M, J, u_index = at_qpos0
+        if t is not None:
+            moment = gear * J[t.handle.index]
+        else:
+            assert j is not None
+            moment = np.zeros(M.shape[0])
+            moment[u_index[j.name]] = gear
+        return float(np.linalg.norm(np.linalg.solve(M, moment)))
+
     joints = {j.name: j for j in reader.joints}
     out: dict[str, Any] = {}
     skipped: list[str] = []
@@ -2222,6 +2326,11 @@ def _add_actuators(
                     _apply_actuator(tag, el, attrs, p)
             _apply_actuator(el.tag, el, el.attrib, p)
             a = p["attrs"]
+            if p["negative"]:
+                notes.append(
+                    f"{who}: negative muscle {', '.join(p['negative'])} left at the default, as MuJoCo "
+                    "does (it reads a negative value as not given)"
+                )
             target = next((k for k in ("joint", "jointinparent", "tendon") if k in el.attrib), None)
             if target is None:
                 kind = next((k for k in ("site", "cranksite", "body") if k in el.attrib), "no target")
@@ -2237,7 +2346,21 @@ def _add_actuators(
                     _count(ignored, "actuator (unmodelled parameters)")
                     skipped.append(f"{name} ({problem})")
                     continue
-                out[name] = _tendon_actuator(sj, el, a, p, comp, forces, tendons[tname].handle, name, off)
+                t = tendons[tname]
+                muscle = _muscle_kwargs(
+                    el,
+                    a,
+                    p,
+                    comp,
+                    who,
+                    (t.range[0], t.range[1]) if t.limited else None,
+                    lambda: acc0(float(p["gear"][0]), None, t),
+                )
+                if isinstance(muscle, str):
+                    _count(ignored, "muscle without lengthrange")
+                    skipped.append(f"{name} ({muscle})")
+                    continue
+                out[name] = _tendon_actuator(sj, el, a, p, comp, forces, t.handle, name, off, muscle)
                 continue
             jname = el.attrib[target]
             if jname not in joints:
@@ -2250,12 +2373,15 @@ def _add_actuators(
                     f"{name} (on the {j.type} joint {jname!r}; hinge and slide joints are modelled)"
                 )
                 continue
-            if p["gaintype"] not in ("fixed", "affine") or p["biastype"] not in ("none", "affine"):
+            if p["gaintype"] not in _GAINTYPES or p["biastype"] not in _BIASTYPES:
                 problem = (
-                    f"gaintype {p['gaintype']!r} / biastype {p['biastype']!r}; fixed and affine are modelled"
+                    f"gaintype {p['gaintype']!r} / biastype {p['biastype']!r}; fixed, affine and muscle "
+                    "are modelled"
                 )
-            elif p["dyntype"] not in ("none", "integrator", "filter", "filterexact"):
-                problem = f"dyntype {p['dyntype']!r}; none, integrator, filter and filterexact are modelled"
+            elif p["dyntype"] not in _DYNTYPES:
+                problem = (
+                    f"dyntype {p['dyntype']!r}; none, integrator, filter, filterexact and muscle are modelled"
+                )
             elif p["dampratio"]:
                 problem = "dampratio (give kv instead: kv = 2 dampratio sqrt(kp m))"
             elif _flag(el, a, "actearly", False):
@@ -2274,32 +2400,45 @@ def _add_actuators(
                 _count(ignored, "actuator (unmodelled parameters)")
                 skipped.append(f"{name} ({problem})")
                 continue
-            gain = p["gainprm"][:3] if p["gaintype"] == "affine" else np.array([p["gainprm"][0], 0.0, 0.0])
-            bias = p["biasprm"][:3] if p["biastype"] == "affine" else np.zeros(3)
             if np.any(p["gainprm"][3:] != 0) and p["gaintype"] == "affine":
                 raise _error(el, f"{who}: gainprm terms past the third are not used by an affine gain")
+            muscle = _muscle_kwargs(
+                el,
+                a,
+                p,
+                comp,
+                who,
+                j.range if j.limited else None,
+                lambda: acc0(float(p["gear"][0]), j, None),
+            )
+            if isinstance(muscle, str):
+                _count(ignored, "muscle without lengthrange")
+                skipped.append(f"{name} ({muscle})")
+                continue
             dyn = p["dyntype"]
             which, inherited = _inherited_range(el, a, p, j, who)
             ctrl = _limited(el, a, "ctrl", comp, who, inherited if which == "ctrl" else None)
             act = None
             if dyn != "none":
                 act = _limited(el, a, "act", comp, who, inherited if which == "act" else None)
-            act_el = sj.Force.CoordinateActuator(
-                forces,
-                joint_mobods[jname],
-                0,
-                gear=float(p["gear"][0]),
-                gain=gain,
-                bias=bias,
-                control_range=ctrl,
-                force_range=_limited(el, a, "force", comp, who),
-                dynamics=dyn,
-                time_constant=max(float(p["dynprm"][0]), _MINVAL)
-                if dyn in ("filter", "filterexact")
-                else 1.0,
-                activation_range=act,
-                name=name,
-            )
+            try:
+                act_el = sj.Force.CoordinateActuator(
+                    forces,
+                    joint_mobods[jname],
+                    0,
+                    gear=float(p["gear"][0]),
+                    control_range=ctrl,
+                    force_range=_limited(el, a, "force", comp, who),
+                    dynamics=dyn,
+                    time_constant=max(float(p["dynprm"][0]), _MINVAL)
+                    if dyn in ("filter", "filterexact")
+                    else 1.0,
+                    activation_range=act,
+                    name=name,
+                    **muscle,
+                )
+            except ValueError as e:
+                raise _error(el, str(e)) from None
             if off:
                 act_el.set_disabled_by_default(True)
             out[name] = act_el
@@ -2675,12 +2814,64 @@ def _add_tendon_forces(
         sj.TendonSpringDamper(forces, s.handle, s.stiffness, (lo, hi), s.damping)
 
 
+def _muscle_kwargs(
+    el: _El, a: dict[str, str], p: dict[str, Any], comp: _Compiler, who: str,
+    limit: tuple[float, float] | None, acc0: Callable[[], float],
+) -> dict[str, Any] | str:  # fmt: skip
+    """The gain, bias and muscle keywords of ``Force.CoordinateActuator`` for the general
+    parameters ``p``; for a muscle (gain or bias ``muscle``) its ``length_range`` as MuJoCo's
+    compiler sets it (``mj_setLengthRange``: the ``lengthrange`` given when it is increasing
+    and ``useexisting``; with ``uselimit`` the joint's or tendon's range ``limit`` when it is
+    limited, copied as it is, gear not applied) and ``acc0`` (``|M^-1 moment|`` at qpos0);
+    a string saying why not where MuJoCo would find the length range by simulation."""
+    out: dict[str, Any] = {
+        "gain": p["gainprm"][:3] if p["gaintype"] == "affine" else np.array([p["gainprm"][0], 0.0, 0.0]),
+        "bias": p["biasprm"][:3] if p["biastype"] == "affine" else np.zeros(3),
+    }
+    if p["dyntype"] == "muscle":
+        out["muscle_dynamics"] = p["dynprm"][:3]
+    if "muscle" not in (p["gaintype"], p["biastype"]):
+        return out
+    for kind, prm in (("gain", p["gainprm"]), ("bias", p["biasprm"])):
+        if p[f"{kind}type"] != "muscle":
+            continue
+        if prm[0] >= prm[1]:
+            raise _error(el, f"{who}: range[0]<range[1] required in muscle (got {prm[0]:g}, {prm[1]:g})")
+        if prm[4] >= 1 or prm[5] <= 1:
+            raise _error(el, f"{who}: lmin<1<lmax required in muscle (got lmin={prm[4]:g}, lmax={prm[5]:g})")
+        if min(prm[3], prm[6], prm[7], prm[8]) <= 0:
+            raise _error(
+                el,
+                f"{who}: positive scale, vmax, fpmax, fvmax required in muscle (got {prm[3]:g}, {prm[6]:g}, "
+                f"{prm[7]:g}, {prm[8]:g})",
+            )
+        out[kind] = "muscle"
+    out["muscle"] = p["gainprm"][:9] if p["gaintype"] == "muscle" else p["biasprm"][:9]
+    out["muscle_bias"] = p["biasprm"][:9] if p["biastype"] == "muscle" else None
+    given = tuple(float(x) for x in _floats(el, a, "lengthrange", 2, (0.0, 0.0)))
+    if comp.lr_mode == "none" or (comp.lr_useexisting and given[0] < given[1]):
+        lr = given
+    elif comp.lr_uselimit and limit is not None:
+        lr = limit
+    else:
+        return (
+            "a muscle without lengthrange: MuJoCo's compiler finds it by simulation (mj_setLengthRange), "
+            'which simjax does not do; give lengthrange="lo hi" (MuJoCo\'s m.actuator_lengthrange), or '
+            '<compiler><lengthrange uselimit="true"/> for a muscle on a limited joint or tendon'
+        )
+    out["length_range"] = lr
+    out["acc0"] = acc0()
+    return out
+
+
 def _tendon_actuator_problem(el: _El, a: dict[str, str], p: dict[str, Any]) -> str | None:
     """Why an actuator on a tendon is not modelled (None: it is)."""
-    if p["gaintype"] not in ("fixed", "affine") or p["biastype"] not in ("none", "affine"):
-        return f"gaintype {p['gaintype']!r} / biastype {p['biastype']!r}; fixed and affine are modelled"
-    if p["dyntype"] not in ("none", "integrator", "filter", "filterexact"):
-        return f"dyntype {p['dyntype']!r}; none, integrator, filter and filterexact are modelled"
+    if p["gaintype"] not in _GAINTYPES or p["biastype"] not in _BIASTYPES:
+        return (
+            f"gaintype {p['gaintype']!r} / biastype {p['biastype']!r}; fixed, affine and muscle are modelled"
+        )
+    if p["dyntype"] not in _DYNTYPES:
+        return f"dyntype {p['dyntype']!r}; none, integrator, filter, filterexact and muscle are modelled"
     if p["dampratio"]:
         return "dampratio (give kv instead)"
     if _flag(el, a, "actearly", False):
@@ -2700,27 +2891,28 @@ def _tendon_actuator_problem(el: _El, a: dict[str, str], p: dict[str, Any]) -> s
 
 def _tendon_actuator(
     sj: Any, el: _El, a: dict[str, str], p: dict[str, Any], comp: _Compiler, forces: Any, tendon: Any,
-    name: str, off: bool,
+    name: str, off: bool, muscle: dict[str, Any],
 ) -> Any:  # fmt: skip
-    """``Force.TendonActuator`` of a ``general``-like actuator on a tendon."""
+    """``Force.TendonActuator`` of a ``general``-like actuator on a tendon (``muscle``: the
+    gain, bias and muscle keywords from :func:`_muscle_kwargs`)."""
     who = f"actuator {name!r}"
-    gain = p["gainprm"][:3] if p["gaintype"] == "affine" else np.array([p["gainprm"][0], 0.0, 0.0])
-    bias = p["biasprm"][:3] if p["biastype"] == "affine" else np.zeros(3)
     dyn = p["dyntype"]
     act = _limited(el, a, "act", comp, who) if dyn != "none" else None
-    element = sj.Force.TendonActuator(
-        forces,
-        tendon,
-        gear=float(p["gear"][0]),
-        gain=gain,
-        bias=bias,
-        control_range=_limited(el, a, "ctrl", comp, who),
-        force_range=_limited(el, a, "force", comp, who),
-        dynamics=dyn,
-        time_constant=max(float(p["dynprm"][0]), _MINVAL) if dyn in ("filter", "filterexact") else 1.0,
-        activation_range=act,
-        name=name,
-    )
+    try:
+        element = sj.Force.TendonActuator(
+            forces,
+            tendon,
+            gear=float(p["gear"][0]),
+            control_range=_limited(el, a, "ctrl", comp, who),
+            force_range=_limited(el, a, "force", comp, who),
+            dynamics=dyn,
+            time_constant=max(float(p["dynprm"][0]), _MINVAL) if dyn in ("filter", "filterexact") else 1.0,
+            activation_range=act,
+            name=name,
+            **muscle,
+        )
+    except ValueError as e:
+        raise _error(el, str(e)) from None
     if off:
         element.set_disabled_by_default(True)
     return element

@@ -141,7 +141,12 @@ class StaticOptimization:
             )
         self._sub = self.actuators[0]._subsystem
         for a in self.actuators:
-            joint = isinstance(a, CoordinateActuator) and not isinstance(a, TendonActuator) and not a._dyn
+            joint = (
+                isinstance(a, CoordinateActuator)
+                and not isinstance(a, TendonActuator)
+                and not a._dyn
+                and not (a._gain_kind or a._bias_kind)  # a MuJoCo muscle's gain is not a constant
+            )
             if not joint and not isinstance(a, Muscle):
                 raise ValueError(
                     f"StaticOptimization: actuator {a.name!r} ({type(a).__name__}) is not one static "

@@ -589,6 +589,17 @@ class CoordinateActuator(_Mobility):
     With ``activation_range`` the activation stops at its bounds (its rate is zeroed there
     when it points out).
 
+    MuJoCo's muscle: ``gain="muscle"`` makes the gain ``-F0 FL(L) FV(V)`` and
+    ``bias="muscle"`` the bias the passive ``-F0 fpmax FP(L)`` (``mju_muscleGain``,
+    ``mju_muscleBias``; :mod:`simjax.dynamics.forces.actuators`), from ``muscle``, MuJoCo's
+    nine ``gainprm`` (range0, range1, force, scale, lmin, lmax, vmax, fpmax, fvmax;
+    ``force`` < 0: ``F0 = scale / acc0``), the actuator's ``length_range`` (the lengths that
+    map onto range0..range1) and ``acc0`` (MuJoCo's ``actuator_acc0``, ``|M^-1 moment|`` at
+    qpos0); ``muscle_bias`` gives the bias its own nine (MuJoCo's ``biasprm``) when they
+    differ. ``dynamics="muscle"``: ``da/dt`` is ``mju_muscleDynamics`` with
+    ``muscle_dynamics=(tau_act, tau_deact, tausmooth)``. The muscle's force is negative
+    (it pulls, shortening the actuator's length).
+
     The controls of every actuator of a ``GeneralForceSubsystem`` are one discrete variable
     of the State (Dynamics stage; in the order the actuators were created), so a batch of
     control vectors ``vmap``s and ``grad`` flows to them: set them all with
@@ -615,9 +626,34 @@ class CoordinateActuator(_Mobility):
         time_constant: float = 1.0,
         activation_range: Any = None,
         name: str | None = None,
+        muscle: Any = None,
+        muscle_bias: Any = None,
+        length_range: Any = (0.0, 1.0),
+        acc0: float = 1.0,
+        muscle_dynamics: Any = (0.01, 0.04, 0.0),
     ):
         what = f"Force.CoordinateActuator {name!r}" if name else "Force.CoordinateActuator"
-        g3, b3 = _three(gain, "gain", what), _three(bias, "bias", what)
+        gain_kind = int(isinstance(gain, str) and gain == "muscle")
+        bias_kind = int(isinstance(bias, str) and bias == "muscle")
+        for k, v in (("gain", gain), ("bias", bias)):
+            if isinstance(v, str) and v != "muscle":
+                raise ValueError(f"{what}: {k} must be three numbers or 'muscle', got {v!r}")
+        g3 = np.zeros(3) if gain_kind else _three(gain, "gain", what)
+        b3 = np.zeros(3) if bias_kind else _three(bias, "bias", what)
+        mg = _muscle_params(muscle if gain_kind else None, what)
+        mb = _muscle_params((muscle if muscle_bias is None else muscle_bias) if bias_kind else None, what)
+        lr = np.asarray(length_range, dtype=float).reshape(-1)
+        if lr.shape != (2,) or not np.all(np.isfinite(lr)):
+            raise ValueError(f"{what}: length_range must be two finite numbers, got {length_range!r}")
+        md = np.asarray(muscle_dynamics, dtype=float).reshape(-1)
+        if md.shape != (3,) or not np.all(np.isfinite(md)) or md[2] < 0:
+            raise ValueError(
+                f"{what}: muscle_dynamics must be (tau_act, tau_deact, tausmooth >= 0), "
+                f"got {muscle_dynamics!r}"
+            )
+        if not (np.isfinite(acc0) and acc0 >= 0):
+            raise ValueError(f"{what}: acc0 must be >= 0, got {acc0}")
+        self._gain_kind, self._bias_kind = gain_kind, bias_kind
         tendon = getattr(self, "_tendon", None)
         if tendon is not None:
             self._q_is_u = True  # the length is the tendon's
@@ -626,7 +662,7 @@ class CoordinateActuator(_Mobility):
                 _check_q_is_u(body, which, "CoordinateActuator")
                 self._q_is_u = True
             except ValueError:
-                if g3[1] or b3[1]:
+                if g3[1] or b3[1] or gain_kind or bias_kind:
                     raise
                 self._q_is_u = False  # no length: the actuator acts on the speed alone
         if dynamics not in self._DYNAMICS:
@@ -641,6 +677,11 @@ class CoordinateActuator(_Mobility):
             "force_range": _range(force_range, "force_range", what),
             "activation_range": _range(activation_range, "activation_range", what),
             "time_constant": float(time_constant),
+            "muscle_gain": mg,
+            "muscle_bias": mb,
+            "length_range": lr,
+            "acc0": float(acc0),
+            "muscle_dynamics": md,
         }
         if self._dyn == 2 and not float(time_constant) > 0:
             raise ValueError(f"{what}: a filter needs time_constant > 0, got {time_constant}")
@@ -662,7 +703,8 @@ class CoordinateActuator(_Mobility):
             z_slot = self._subsystem._actuator_z_offset + acts.index(self)
         tendon = getattr(self, "_tendon", None)
         t = -1 if tendon is None else tendon.index
-        return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u), t)
+        return (self._body.index, self._which, self._dyn, z_slot, int(self._q_is_u), t, self._gain_kind,
+                self._bias_kind)  # fmt: skip
 
     def _declare(self, sub: GeneralForceSubsystem) -> None:
         acts = [e for e in sub._elements if isinstance(e, CoordinateActuator)]
@@ -695,6 +737,29 @@ class CoordinateActuator(_Mobility):
         model, g = self._model_grp(state)
         ctx = Context(model, state, g.subsystem)
         return _actuators.actuation(group_params(ctx, g), ctx, g.statics)[self._slot_index()]
+
+
+def _muscle_params(x: Any, who: str) -> np.ndarray:
+    """MuJoCo's nine muscle parameters, checked as its compiler checks them (MuJoCo's
+    defaults when None)."""
+    if x is None:
+        return np.array([0.75, 1.05, -1.0, 200.0, 0.5, 1.6, 1.5, 1.3, 1.2])
+    a = np.asarray(x, dtype=float).reshape(-1)
+    if a.shape != (9,) or not np.all(np.isfinite(a)):
+        raise ValueError(
+            f"{who}: muscle must be nine finite numbers (range0, range1, force, scale, lmin, lmax, vmax, "
+            f"fpmax, fvmax), got {x!r}"
+        )
+    if a[0] >= a[1]:
+        raise ValueError(f"{who}: the muscle's range[0] < range[1] is required, got {a[:2]}")
+    if a[4] >= 1 or a[5] <= 1:
+        raise ValueError(f"{who}: the muscle's lmin < 1 < lmax is required, got lmin={a[4]}, lmax={a[5]}")
+    if min(a[3], a[6], a[7], a[8]) <= 0:
+        raise ValueError(
+            f"{who}: the muscle's scale, vmax, fpmax and fvmax must be > 0, "
+            f"got {a[3]}, {a[6]}, {a[7]}, {a[8]}"
+        )
+    return a
 
 
 class TendonActuator(CoordinateActuator):
