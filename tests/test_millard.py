@@ -310,6 +310,31 @@ GPK_FIELDS = (
 )  # fmt: skip
 
 
+@pytest.mark.oracle
+def test_get_activation_is_clamped_as_opensims(slider, ours):
+    """``get_activation`` returns OpenSim's ``getActivation``: the activation state (or the
+    excitation, under ``ignore_activation_dynamics``) clamped to [minimum_activation, 1]; at
+    activations and excitations 0 (below the minimum) and 0.6, to 1e-15."""
+    m, om, s, muscles, coord = slider
+    build, _, handles = ours
+    for value in (0.0, 0.6):
+        om.realizeVelocity(s)
+        cv = om.getControls(s)
+        for i in range(len(muscles)):
+            cv.set(i, value)
+        om.setControls(s, cv)
+        for mus in muscles:
+            if not mus.get_ignore_activation_dynamics():
+                mus.setActivation(s, value)
+        om.realizeDynamics(s)
+        ref = np.array([mus.getActivation(s) for mus in muscles])
+        n = len(muscles)
+        st = build(0.0, 0.0, np.full(n, value), np.full(n, value), np.array([0.1] * n))
+        got = np.array([float(h.get_activation(st)) for h in handles])
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-15)
+        assert value > 0 or (ref > 0).all()  # the minimum applies
+
+
 @jax.jit
 def _kernel_with_tangent(P, L, V, e, a, lm, comp, act, dlm, dlo):
     """The muscles' quantities and their directional derivative along (fibre length

@@ -986,6 +986,16 @@ class Millard2012EquilibriumMuscle(Muscle):
         """The fibre damping coefficient (below 0.001: the undamped model)."""
         return self._get(state, "fiber_damping")
 
+    def get_activation(self, state: State) -> jax.Array:
+        """The activation clamped to [minimum_activation, 1], as OpenSim's getter returns it
+        (the state itself may lie outside); under ``ignore_activation_dynamics`` the
+        excitation clamped to [0.01, 1] (OpenSim's activation model then keeps its default
+        minimum, not the muscle's)."""
+        lo: Any = _millard.DEFAULT_MINIMUM_ACTIVATION
+        if not self.ignore_activation_dynamics:
+            lo = self._get(state, "minimum_activation")
+        return jnp.clip(super().get_activation(state), lo, 1.0)
+
     def get_minimum_activation(self, state: State) -> jax.Array:
         """The activation's lower bound."""
         return self._get(state, "minimum_activation")
