@@ -35,9 +35,11 @@ constraints left out; joint damping, springs, armature and joint actuators in):
 - ``<site>``: a :class:`Marker` on its body (``model.markers``).
 - ``<equality>``: ``connect`` → ``Constraint.Ball``, ``weld`` → ``Constraint.Weld``,
   ``joint`` → ``Constraint.CoordinateCoupler`` (``polycoef``), ``tendon`` on fixed tendons →
-  ``Constraint.CoordinateCoupler`` on their joints (``polycoef``; on a spatial tendon, or
-  with ``contact=True``, it is left out and named in the warning); ``active="false"`` →
-  disabled by default.
+  ``Constraint.CoordinateCoupler`` on their joints (``polycoef``; on a spatial tendon
+  without ``contact=True`` it is left out and named in the warning); ``active="false"`` →
+  disabled by default. With ``contact=True``, joint and tendon (fixed or spatial)
+  equalities are MuJoCo's soft equality rows instead (below); connect and weld are refused
+  there (``NotImplementedError``).
 - ``<joint damping stiffness springref>``: ``Force.MobilityLinearDamper`` on each of the
   joint's dofs and ``Force.MobilityLinearSpring`` (hinge and slide), as MuJoCo's passive
   forces (``passive=False`` leaves them out); ``springdamper="timeconst dampratio"`` sets
@@ -81,17 +83,22 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
   equals MuJoCo's ``qacc`` with contacts and limits active. The rows' regulariser uses
   MuJoCo's ``body_invweight0``/``dof_invweight0`` at ``qpos0``, with its shortcut for
-  "simple" slide-only bodies (``1/mass``).
+  "simple" slide-only bodies (``1/mass``). ``<equality><joint>`` and ``<equality><tendon>``
+  are MuJoCo's equality rows (one each: ``x1 - x1(qpos0) - polycoef(x2 - x2(qpos0))`` with
+  x a joint's q or a tendon's length; ``solref``/``solimp`` per equality and its default
+  class; regulariser from the two objects' ``dof_invweight0``/``tendon_invweight0``;
+  two-sided, always active); ``active="false"`` and ``<flag equality="disable">`` give no
+  row, as in MuJoCo.
 
 - ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
   ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,
   ``<pulley divisor>``) as ``sj.Tendon`` handles (``model.tendons``), with ``stiffness``,
   ``springlength`` (-1: the length at ``qpos_spring``; two values: a deadband) and
   ``damping`` as ``sj.TendonSpringDamper`` (``passive=True``); ``default`` classes. Not
-  modelled, and named in the warning: tendon ``frictionloss``, ``armature``,
-  ``<equality><tendon>`` on a spatial tendon, and limits (``range``) without ``contact=True`` (with it, a
-  limited tendon has MuJoCo's soft limit rows: ``solreflimit``, ``solimplimit``,
-  ``margin``, ``tendon_invweight0``).
+  modelled, and named in the warning: tendon ``frictionloss``, ``armature``, and without
+  ``contact=True`` ``<equality><tendon>`` on a spatial tendon and limits (``range``) (with
+  it, tendon equalities are MuJoCo's soft equality rows and a limited tendon has its soft
+  limit rows: ``solreflimit``, ``solimplimit``, ``margin``, ``tendon_invweight0``).
 
 Everything else (sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
@@ -1454,7 +1461,8 @@ def load_mjcf(
             (``sj.MujocoConstraintOptions``, ``simjax.constraints.soft``); ``udot`` then
             equals MuJoCo's ``qacc``. Off by default: geoms are then detected only
             (``matter.find_contacts``), as the models compare with MuJoCo with contact
-            disabled. Not yet with equality constraints (exact here), ball-joint limits,
+            disabled. Joint and tendon equalities are then MuJoCo's soft equality rows
+            (not exact constraints). Not yet with connect or weld equalities, ball-joint limits,
             ``frictionloss``, ``solreffriction``, adhesion or ``noslip``.
         allow_outside: Read files anywhere. By default every file the model names (an
             ``<include>``, a ``<mesh file>``, wherever ``<compiler meshdir assetdir>``
@@ -1485,7 +1493,7 @@ def load_mjcf(
             names outside its folder (above), an ``<include>`` cycle, a DTD or entity
             declaration, elements nested deeper than 500 levels, or files over 256 MB. The
             message names the file, the line and the element.
-        NotImplementedError: ``contact=True`` for a file with equality constraints.
+        NotImplementedError: ``contact=True`` for a file with connect or weld equalities.
     """
     path, data = read_model_source(path, "MJCF")
     model_dir = model_folder(path)
@@ -1585,8 +1593,9 @@ def load_mjcf(
         sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off, tendons,
         (system, matter, coordinates),
     )  # fmt: skip
+    soft_eqs: list[tuple] | None = [] if contact else None
     constraints, assembled = _add_equalities(
-        sj, root, reader, defaults, matter, by_id, joint_mobods, ignored, {} if contact else tendons
+        sj, root, reader, defaults, matter, by_id, joint_mobods, ignored, tendons, soft_eqs
     )
     for con in constraints.values():
         _count(ignored, _SOFT_EQ)
@@ -1600,12 +1609,19 @@ def load_mjcf(
     if contact:
         if constraints:
             raise NotImplementedError(
-                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has equality "
-                f"constraints ({', '.join(constraints)}); MuJoCo's soft contact solved together with "
-                "simjax's exact constraints is not supported yet (load without contact=True)"
+                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has connect or "
+                f"weld equality constraints ({', '.join(constraints)}); MuJoCo's soft rows for them are not "
+                "built yet (joint and tendon equalities are); load without contact=True"
             )
+        assert soft_eqs is not None
+        if eq_off:
+            soft_eqs = []
+        for e in soft_eqs:
+            if not e[-1]:
+                notes.append(f'equality {e[1]!r} active="false": no row (MuJoCo leaves it out too)')
         state = _solve_mujoco_way(sj, root, system, matter, state, reader.joints, coordinates, limits,
-                                  contact_flags, ignored, notes, tendons, (bodies, by_id))  # fmt: skip
+                                  contact_flags, ignored, notes, tendons, (bodies, by_id),
+                                  [e for e in soft_eqs if e[-1]])  # fmt: skip
     model = LoadedModel(
         system=system,
         matter=matter,
@@ -1665,6 +1681,7 @@ def _solve_mujoco_way(
     sj: Any, root: _El, system: Any, matter: Any, state: Any, joints: list[_Joint],
     coordinates: dict[str, Any], limits: bool, flags: dict[str, bool], ignored: dict[str, int],
     notes: list[str], tendons: dict[str, Any] | None = None, bodies: tuple[list[_Body], list[Any]] = ([], []),
+    equalities: list[tuple] | None = None,
 ) -> Any:  # fmt: skip
     """``load_mjcf(..., contact=True)``: MuJoCo's options (``<option timestep cone impratio
     iterations>``, ``<flag limit refsafe>``), the invweights at qpos0 and the limit rows
@@ -1716,6 +1733,28 @@ def _solve_mujoco_way(
             iw = float(Jt[k] @ Minv @ Jt[k])
             trows.append((k, *t.range, t.margin, t.solreflimit, t.solimplimit, iw))
     tcols: list[Any] = list(zip(*trows)) if trows else [[] for _ in range(7)]
+    erows: list[tuple] = []
+    if equalities:
+        # MuJoCo's equality rows: refs at qpos0, dof_invweight0 / tendon_invweight0 summed
+        q0 = np.asarray(state.q)
+        L0 = np.asarray(matter.calc_tendon_lengths(pos_state)) if tendons else np.zeros(0)
+        Jt0 = np.asarray(matter.calc_tendon_jacobians(pos_state)) if tendons else np.zeros((0, 0))
+        Minv0 = np.linalg.inv(np.asarray(matter.calc_mass_matrix(pos_state)))
+        for kind, _, o1, o2, poly, sref, simp, _ in equalities:
+            ids = []
+            for o in (o1, o2):
+                if o is None:
+                    ids.append((-1, -1, 0.0, 0.0))
+                elif kind == "joint":
+                    c = coordinates[o.name]
+                    qi, ui = c.q_index(state), c.u_index(state)
+                    ids.append((qi, ui, float(q0[qi]), float(dof_iw[ui])))
+                else:
+                    k = o.handle.index
+                    ids.append((k, -1, float(L0[k]), float(Jt0[k] @ Minv0 @ Jt0[k])))
+            (a1, v1, r1, w1), (a2, v2, r2, w2) = ids
+            erows.append((kind == "tendon", a1, a2, v1, v2, r1, r2, poly, sref, simp, w1 + w2))
+    ecols: list[Any] = list(zip(*erows)) if erows else [[] for _ in range(11)]
     options = MujocoConstraintOptions(
         body_invweight=body_iw,
         cone=cone,
@@ -1739,6 +1778,17 @@ def _solve_mujoco_way(
         tendon_solref=np.asarray(tcols[4], float).reshape(-1, 2),
         tendon_solimp=np.asarray(tcols[5], float).reshape(-1, 5),
         tendon_invweight=np.asarray(tcols[6], float),
+        eq_tendon=np.asarray(ecols[0], bool),
+        eq_obj1=np.asarray(ecols[1], int),
+        eq_obj2=np.asarray(ecols[2], int),
+        eq_u1=np.asarray(ecols[3], int),
+        eq_u2=np.asarray(ecols[4], int),
+        eq_ref1=np.asarray(ecols[5], float),
+        eq_ref2=np.asarray(ecols[6], float),
+        eq_polycoef=np.asarray(ecols[7], float).reshape(-1, 5),
+        eq_solref=np.asarray(ecols[8], float).reshape(-1, 2),
+        eq_solimp=np.asarray(ecols[9], float).reshape(-1, 5),
+        eq_invweight=np.asarray(ecols[10], float),
     )
     matter.set_mujoco_constraints(options)
     new = system.realize_topology()
@@ -2460,9 +2510,12 @@ def _add_equalities(
     joint_mobods: dict[str, MobilizedBody],
     ignored: dict[str, int],
     tendons: dict[str, _TendonSpec] | None = None,
+    soft_rows: list[tuple] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """``<equality>`` elements as constraints; also whether the default State satisfies
-    them all by construction."""
+    them all by construction. With ``soft_rows`` (``contact=True``), joint and tendon
+    equalities are appended there instead, as ``(kind, name, obj1, obj2, polycoef, solref,
+    solimp, active)`` for MuJoCo's soft rows."""
     tendons = tendons or {}
     bodies = {b.name: b for b in reader.bodies}
     joints = {j.name: j for j in reader.joints}
@@ -2562,6 +2615,10 @@ def _add_equalities(
                     c = _floats(el, attrs, "polycoef", 5, (0.0, 1.0, 0.0, 0.0, 0.0), at_most=True)
                     if j2 is not None and j2.name == j1.name:
                         raise _error(el, f"joint1 and joint2 are the same joint {j1.name!r}")
+                    if soft_rows is not None:
+                        soft_rows.append(("joint", name, j1, j2, c, *_solparams(el, attrs),
+                                          _flag(el, attrs, "active", True)))  # fmt: skip
+                        continue
                     if c[0] != 0.0:
                         satisfied = False
                     con = _joint_coupler(sj, matter, c, j1, j2, joint_mobods)
@@ -2571,8 +2628,15 @@ def _add_equalities(
                     c = _floats(el, attrs, "polycoef", 5, (0.0, 1.0, 0.0, 0.0, 0.0), at_most=True)
                     if t2 is not None and t2.name == t1.name:
                         raise _error(el, f"tendon1 and tendon2 are the same tendon {t1.name!r}")
+                    if soft_rows is not None:
+                        soft_rows.append(("tendon", name, t1, t2, c, *_solparams(el, attrs),
+                                          _flag(el, attrs, "active", True)))  # fmt: skip
+                        continue
                     if any(t.handle.kind != "fixed" for t in (t1, t2) if t is not None):
-                        _count(ignored, "equality tendon on a spatial tendon")
+                        _count(
+                            ignored,
+                            "equality tendon on a spatial tendon (load_mjcf(..., contact=True) models it)",
+                        )
                         continue
                     if c[0] != 0.0:
                         satisfied = False
@@ -2590,6 +2654,14 @@ def _add_equalities(
                 con.set_disabled_by_default(True)
             out[name] = con
     return out, satisfied
+
+
+def _solparams(el: _El, attrs: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """An equality's ``solref`` and ``solimp`` (MuJoCo's defaults; fewer numbers allowed)."""
+    return (
+        _floats(el, attrs, "solref", 2, (0.02, 1.0), at_most=True),
+        _floats(el, attrs, "solimp", 5, (0.9, 0.95, 0.001, 0.5, 2.0), at_most=True),
+    )
 
 
 def _joint_coupler(
