@@ -94,7 +94,7 @@ class Setup:
     map between their states and a jitted ``(q, u) -> (udot, efc_force, status, the
     equality rows' J, aref, R)``."""
 
-    def __init__(self, path, mujoco):
+    def __init__(self, path, mujoco, tangents=False):
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
             self.lm = lm = load_mjcf(path, contact=True)
@@ -117,7 +117,6 @@ class Setup:
             )
         ne = self.ne = len(model.mujoco.eq_obj1)
 
-        @jax.jit
         def f(q, u):
             s = lm.system.realize(st.with_q(q).with_u(u), sj.Stage.ACCELERATION)
             rows, layout, _, _ = soft.model_rows(model, s, s.position_cache)
@@ -125,7 +124,11 @@ class Setup:
             ac = s.acceleration_cache
             return s.udot, ac.efc_force[-ne:], ac.solver_status, rows.J[-ne:], rows.aref[-ne:], rows.R[-ne:]
 
-        self.f = f
+        if tangents:  # one compiled program for the values and their forward derivatives
+            self.jvp = jax.jit(lambda q, u, dq, du: jax.jvp(f, (q, u), (dq, du)))
+            self.f = lambda q, u: self.jvp(q, u, jnp.zeros_like(q), jnp.zeros_like(u))[0]
+        else:
+            self.f = jax.jit(f)
 
     def compare(self, mujoco, q, u, what):
         """Everything against MuJoCo at (q, u); MuJoCo's number of contacts."""
@@ -173,7 +176,7 @@ class Setup:
 def small(mujoco, tmp_path_factory):
     path = tmp_path_factory.mktemp("equality") / "equalities.xml"
     path.write_text(SMALL)
-    return Setup(path, mujoco)
+    return Setup(path, mujoco, tangents=True)
 
 
 @pytest.mark.oracle
@@ -212,21 +215,18 @@ def test_gradient_through_the_equality_rows(small, mujoco):
     directions (forward mode) equals central differences (implicit differentiation through
     the solve, the equality rows' ``J``, ``aref`` and impedance, a fixed tendon's length)."""
     q, u = list(small.states(mujoco, 2, 5))[1]
-    system, st = small.lm.system, small.state
     w = np.random.default_rng(6).normal(size=u.size)
-
-    def fn(x):
-        n = q.size
-        return jnp.dot(w, system.realize(st.with_q(x[:n]).with_u(x[n:]), sj.Stage.ACCELERATION).udot)
-
-    x = jnp.asarray(np.concatenate([q, u]))
-    V = jnp.asarray(np.random.default_rng(7).normal(size=(2, x.size)))
+    V = np.random.default_rng(7).normal(size=(2, q.size + u.size))
     h = 1e-6
-    # one compiled program: the values at x +- h v and the derivatives at x
-    X = jnp.concatenate([x[None] + h * V, x[None] - h * V, jnp.tile(x, (2, 1))])
-    val, tan = jax.jit(jax.vmap(lambda x, v: jax.jvp(fn, (x,), (v,))))(X, jnp.tile(V, (3, 1)))
-    val, ad = np.asarray(val), np.asarray(tan)[4:]
-    fd = (val[:2] - val[2:4]) / (2 * h)
+
+    def at(x, v):  # (w . udot, its derivative along v) at x = (q, u)
+        n = q.size
+        val, tan = small.jvp(*(jnp.asarray(a) for a in (x[:n], x[n:], v[:n], v[n:])))
+        return float(w @ np.asarray(val[0])), float(w @ np.asarray(tan[0]))
+
+    x = np.concatenate([q, u])
+    ad = np.array([at(x, v)[1] for v in V])
+    fd = np.array([(at(x + h * v, v)[0] - at(x - h * v, v)[0]) / (2 * h) for v in V])
     err = np.abs(ad - fd).max() / np.abs(fd).max()
     ERR["gradient vs central differences"] = err
     assert np.all(np.isfinite(ad)) and err < 1e-6
