@@ -19,8 +19,9 @@ Here:
   approximation of ``J M^-1 J'`` from the bodies' and dofs' ``invweight0``, ``impratio``).
   Rows of slots out of range (or joints away from their limits) stay, with ``D = 0``: the
   shapes are static, one compiled program for any set of contacts.
-* :func:`equality_rows`: MuJoCo's joint and tendon equalities (``polycoef``), one
-  two-sided row each (``Layout.eq``: cost ``D jar^2 / 2`` whatever its sign), always active.
+* :func:`equality_rows` / :func:`connect_rows`: MuJoCo's joint and tendon equalities
+  (``polycoef``), one row each, and connects, three rows each: two-sided (``Layout.eq``:
+  cost ``D jar^2 / 2`` whatever its sign), always active.
 * :func:`solve`: the primal problem by Newton's method (Hessian by Cholesky, an exact line
   search on the piecewise-quadratic cost along the Newton direction), a fixed iteration cap
   inside ``jit``/``vmap``; differentiable by implicit differentiation at the optimum.
@@ -647,13 +648,15 @@ def solve(
 
 
 def model_rows(
-    model: Any, state: Any, pos: Any
+    model: Any, state: Any, pos: Any, bias: tuple[jax.Array, jax.Array] | None = None
 ) -> tuple[Rows, Layout, ContactLayout | None, Contacts | None]:
     """The rows of a Model solved MuJoCo's way (``model.mujoco``) at a State realized to
     Velocity (``pos`` its Position cache): the limit rows (lower, upper per limited joint),
     the tendon limit rows (lower, upper per limited tendon), the contact slots' rows (in
     slot order, ``ContactLayout.start``/``count`` each), then one row per joint or tendon
-    equality (last; MuJoCo puts them first).
+    equality and three per connect (last; MuJoCo puts them first). ``bias``: the bodies'
+    ``(A_O, V_O)`` at zero ``udot`` (the Dynamics stage's ``a_bias`` and the velocities),
+    needed by connect rows.
     Also the contact layout and ``find_contacts``' result (None without contact)."""
     opt = model.mujoco
     if state.use_euler_angles:
@@ -696,6 +699,17 @@ def model_rows(
             opt.eq_polycoef, opt.eq_solref, opt.eq_solimp, opt.eq_invweight, opt.timestep, opt.refsafe,
         )  # fmt: skip
         parts.append((equality_rows(el, state.q, state.u, L, Jt), Layout(ne, (), (), tuple(range(ne)))))
+    nc = 3 * len(opt.connect_body1)
+    if nc:
+        kl = connect_layout(
+            opt.connect_body1, opt.connect_body2, opt.connect_anchor1, opt.connect_anchor2,
+            opt.connect_solref, opt.connect_solimp, opt.connect_invweight, opt.timestep, opt.refsafe,
+        )  # fmt: skip
+        anc = np.asarray(model.topology(False).dof_ancestor, float)
+        if bias is None:
+            raise ValueError("connect rows need the bodies' bias accelerations (model_rows(..., bias=))")
+        rows = connect_rows(kl, pos, pos.cdof, anc, state.u, bias)
+        parts.append((rows, Layout(nc, (), (), tuple(range(nc)))))
     rows, layout = stack_rows(parts)
     return rows, layout, cl, ct
 
@@ -819,10 +833,99 @@ def equality_rows(el: EqualityLayout, q: jax.Array, u: jax.Array, L: jax.Array, 
     return Rows(J, aref, R, 1.0 / R, jnp.ones(n, bool), (), ())
 
 
-def model_solve(model: Any, state: Any, pos: Any, M: jax.Array, a0: jax.Array) -> Solution:
+@dataclass(frozen=True, eq=False)
+class ConnectLayout:
+    """Static data of MuJoCo's connect equality rows (three each): per connect its bodies
+    (mobilized body indices; 0 is Ground), the anchor points in their frames, ``solimp``
+    (clamped), ``K``/``B`` and ``invweight`` (the bodies' translational
+    ``body_invweight0``, summed)."""
+
+    body1: np.ndarray
+    body2: np.ndarray
+    anchor1: np.ndarray
+    anchor2: np.ndarray
+    solimp: np.ndarray
+    K: np.ndarray
+    B: np.ndarray
+    invweight: np.ndarray
+
+
+def connect_layout(
+    body1: Any, body2: Any, anchor1: Any, anchor2: Any, solref: Any, solimp: Any, invweight: Any,
+    timestep: float, refsafe: bool = True,
+) -> ConnectLayout:  # fmt: skip
+    """The static data of connect rows (one entry per connect)."""
+    n = len(body1)
+    sr = safe_solref(np.asarray(solref, float).reshape(n, 2), timestep, refsafe)
+    si = clamp_solimp(np.asarray(solimp, float).reshape(n, 5))
+    K, B = _kb(sr, si[:, 1])
+    return ConnectLayout(
+        np.asarray(body1, int), np.asarray(body2, int), np.asarray(anchor1, float).reshape(n, 3),
+        np.asarray(anchor2, float).reshape(n, 3), si, K, B, np.asarray(invweight, float),
+    )  # fmt: skip
+
+
+def connect_rows(
+    cl: ConnectLayout,
+    pos: Any,
+    cdof: jax.Array,
+    anc: np.ndarray,
+    u: jax.Array,
+    bias: tuple[jax.Array, jax.Array],
+) -> Rows:
+    """MuJoCo's connect rows ``3i .. 3i+2``: ``pos = p1 - p2`` (the anchors in Ground),
+    ``J`` the difference of the anchors' translational Jacobians (``cdof`` (nu, 6) the
+    dofs' motion ``[w; v]`` about Ground's origin, ``anc`` (nb, nu) which dofs move each
+    body); the impedance at ``|p1 - p2|`` for all three rows; two-sided, always active.
+    As MuJoCo 4 does, ``aref`` also subtracts ``dJ/dt u``, the anchors' relative
+    acceleration at zero ``udot`` (``bias``: the bodies' spatial acceleration at zero
+    ``udot`` and velocity, both about Ground's origin, (nb, 6) ``[angular; linear]``)."""
+    n = cl.body1.size
+    dt = cdof.dtype
+    nu = u.size
+    if n == 0:
+        z = jnp.zeros(0, dt)
+        return Rows(jnp.zeros((0, nu), dt), z, z, z, jnp.zeros(0, bool), (), ())
+    R, o = pos.R_GB, pos.p_GB
+    p1 = jnp.einsum("nij,nj->ni", R[cl.body1], jnp.asarray(cl.anchor1, dt)) + o[cl.body1]
+    p2 = jnp.einsum("nij,nj->ni", R[cl.body2], jnp.asarray(cl.anchor2, dt)) + o[cl.body2]
+    w, v = cdof[:, :3], cdof[:, 3:]
+
+    def jac(p: jax.Array, b: np.ndarray) -> jax.Array:  # (n, 3, nu)
+        jv = v[None] + jnp.cross(w[None], p[:, None, :])  # (n, nu, 3)
+        return jnp.swapaxes(jv * jnp.asarray(anc[b], dt)[:, :, None], 1, 2)
+
+    J = (jac(p1, cl.body1) - jac(p2, cl.body2)).reshape(3 * n, nu)
+    A, V = bias
+
+    def acc(p: jax.Array, b: np.ndarray) -> jax.Array:  # a point's acceleration at udot = 0
+        w_, v_ = V[b, :3], V[b, 3:]
+        return A[b, 3:] + jnp.cross(A[b, :3], p) + jnp.cross(w_, v_ + jnp.cross(w_, p))
+
+    jdot_u = (acc(p1, cl.body1) - acc(p2, cl.body2)).reshape(-1)
+    d = p1 - p2
+    d2 = jnp.sum(d * d, axis=1)
+    dist = jnp.where(d2 > 0, jnp.sqrt(jnp.where(d2 > 0, d2, 1.0)), 0.0)
+    imp = jnp.repeat(impedance(jnp.asarray(cl.solimp, dt), dist, 0.0), 3)
+    iw = jnp.asarray(np.repeat(cl.invweight, 3), dt)
+    Rr = jnp.maximum(MINVAL, (1.0 - imp) * iw / imp)
+    B, K = (jnp.asarray(np.repeat(x, 3), dt) for x in (cl.B, cl.K))
+    aref = -B * (J @ u) - K * imp * d.reshape(-1) - jdot_u
+    return Rows(J, aref, Rr, 1.0 / Rr, jnp.ones(3 * n, bool), (), ())
+
+
+def model_solve(
+    model: Any,
+    state: Any,
+    pos: Any,
+    M: jax.Array,
+    a0: jax.Array,
+    bias: tuple[jax.Array, jax.Array] | None = None,
+) -> Solution:
     """MuJoCo's constrained accelerations of a Model solved its way, from the mass matrix
-    ``M`` and the unconstrained accelerations ``a0`` (MuJoCo's ``qacc_smooth``)."""
-    rows, layout, _, _ = model_rows(model, state, pos)
+    ``M`` and the unconstrained accelerations ``a0`` (MuJoCo's ``qacc_smooth``); ``bias``
+    as :func:`model_rows` takes it."""
+    rows, layout, _, _ = model_rows(model, state, pos, bias)
     opt = model.mujoco
     return solve(layout, M, a0, rows, opt.iterations, opt.tolerance)
 

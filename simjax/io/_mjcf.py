@@ -37,9 +37,9 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``joint`` → ``Constraint.CoordinateCoupler`` (``polycoef``), ``tendon`` on fixed tendons →
   ``Constraint.CoordinateCoupler`` on their joints (``polycoef``; on a spatial tendon
   without ``contact=True`` it is left out and named in the warning); ``active="false"`` →
-  disabled by default. With ``contact=True``, joint and tendon (fixed or spatial)
-  equalities are MuJoCo's soft equality rows instead (below); connect and weld are refused
-  there (``NotImplementedError``).
+  disabled by default. With ``contact=True``, joint, tendon (fixed or spatial) and connect
+  equalities are MuJoCo's soft equality rows instead (below); weld is refused there
+  (``NotImplementedError``).
 - ``<joint damping stiffness springref>``: ``Force.MobilityLinearDamper`` on each of the
   joint's dofs and ``Force.MobilityLinearSpring`` (hinge and slide), as MuJoCo's passive
   forces (``passive=False`` leaves them out); ``springdamper="timeconst dampratio"`` sets
@@ -87,8 +87,11 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   are MuJoCo's equality rows (one each: ``x1 - x1(qpos0) - polycoef(x2 - x2(qpos0))`` with
   x a joint's q or a tendon's length; ``solref``/``solimp`` per equality and its default
   class; regulariser from the two objects' ``dof_invweight0``/``tendon_invweight0``;
-  two-sided, always active); ``active="false"`` and ``<flag equality="disable">`` give no
-  row, as in MuJoCo.
+  two-sided, always active); ``<equality><connect>`` (bodies and anchor, or sites) is
+  MuJoCo's three rows (the anchors' difference in Ground, the translational
+  ``body_invweight0`` of the two bodies, impedance at the distance, and MuJoCo 4's ``dJ/dt
+  qvel`` in ``aref``); ``active="false"`` and ``<flag equality="disable">`` give no row, as
+  in MuJoCo.
 
 - ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
   ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,
@@ -1461,8 +1464,8 @@ def load_mjcf(
             (``sj.MujocoConstraintOptions``, ``simjax.constraints.soft``); ``udot`` then
             equals MuJoCo's ``qacc``. Off by default: geoms are then detected only
             (``matter.find_contacts``), as the models compare with MuJoCo with contact
-            disabled. Joint and tendon equalities are then MuJoCo's soft equality rows
-            (not exact constraints). Not yet with connect or weld equalities, ball-joint limits,
+            disabled. With it, joint, tendon and connect equalities are MuJoCo's soft
+            equality rows (not exact constraints). Not yet with weld equalities, ball-joint limits,
             ``frictionloss``, ``solreffriction``, adhesion or ``noslip``.
         allow_outside: Read files anywhere. By default every file the model names (an
             ``<include>``, a ``<mesh file>``, wherever ``<compiler meshdir assetdir>``
@@ -1493,7 +1496,7 @@ def load_mjcf(
             names outside its folder (above), an ``<include>`` cycle, a DTD or entity
             declaration, elements nested deeper than 500 levels, or files over 256 MB. The
             message names the file, the line and the element.
-        NotImplementedError: ``contact=True`` for a file with connect or weld equalities.
+        NotImplementedError: ``contact=True`` for a file with weld equalities.
     """
     path, data = read_model_source(path, "MJCF")
     model_dir = model_folder(path)
@@ -1609,9 +1612,9 @@ def load_mjcf(
     if contact:
         if constraints:
             raise NotImplementedError(
-                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has connect or "
-                f"weld equality constraints ({', '.join(constraints)}); MuJoCo's soft rows for them are not "
-                "built yet (joint and tendon equalities are); load without contact=True"
+                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has weld equality "
+                f"constraints ({', '.join(constraints)}); MuJoCo's soft rows for them are not "
+                "built yet (joint, tendon and connect equalities are); load without contact=True"
             )
         assert soft_eqs is not None
         if eq_off:
@@ -1740,7 +1743,7 @@ def _solve_mujoco_way(
         L0 = np.asarray(matter.calc_tendon_lengths(pos_state)) if tendons else np.zeros(0)
         Jt0 = np.asarray(matter.calc_tendon_jacobians(pos_state)) if tendons else np.zeros((0, 0))
         Minv0 = np.linalg.inv(np.asarray(matter.calc_mass_matrix(pos_state)))
-        for kind, _, o1, o2, poly, sref, simp, _ in equalities:
+        for kind, _, o1, o2, poly, sref, simp, _ in (e for e in equalities if e[0] != "connect"):
             ids = []
             for o in (o1, o2):
                 if o is None:
@@ -1755,6 +1758,14 @@ def _solve_mujoco_way(
             (a1, v1, r1, w1), (a2, v2, r2, w2) = ids
             erows.append((kind == "tendon", a1, a2, v1, v2, r1, r2, poly, sref, simp, w1 + w2))
     ecols: list[Any] = list(zip(*erows)) if erows else [[] for _ in range(11)]
+    # connects: three rows each, the bodies' translational body_invweight0 summed
+    by_id = bodies[1]
+    crows = [
+        (by_id[b1.id].index, by_id[b2.id].index, p1, p2, sref, simp,
+         body_iw[by_id[b1.id].index, 0] + body_iw[by_id[b2.id].index, 0])
+        for _, _, b1, p1, b2, p2, sref, simp, _ in (e for e in equalities or [] if e[0] == "connect")
+    ]  # fmt: skip
+    ccols: list[Any] = list(zip(*crows)) if crows else [[] for _ in range(7)]
     options = MujocoConstraintOptions(
         body_invweight=body_iw,
         cone=cone,
@@ -1789,6 +1800,13 @@ def _solve_mujoco_way(
         eq_solref=np.asarray(ecols[8], float).reshape(-1, 2),
         eq_solimp=np.asarray(ecols[9], float).reshape(-1, 5),
         eq_invweight=np.asarray(ecols[10], float),
+        connect_body1=np.asarray(ccols[0], int),
+        connect_body2=np.asarray(ccols[1], int),
+        connect_anchor1=np.asarray(ccols[2], float).reshape(-1, 3),
+        connect_anchor2=np.asarray(ccols[3], float).reshape(-1, 3),
+        connect_solref=np.asarray(ccols[4], float).reshape(-1, 2),
+        connect_solimp=np.asarray(ccols[5], float).reshape(-1, 5),
+        connect_invweight=np.asarray(ccols[6], float),
     )
     matter.set_mujoco_constraints(options)
     new = system.realize_topology()
@@ -2588,6 +2606,10 @@ def _add_equalities(
                         # the anchor on body 2 is where body 1's anchor is at qpos0 (MuJoCo's set0)
                         R2, o2 = X0[b2.id]
                         p2 = R2.T @ (X0[b1.id][0] @ p1 + X0[b1.id][1] - o2)
+                    if soft_rows is not None:
+                        soft_rows.append(("connect", name, b1, p1, b2, p2, *_solparams(el, attrs),
+                                          _flag(el, attrs, "active", True)))  # fmt: skip
+                        continue
                     con = sj.Constraint.Ball(by_id[b1.id], p1, by_id[b2.id], p2)
                 elif el.tag == "weld":
                     if "site1" in own or "site2" in own:

@@ -149,6 +149,15 @@ class MujocoConstraintOptions:
     eq_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     eq_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
     eq_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: MuJoCo's connect rows (three each): the mobilized bodies (0: Ground), the anchors in
+    #: their frames (n, 3), solref, solimp, the bodies' translational ``body_invweight0`` summed
+    connect_body1: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    connect_body2: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    connect_anchor1: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    connect_anchor2: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    connect_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    connect_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    connect_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         if self.cone not in ("pyramidal", "elliptic"):
@@ -174,4 +183,6 @@ class MujocoConstraintOptions:
             *(arr(getattr(self, f"eq_{k}")) for k in
               ("tendon", "obj1", "obj2", "u1", "u2", "ref1", "ref2", "polycoef", "solref", "solimp",
                "invweight")),
+            *(arr(getattr(self, f"connect_{k}")) for k in
+              ("body1", "body2", "anchor1", "anchor2", "solref", "solimp", "invweight")),
         )  # fmt: skip
