@@ -1,4 +1,4 @@
-"""MuJoCo's soft constraint model: contact and joint-limit rows, and the primal Newton solve.
+"""MuJoCo's soft constraint model: contact, limit and equality rows, and the primal Newton solve.
 
 MuJoCo (its Computation chapter) finds the accelerations ``a`` minimising
 
@@ -19,13 +19,17 @@ Here:
   approximation of ``J M^-1 J'`` from the bodies' and dofs' ``invweight0``, ``impratio``).
   Rows of slots out of range (or joints away from their limits) stay, with ``D = 0``: the
   shapes are static, one compiled program for any set of contacts.
+* :func:`equality_rows` / :func:`connect_rows`: MuJoCo's joint and tendon equalities
+  (``polycoef``), one row each, and connects, three rows each: two-sided (``Layout.eq``:
+  cost ``D jar^2 / 2`` whatever its sign), always active.
 * :func:`solve`: the primal problem by Newton's method (Hessian by Cholesky, an exact line
   search on the piecewise-quadratic cost along the Newton direction), a fixed iteration cap
   inside ``jit``/``vmap``; differentiable by implicit differentiation at the optimum.
 
 Written from MuJoCo's documentation and C source semantics (``engine_core_constraint.c``:
-``getimpedance``, ``mj_makeImpedance``, ``mj_diagApprox``; ``engine_solver.c``), checked
-against MuJoCo 4.0.1's ``qacc`` and ``efc_force`` in ``tests/test_contact_mujoco.py``.
+``getimpedance``, ``mj_makeImpedance``, ``mj_diagApprox``, ``mj_instantiateEquality``;
+``engine_solver.c``), checked against MuJoCo 4.0.1's ``qacc`` and ``efc_force`` in
+``tests/test_contact_mujoco.py`` and ``tests/test_equality_mujoco.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import numpy as np
 
 from ..dynamics import stages as rz
 from ..dynamics.detection import Contacts, find_contacts
-from ..dynamics.tendons import fixed_terms, tendon_body_gradients
+from ..dynamics.tendons import fixed_terms, tendon_body_gradients, tendon_lengths
 
 MINVAL = 1e-15  # MuJoCo's mjMINVAL
 MINIMP = 0.0001  # mjMINIMP
@@ -52,11 +56,13 @@ MAXIMP = 0.9999  # mjMAXIMP
 class Layout:
     """The static structure of a row set: ``uni`` the rows with a one-sided cost (limits,
     frictionless and pyramidal contact rows), ``cones`` per elliptic cone size ``d`` the rows
-    of each cone ``(d, rows)`` with ``rows`` a tuple of tuples (n, d). Hashable."""
+    of each cone ``(d, rows)`` with ``rows`` a tuple of tuples (n, d), ``eq`` the rows with
+    a two-sided (quadratic) cost: equalities, always in the problem. Hashable."""
 
     m: int
     uni: tuple[int, ...]
     cones: tuple[tuple[int, tuple[tuple[int, ...], ...]], ...] = ()
+    eq: tuple[int, ...] = ()
 
 
 class Rows(NamedTuple):
@@ -348,11 +354,13 @@ def stack_rows(parts: list[tuple[Rows, Layout]]) -> tuple[Rows, Layout]:
     """Row sets one after the other (their layouts' indices shifted)."""
     off = 0
     uni: list[int] = []
+    eq: list[int] = []
     cones: dict[int, list[tuple[int, ...]]] = {}
     mus: dict[int, list[jax.Array]] = {}
     frs: dict[int, list[jax.Array]] = {}
     for rows, lay in parts:
         uni += [off + i for i in lay.uni]
+        eq += [off + i for i in lay.eq]
         for (d, idx), mu, fr in zip(lay.cones, rows.mu, rows.friction):
             cones.setdefault(d, []).extend(tuple(off + i for i in r) for r in idx)
             mus.setdefault(d, []).append(mu)
@@ -369,7 +377,7 @@ def stack_rows(parts: list[tuple[Rows, Layout]]) -> tuple[Rows, Layout]:
         tuple(cat(mus[d]) for d in dims),
         tuple(cat(frs[d]) for d in dims),
     )
-    return rows, Layout(off, tuple(uni), tuple((d, tuple(cones[d])) for d in dims))
+    return rows, Layout(off, tuple(uni), tuple((d, tuple(cones[d])) for d in dims), tuple(eq))
 
 
 # ----------------------------------------------------------------------------- cost
@@ -424,23 +432,33 @@ def _take(x: jax.Array, idx: Any) -> jax.Array:
 
 
 def _contiguous(layout: Layout) -> bool:
-    """The one-sided rows first, then each cone group's rows in order (what ``solve``
-    works in): the terms are then assembled by concatenation, not scatters."""
-    order = list(layout.uni) + [i for _, idx in layout.cones for r in idx for i in r]
-    return order == list(range(layout.m))
+    """The one-sided rows first, then the two-sided ones, then each cone group's rows in
+    order (what ``solve`` works in): the terms are then assembled by concatenation, not
+    scatters."""
+    return list(_order(layout)) == list(range(layout.m))
+
+
+def _order(layout: Layout) -> np.ndarray:
+    return np.asarray(
+        list(layout.uni) + list(layout.eq) + [i for _, idx in layout.cones for r in idx for i in r], int
+    )
 
 
 def _terms(
     layout: Layout, jar: jax.Array, D: jax.Array, mu: tuple, fr: tuple
 ) -> tuple[jax.Array, jax.Array, jax.Array, tuple[jax.Array, ...]]:
     """Constraint cost, force (m,) = -d cost / d jar, the Hessian's diagonal over the
-    one-sided rows (m,) and its blocks per cone group."""
+    one-sided and two-sided rows (m,) and its blocks per cone group."""
     uni = np.asarray(layout.uni, int)
     ju, Du = _take(jar, uni), _take(D, uni)
     on = ju < 0
     cost = 0.5 * jnp.sum(jnp.where(on, Du * ju * ju, 0.0))
     fu = jnp.where(on, -Du * ju, 0.0)
     hu = jnp.where(on, Du, 0.0)
+    eq = np.asarray(layout.eq, int)
+    je, he = _take(jar, eq), _take(D, eq)  # two-sided: quadratic whatever the sign
+    cost = cost + 0.5 * jnp.sum(he * je * je)
+    fe = -he * je
     parts = []
     blocks = []
     for (_, idx), m_, f_ in zip(layout.cones, mu, fr):
@@ -449,11 +467,11 @@ def _terms(
         parts.append(f)
         blocks.append(H)
     if _contiguous(layout):
-        force = jnp.concatenate([fu, *(f.reshape(-1) for f in parts)])
-        hd = jnp.concatenate([hu, jnp.zeros(layout.m - uni.size, jar.dtype)])
+        force = jnp.concatenate([fu, fe, *(f.reshape(-1) for f in parts)])
+        hd = jnp.concatenate([hu, he, jnp.zeros(layout.m - uni.size - eq.size, jar.dtype)])
     else:
-        force = jnp.zeros_like(jar).at[uni].set(fu)
-        hd = jnp.zeros_like(jar).at[uni].set(hu)
+        force = jnp.zeros_like(jar).at[uni].set(fu).at[eq].set(fe)
+        hd = jnp.zeros_like(jar).at[uni].set(hu).at[eq].set(he)
         for (_, idx), f in zip(layout.cones, parts):
             force = force.at[np.asarray(idx, int)].set(f)
     return cost, force, hd, tuple(blocks)
@@ -595,13 +613,14 @@ def _solve_x_jvp(layout, iterations, tol, primals, tangents):  # noqa: ANN001, A
 
 def _sorted(layout: Layout) -> tuple[np.ndarray, Layout]:
     """The row order that makes ``layout`` contiguous, and the layout in that order."""
-    perm = np.asarray(list(layout.uni) + [i for _, idx in layout.cones for r in idx for i in r], int)
-    k = len(layout.uni)
+    perm = _order(layout)
+    k = len(layout.uni) + len(layout.eq)
     cones = []
     for d, idx in layout.cones:
         cones.append((d, tuple(tuple(range(k + j * d, k + (j + 1) * d)) for j in range(len(idx)))))
         k += d * len(idx)
-    return perm, Layout(layout.m, tuple(range(len(layout.uni))), tuple(cones))
+    nu, ne = len(layout.uni), len(layout.eq)
+    return perm, Layout(layout.m, tuple(range(nu)), tuple(cones), tuple(range(nu, nu + ne)))
 
 
 def solve(
@@ -629,11 +648,15 @@ def solve(
 
 
 def model_rows(
-    model: Any, state: Any, pos: Any
+    model: Any, state: Any, pos: Any, bias: tuple[jax.Array, jax.Array] | None = None
 ) -> tuple[Rows, Layout, ContactLayout | None, Contacts | None]:
     """The rows of a Model solved MuJoCo's way (``model.mujoco``) at a State realized to
-    Velocity (``pos`` its Position cache): the limit rows (lower, upper per limited joint)
-    then the contact slots' rows (in slot order, ``ContactLayout.start``/``count`` each).
+    Velocity (``pos`` its Position cache): the limit rows (lower, upper per limited joint),
+    the tendon limit rows (lower, upper per limited tendon), the contact slots' rows (in
+    slot order, ``ContactLayout.start``/``count`` each), then one row per joint or tendon
+    equality and three per connect (last; MuJoCo puts them first). ``bias``: the bodies'
+    ``(A_O, V_O)`` at zero ``udot`` (the Dynamics stage's ``a_bias`` and the velocities),
+    needed by connect rows.
     Also the contact layout and ``find_contacts``' result (None without contact)."""
     opt = model.mujoco
     if state.use_euler_angles:
@@ -644,12 +667,16 @@ def model_rows(
     )  # fmt: skip
     nl = 2 * ll.q.size
     parts = [(limit_rows(ll, state.q, state.u), Layout(nl, tuple(range(nl))))]
+    ne = len(opt.eq_obj1)
+    dt = state.q.dtype
+    L, Jt = jnp.zeros(0, dt), jnp.zeros((0, state.u.size), dt)
+    if len(opt.tendon_index) or (ne and np.any(opt.eq_tendon)):
+        L, Jt = tendon_jacobians(model, state, pos)
     if len(opt.tendon_index):
         tl = limit_layout(
             opt.tendon_index, opt.tendon_index, opt.tendon_lower, opt.tendon_upper, opt.tendon_margin,
             opt.tendon_solref, opt.tendon_solimp, opt.tendon_invweight, opt.timestep, opt.refsafe,
         )  # fmt: skip
-        L, Jt = tendon_jacobians(model, state, pos)
         nt = 2 * tl.q.size
         parts.append((tendon_limit_rows(tl, L, Jt, state.u), Layout(nt, tuple(range(nt)))))
     cl = ct = None
@@ -666,6 +693,23 @@ def model_rows(
         moves = anc[sb[ct.surface[:, 1]]] - anc[sb[ct.surface[:, 0]]]
         rows = contact_rows(cl, ct, pos.cdof, moves, state.u)
         parts.append((rows, Layout(cl.slot.size, cl.layout_uni, cl.layout_cones)))
+    if ne:
+        el = equality_layout(
+            opt.eq_tendon, opt.eq_obj1, opt.eq_obj2, opt.eq_u1, opt.eq_u2, opt.eq_ref1, opt.eq_ref2,
+            opt.eq_polycoef, opt.eq_solref, opt.eq_solimp, opt.eq_invweight, opt.timestep, opt.refsafe,
+        )  # fmt: skip
+        parts.append((equality_rows(el, state.q, state.u, L, Jt), Layout(ne, (), (), tuple(range(ne)))))
+    nc = 3 * len(opt.connect_body1)
+    if nc:
+        kl = connect_layout(
+            opt.connect_body1, opt.connect_body2, opt.connect_anchor1, opt.connect_anchor2,
+            opt.connect_solref, opt.connect_solimp, opt.connect_invweight, opt.timestep, opt.refsafe,
+        )  # fmt: skip
+        anc = np.asarray(model.topology(False).dof_ancestor, float)
+        if bias is None:
+            raise ValueError("connect rows need the bodies' bias accelerations (model_rows(..., bias=))")
+        rows = connect_rows(kl, pos, pos.cdof, anc, state.u, bias)
+        parts.append((rows, Layout(nc, (), (), tuple(range(nc)))))
     rows, layout = stack_rows(parts)
     return rows, layout, cl, ct
 
@@ -676,7 +720,9 @@ def tendon_jacobians(model: Any, state: Any, pos: Any) -> tuple[jax.Array, jax.A
     Jacobians, plus the fixed tendons' coefficients (MuJoCo's ``ten_length``, ``ten_J``)."""
     tendons = model.tendons
     topo = model.topology(state.use_euler_angles)
-    L, G = tendon_body_gradients(tendons, topo, state.q, pos.R_GB, pos.p_GB)
+    _, G = tendon_body_gradients(tendons, topo, state.q, pos.R_GB, pos.p_GB)
+    # (the lengths again, with the fixed tendons' dependence on q, which G leaves out)
+    L = tendon_lengths(tendons, topo, state.q, pos.R_GB, pos.p_GB)
     nb = pos.p_GB.shape[0]
     Jb = rz.frame_jacobians(model, state, np.arange(nb))  # (nb, 6, nu), [w; v of the origin]
     J = jnp.einsum("tbk,bkn->tn", G, Jb)
@@ -707,10 +753,179 @@ def tendon_limit_rows(tl: LimitLayout, L: jax.Array, Jt: jax.Array, u: jax.Array
     return Rows(J, aref, R, D, on, (), ())
 
 
-def model_solve(model: Any, state: Any, pos: Any, M: jax.Array, a0: jax.Array) -> Solution:
+@dataclass(frozen=True, eq=False)
+class EqualityLayout:
+    """Static data of MuJoCo's joint and tendon equality rows (one row each): per equality
+    whether it couples tendons (``tendon``; else hinge or slide joints), its objects
+    ``obj1``/``obj2`` (q indices of the joints or indices in the Model's TendonSet; ``obj2
+    = -1``: none), the joints' u indices ``u1``/``u2`` (-1 for tendons), ``ref1``/``ref2``
+    (qpos0, or the tendon's length there), ``polycoef`` (n, 5), ``solimp`` (clamped),
+    ``K``/``B`` (from ``solref``, refsafe applied) and ``invweight`` (MuJoCo's
+    ``dof_invweight0`` or ``tendon_invweight0`` of the two objects, summed)."""
+
+    tendon: np.ndarray
+    obj1: np.ndarray
+    obj2: np.ndarray
+    u1: np.ndarray
+    u2: np.ndarray
+    ref1: np.ndarray
+    ref2: np.ndarray
+    polycoef: np.ndarray
+    solimp: np.ndarray
+    K: np.ndarray
+    B: np.ndarray
+    invweight: np.ndarray
+
+
+def equality_layout(
+    tendon: Any, obj1: Any, obj2: Any, u1: Any, u2: Any, ref1: Any, ref2: Any, polycoef: Any,
+    solref: Any, solimp: Any, invweight: Any, timestep: float, refsafe: bool = True,
+) -> EqualityLayout:  # fmt: skip
+    """The static data of equality rows (one entry per joint or tendon equality)."""
+    n = len(obj1)
+    sr = safe_solref(np.asarray(solref, float).reshape(n, 2), timestep, refsafe)
+    si = clamp_solimp(np.asarray(solimp, float).reshape(n, 5))
+    K, B = _kb(sr, si[:, 1])
+    i = functools.partial(np.asarray, dtype=int)
+    f = functools.partial(np.asarray, dtype=float)
+    return EqualityLayout(
+        np.asarray(tendon, bool).reshape(n), i(obj1), i(obj2), i(u1), i(u2), f(ref1), f(ref2),
+        f(polycoef).reshape(n, 5), si, K, B, f(invweight),
+    )  # fmt: skip
+
+
+def equality_rows(el: EqualityLayout, q: jax.Array, u: jax.Array, L: jax.Array, Jt: jax.Array) -> Rows:
+    """MuJoCo's equality rows for joints and tendons: ``pos = x1 - p(x2)`` with ``x`` a
+    joint's q or a tendon's length, each less its value at qpos0, and ``p`` the
+    polynomial ``polycoef`` (``p = polycoef[0]`` without a second object); ``J = J1 -
+    p'(x2) J2`` (a joint's unit row, a tendon's ``dL/du``). Impedance at ``|pos|``
+    (no margin), ``aref = -B J u - K imp pos``; always active, two-sided (``Layout.eq``).
+    ``L``, ``Jt``: the tendons' lengths and Jacobians (:func:`tendon_jacobians`)."""
+    n = el.obj1.size
+    dt = q.dtype
+    nu = u.size
+    if n == 0:
+        z = jnp.zeros(0, dt)
+        return Rows(jnp.zeros((0, nu), dt), z, z, z, jnp.zeros(0, bool), (), ())
+    if L.size == 0:  # (no tendons: placeholders the joint rows never pick)
+        L, Jt = jnp.zeros(1, dt), jnp.zeros((1, nu), dt)
+    ten, has2 = el.tendon, el.obj2 >= 0
+    o1, o2 = el.obj1, np.where(has2, el.obj2, 0)
+
+    def value(o: np.ndarray, uu: np.ndarray, ref: np.ndarray) -> tuple[jax.Array, jax.Array]:
+        unit = np.zeros((n, nu))
+        unit[np.flatnonzero(~ten & (uu >= 0)), uu[~ten & (uu >= 0)]] = 1.0
+        x = jnp.where(ten, L[np.where(ten, o, 0)], q[np.where(ten, 0, o)]) - jnp.asarray(ref, dt)
+        J = jnp.where(ten[:, None], Jt[np.where(ten, o, 0)], jnp.asarray(unit, dt))
+        return x, J
+
+    x1, J1 = value(o1, el.u1, el.ref1)
+    x2, J2 = value(o2, np.where(has2, el.u2, -1), el.ref2)
+    d = jnp.where(has2, x2, 0.0)
+    c = jnp.asarray(el.polycoef, dt)
+    p = c[:, 0] + d * (c[:, 1] + d * (c[:, 2] + d * (c[:, 3] + d * c[:, 4])))
+    dp = c[:, 1] + d * (2.0 * c[:, 2] + d * (3.0 * c[:, 3] + d * 4.0 * c[:, 4]))
+    pos = x1 - p
+    J = J1 - jnp.where(has2, dp, 0.0)[:, None] * J2
+    imp = impedance(jnp.asarray(el.solimp, dt), pos, 0.0)
+    R = jnp.maximum(MINVAL, (1.0 - imp) * jnp.asarray(el.invweight, dt) / imp)
+    aref = -jnp.asarray(el.B, dt) * (J @ u) - jnp.asarray(el.K, dt) * imp * pos
+    return Rows(J, aref, R, 1.0 / R, jnp.ones(n, bool), (), ())
+
+
+@dataclass(frozen=True, eq=False)
+class ConnectLayout:
+    """Static data of MuJoCo's connect equality rows (three each): per connect its bodies
+    (mobilized body indices; 0 is Ground), the anchor points in their frames, ``solimp``
+    (clamped), ``K``/``B`` and ``invweight`` (the bodies' translational
+    ``body_invweight0``, summed)."""
+
+    body1: np.ndarray
+    body2: np.ndarray
+    anchor1: np.ndarray
+    anchor2: np.ndarray
+    solimp: np.ndarray
+    K: np.ndarray
+    B: np.ndarray
+    invweight: np.ndarray
+
+
+def connect_layout(
+    body1: Any, body2: Any, anchor1: Any, anchor2: Any, solref: Any, solimp: Any, invweight: Any,
+    timestep: float, refsafe: bool = True,
+) -> ConnectLayout:  # fmt: skip
+    """The static data of connect rows (one entry per connect)."""
+    n = len(body1)
+    sr = safe_solref(np.asarray(solref, float).reshape(n, 2), timestep, refsafe)
+    si = clamp_solimp(np.asarray(solimp, float).reshape(n, 5))
+    K, B = _kb(sr, si[:, 1])
+    return ConnectLayout(
+        np.asarray(body1, int), np.asarray(body2, int), np.asarray(anchor1, float).reshape(n, 3),
+        np.asarray(anchor2, float).reshape(n, 3), si, K, B, np.asarray(invweight, float),
+    )  # fmt: skip
+
+
+def connect_rows(
+    cl: ConnectLayout,
+    pos: Any,
+    cdof: jax.Array,
+    anc: np.ndarray,
+    u: jax.Array,
+    bias: tuple[jax.Array, jax.Array],
+) -> Rows:
+    """MuJoCo's connect rows ``3i .. 3i+2``: ``pos = p1 - p2`` (the anchors in Ground),
+    ``J`` the difference of the anchors' translational Jacobians (``cdof`` (nu, 6) the
+    dofs' motion ``[w; v]`` about Ground's origin, ``anc`` (nb, nu) which dofs move each
+    body); the impedance at ``|p1 - p2|`` for all three rows; two-sided, always active.
+    As MuJoCo 4 does, ``aref`` also subtracts ``dJ/dt u``, the anchors' relative
+    acceleration at zero ``udot`` (``bias``: the bodies' spatial acceleration at zero
+    ``udot`` and velocity, both about Ground's origin, (nb, 6) ``[angular; linear]``)."""
+    n = cl.body1.size
+    dt = cdof.dtype
+    nu = u.size
+    if n == 0:
+        z = jnp.zeros(0, dt)
+        return Rows(jnp.zeros((0, nu), dt), z, z, z, jnp.zeros(0, bool), (), ())
+    R, o = pos.R_GB, pos.p_GB
+    p1 = jnp.einsum("nij,nj->ni", R[cl.body1], jnp.asarray(cl.anchor1, dt)) + o[cl.body1]
+    p2 = jnp.einsum("nij,nj->ni", R[cl.body2], jnp.asarray(cl.anchor2, dt)) + o[cl.body2]
+    w, v = cdof[:, :3], cdof[:, 3:]
+
+    def jac(p: jax.Array, b: np.ndarray) -> jax.Array:  # (n, 3, nu)
+        jv = v[None] + jnp.cross(w[None], p[:, None, :])  # (n, nu, 3)
+        return jnp.swapaxes(jv * jnp.asarray(anc[b], dt)[:, :, None], 1, 2)
+
+    J = (jac(p1, cl.body1) - jac(p2, cl.body2)).reshape(3 * n, nu)
+    A, V = bias
+
+    def acc(p: jax.Array, b: np.ndarray) -> jax.Array:  # a point's acceleration at udot = 0
+        w_, v_ = V[b, :3], V[b, 3:]
+        return A[b, 3:] + jnp.cross(A[b, :3], p) + jnp.cross(w_, v_ + jnp.cross(w_, p))
+
+    jdot_u = (acc(p1, cl.body1) - acc(p2, cl.body2)).reshape(-1)
+    d = p1 - p2
+    d2 = jnp.sum(d * d, axis=1)
+    dist = jnp.where(d2 > 0, jnp.sqrt(jnp.where(d2 > 0, d2, 1.0)), 0.0)
+    imp = jnp.repeat(impedance(jnp.asarray(cl.solimp, dt), dist, 0.0), 3)
+    iw = jnp.asarray(np.repeat(cl.invweight, 3), dt)
+    Rr = jnp.maximum(MINVAL, (1.0 - imp) * iw / imp)
+    B, K = (jnp.asarray(np.repeat(x, 3), dt) for x in (cl.B, cl.K))
+    aref = -B * (J @ u) - K * imp * d.reshape(-1) - jdot_u
+    return Rows(J, aref, Rr, 1.0 / Rr, jnp.ones(3 * n, bool), (), ())
+
+
+def model_solve(
+    model: Any,
+    state: Any,
+    pos: Any,
+    M: jax.Array,
+    a0: jax.Array,
+    bias: tuple[jax.Array, jax.Array] | None = None,
+) -> Solution:
     """MuJoCo's constrained accelerations of a Model solved its way, from the mass matrix
-    ``M`` and the unconstrained accelerations ``a0`` (MuJoCo's ``qacc_smooth``)."""
-    rows, layout, _, _ = model_rows(model, state, pos)
+    ``M`` and the unconstrained accelerations ``a0`` (MuJoCo's ``qacc_smooth``); ``bias``
+    as :func:`model_rows` takes it."""
+    rows, layout, _, _ = model_rows(model, state, pos, bias)
     opt = model.mujoco
     return solve(layout, M, a0, rows, opt.iterations, opt.tolerance)
 

@@ -155,7 +155,7 @@ def realize_acceleration(
             # unconstrained accelerations (its qacc_smooth).
             with jax.named_scope("mujoco_constraints"):
                 M = rz.mass_matrix(model, state, pos)
-                sol = soft.model_solve(model, state, pos, M, udot)
+                sol = soft.model_solve(model, state, pos, M, udot, (dyn.a_bias, vel.V_O))
             udot = sol.qacc
             extra = {
                 "efc_force": sol.force,

@@ -35,9 +35,11 @@ constraints left out; joint damping, springs, armature and joint actuators in):
 - ``<site>``: a :class:`Marker` on its body (``model.markers``).
 - ``<equality>``: ``connect`` → ``Constraint.Ball``, ``weld`` → ``Constraint.Weld``,
   ``joint`` → ``Constraint.CoordinateCoupler`` (``polycoef``), ``tendon`` on fixed tendons →
-  ``Constraint.CoordinateCoupler`` on their joints (``polycoef``; on a spatial tendon, or
-  with ``contact=True``, it is left out and named in the warning); ``active="false"`` →
-  disabled by default.
+  ``Constraint.CoordinateCoupler`` on their joints (``polycoef``; on a spatial tendon
+  without ``contact=True`` it is left out and named in the warning); ``active="false"`` →
+  disabled by default. With ``contact=True``, joint, tendon (fixed or spatial) and connect
+  equalities are MuJoCo's soft equality rows instead (below); weld is refused there
+  (``NotImplementedError``).
 - ``<joint damping stiffness springref>``: ``Force.MobilityLinearDamper`` on each of the
   joint's dofs and ``Force.MobilityLinearSpring`` (hinge and slide), as MuJoCo's passive
   forces (``passive=False`` leaves them out); ``springdamper="timeconst dampratio"`` sets
@@ -81,17 +83,25 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
   equals MuJoCo's ``qacc`` with contacts and limits active. The rows' regulariser uses
   MuJoCo's ``body_invweight0``/``dof_invweight0`` at ``qpos0``, with its shortcut for
-  "simple" slide-only bodies (``1/mass``).
+  "simple" slide-only bodies (``1/mass``). ``<equality><joint>`` and ``<equality><tendon>``
+  are MuJoCo's equality rows (one each: ``x1 - x1(qpos0) - polycoef(x2 - x2(qpos0))`` with
+  x a joint's q or a tendon's length; ``solref``/``solimp`` per equality and its default
+  class; regulariser from the two objects' ``dof_invweight0``/``tendon_invweight0``;
+  two-sided, always active); ``<equality><connect>`` (bodies and anchor, or sites) is
+  MuJoCo's three rows (the anchors' difference in Ground, the translational
+  ``body_invweight0`` of the two bodies, impedance at the distance, and MuJoCo 4's ``dJ/dt
+  qvel`` in ``aref``); ``active="false"`` and ``<flag equality="disable">`` give no row, as
+  in MuJoCo.
 
 - ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
   ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,
   ``<pulley divisor>``) as ``sj.Tendon`` handles (``model.tendons``), with ``stiffness``,
   ``springlength`` (-1: the length at ``qpos_spring``; two values: a deadband) and
   ``damping`` as ``sj.TendonSpringDamper`` (``passive=True``); ``default`` classes. Not
-  modelled, and named in the warning: tendon ``frictionloss``, ``armature``,
-  ``<equality><tendon>`` on a spatial tendon, and limits (``range``) without ``contact=True`` (with it, a
-  limited tendon has MuJoCo's soft limit rows: ``solreflimit``, ``solimplimit``,
-  ``margin``, ``tendon_invweight0``).
+  modelled, and named in the warning: tendon ``frictionloss``, ``armature``, and without
+  ``contact=True`` ``<equality><tendon>`` on a spatial tendon and limits (``range``) (with
+  it, tendon equalities are MuJoCo's soft equality rows and a limited tendon has its soft
+  limit rows: ``solreflimit``, ``solimplimit``, ``margin``, ``tendon_invweight0``).
 
 Everything else (sensors, joint stiffness of ball and
 free joints, friction loss, gravity compensation, fluid forces, weld ``torquescale``,
@@ -1454,7 +1464,8 @@ def load_mjcf(
             (``sj.MujocoConstraintOptions``, ``simjax.constraints.soft``); ``udot`` then
             equals MuJoCo's ``qacc``. Off by default: geoms are then detected only
             (``matter.find_contacts``), as the models compare with MuJoCo with contact
-            disabled. Not yet with equality constraints (exact here), ball-joint limits,
+            disabled. With it, joint, tendon and connect equalities are MuJoCo's soft
+            equality rows (not exact constraints). Not yet with weld equalities, ball-joint limits,
             ``frictionloss``, ``solreffriction``, adhesion or ``noslip``.
         allow_outside: Read files anywhere. By default every file the model names (an
             ``<include>``, a ``<mesh file>``, wherever ``<compiler meshdir assetdir>``
@@ -1485,7 +1496,7 @@ def load_mjcf(
             names outside its folder (above), an ``<include>`` cycle, a DTD or entity
             declaration, elements nested deeper than 500 levels, or files over 256 MB. The
             message names the file, the line and the element.
-        NotImplementedError: ``contact=True`` for a file with equality constraints.
+        NotImplementedError: ``contact=True`` for a file with weld equalities.
     """
     path, data = read_model_source(path, "MJCF")
     model_dir = model_folder(path)
@@ -1585,8 +1596,9 @@ def load_mjcf(
         sj, root, reader, defaults, comp, forces, joint_mobods, ignored, notes, actuation_off, tendons,
         (system, matter, coordinates),
     )  # fmt: skip
+    soft_eqs: list[tuple] | None = [] if contact else None
     constraints, assembled = _add_equalities(
-        sj, root, reader, defaults, matter, by_id, joint_mobods, ignored, {} if contact else tendons
+        sj, root, reader, defaults, matter, by_id, joint_mobods, ignored, tendons, soft_eqs
     )
     for con in constraints.values():
         _count(ignored, _SOFT_EQ)
@@ -1600,12 +1612,19 @@ def load_mjcf(
     if contact:
         if constraints:
             raise NotImplementedError(
-                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has equality "
-                f"constraints ({', '.join(constraints)}); MuJoCo's soft contact solved together with "
-                "simjax's exact constraints is not supported yet (load without contact=True)"
+                f"load_mjcf({os.path.basename(str(path))}, contact=True): the file has weld equality "
+                f"constraints ({', '.join(constraints)}); MuJoCo's soft rows for them are not "
+                "built yet (joint, tendon and connect equalities are); load without contact=True"
             )
+        assert soft_eqs is not None
+        if eq_off:
+            soft_eqs = []
+        for e in soft_eqs:
+            if not e[-1]:
+                notes.append(f'equality {e[1]!r} active="false": no row (MuJoCo leaves it out too)')
         state = _solve_mujoco_way(sj, root, system, matter, state, reader.joints, coordinates, limits,
-                                  contact_flags, ignored, notes, tendons, (bodies, by_id))  # fmt: skip
+                                  contact_flags, ignored, notes, tendons, (bodies, by_id),
+                                  [e for e in soft_eqs if e[-1]])  # fmt: skip
     model = LoadedModel(
         system=system,
         matter=matter,
@@ -1665,6 +1684,7 @@ def _solve_mujoco_way(
     sj: Any, root: _El, system: Any, matter: Any, state: Any, joints: list[_Joint],
     coordinates: dict[str, Any], limits: bool, flags: dict[str, bool], ignored: dict[str, int],
     notes: list[str], tendons: dict[str, Any] | None = None, bodies: tuple[list[_Body], list[Any]] = ([], []),
+    equalities: list[tuple] | None = None,
 ) -> Any:  # fmt: skip
     """``load_mjcf(..., contact=True)``: MuJoCo's options (``<option timestep cone impratio
     iterations>``, ``<flag limit refsafe>``), the invweights at qpos0 and the limit rows
@@ -1716,6 +1736,36 @@ def _solve_mujoco_way(
             iw = float(Jt[k] @ Minv @ Jt[k])
             trows.append((k, *t.range, t.margin, t.solreflimit, t.solimplimit, iw))
     tcols: list[Any] = list(zip(*trows)) if trows else [[] for _ in range(7)]
+    erows: list[tuple] = []
+    if equalities:
+        # MuJoCo's equality rows: refs at qpos0, dof_invweight0 / tendon_invweight0 summed
+        q0 = np.asarray(state.q)
+        L0 = np.asarray(matter.calc_tendon_lengths(pos_state)) if tendons else np.zeros(0)
+        Jt0 = np.asarray(matter.calc_tendon_jacobians(pos_state)) if tendons else np.zeros((0, 0))
+        Minv0 = np.linalg.inv(np.asarray(matter.calc_mass_matrix(pos_state)))
+        for kind, _, o1, o2, poly, sref, simp, _ in (e for e in equalities if e[0] != "connect"):
+            ids = []
+            for o in (o1, o2):
+                if o is None:
+                    ids.append((-1, -1, 0.0, 0.0))
+                elif kind == "joint":
+                    c = coordinates[o.name]
+                    qi, ui = c.q_index(state), c.u_index(state)
+                    ids.append((qi, ui, float(q0[qi]), float(dof_iw[ui])))
+                else:
+                    k = o.handle.index
+                    ids.append((k, -1, float(L0[k]), float(Jt0[k] @ Minv0 @ Jt0[k])))
+            (a1, v1, r1, w1), (a2, v2, r2, w2) = ids
+            erows.append((kind == "tendon", a1, a2, v1, v2, r1, r2, poly, sref, simp, w1 + w2))
+    ecols: list[Any] = list(zip(*erows)) if erows else [[] for _ in range(11)]
+    # connects: three rows each, the bodies' translational body_invweight0 summed
+    by_id = bodies[1]
+    crows = [
+        (by_id[b1.id].index, by_id[b2.id].index, p1, p2, sref, simp,
+         body_iw[by_id[b1.id].index, 0] + body_iw[by_id[b2.id].index, 0])
+        for _, _, b1, p1, b2, p2, sref, simp, _ in (e for e in equalities or [] if e[0] == "connect")
+    ]  # fmt: skip
+    ccols: list[Any] = list(zip(*crows)) if crows else [[] for _ in range(7)]
     options = MujocoConstraintOptions(
         body_invweight=body_iw,
         cone=cone,
@@ -1739,6 +1789,24 @@ def _solve_mujoco_way(
         tendon_solref=np.asarray(tcols[4], float).reshape(-1, 2),
         tendon_solimp=np.asarray(tcols[5], float).reshape(-1, 5),
         tendon_invweight=np.asarray(tcols[6], float),
+        eq_tendon=np.asarray(ecols[0], bool),
+        eq_obj1=np.asarray(ecols[1], int),
+        eq_obj2=np.asarray(ecols[2], int),
+        eq_u1=np.asarray(ecols[3], int),
+        eq_u2=np.asarray(ecols[4], int),
+        eq_ref1=np.asarray(ecols[5], float),
+        eq_ref2=np.asarray(ecols[6], float),
+        eq_polycoef=np.asarray(ecols[7], float).reshape(-1, 5),
+        eq_solref=np.asarray(ecols[8], float).reshape(-1, 2),
+        eq_solimp=np.asarray(ecols[9], float).reshape(-1, 5),
+        eq_invweight=np.asarray(ecols[10], float),
+        connect_body1=np.asarray(ccols[0], int),
+        connect_body2=np.asarray(ccols[1], int),
+        connect_anchor1=np.asarray(ccols[2], float).reshape(-1, 3),
+        connect_anchor2=np.asarray(ccols[3], float).reshape(-1, 3),
+        connect_solref=np.asarray(ccols[4], float).reshape(-1, 2),
+        connect_solimp=np.asarray(ccols[5], float).reshape(-1, 5),
+        connect_invweight=np.asarray(ccols[6], float),
     )
     matter.set_mujoco_constraints(options)
     new = system.realize_topology()
@@ -2460,9 +2528,12 @@ def _add_equalities(
     joint_mobods: dict[str, MobilizedBody],
     ignored: dict[str, int],
     tendons: dict[str, _TendonSpec] | None = None,
+    soft_rows: list[tuple] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """``<equality>`` elements as constraints; also whether the default State satisfies
-    them all by construction."""
+    them all by construction. With ``soft_rows`` (``contact=True``), joint and tendon
+    equalities are appended there instead, as ``(kind, name, obj1, obj2, polycoef, solref,
+    solimp, active)`` for MuJoCo's soft rows."""
     tendons = tendons or {}
     bodies = {b.name: b for b in reader.bodies}
     joints = {j.name: j for j in reader.joints}
@@ -2535,6 +2606,10 @@ def _add_equalities(
                         # the anchor on body 2 is where body 1's anchor is at qpos0 (MuJoCo's set0)
                         R2, o2 = X0[b2.id]
                         p2 = R2.T @ (X0[b1.id][0] @ p1 + X0[b1.id][1] - o2)
+                    if soft_rows is not None:
+                        soft_rows.append(("connect", name, b1, p1, b2, p2, *_solparams(el, attrs),
+                                          _flag(el, attrs, "active", True)))  # fmt: skip
+                        continue
                     con = sj.Constraint.Ball(by_id[b1.id], p1, by_id[b2.id], p2)
                 elif el.tag == "weld":
                     if "site1" in own or "site2" in own:
@@ -2562,6 +2637,10 @@ def _add_equalities(
                     c = _floats(el, attrs, "polycoef", 5, (0.0, 1.0, 0.0, 0.0, 0.0), at_most=True)
                     if j2 is not None and j2.name == j1.name:
                         raise _error(el, f"joint1 and joint2 are the same joint {j1.name!r}")
+                    if soft_rows is not None:
+                        soft_rows.append(("joint", name, j1, j2, c, *_solparams(el, attrs),
+                                          _flag(el, attrs, "active", True)))  # fmt: skip
+                        continue
                     if c[0] != 0.0:
                         satisfied = False
                     con = _joint_coupler(sj, matter, c, j1, j2, joint_mobods)
@@ -2571,8 +2650,15 @@ def _add_equalities(
                     c = _floats(el, attrs, "polycoef", 5, (0.0, 1.0, 0.0, 0.0, 0.0), at_most=True)
                     if t2 is not None and t2.name == t1.name:
                         raise _error(el, f"tendon1 and tendon2 are the same tendon {t1.name!r}")
+                    if soft_rows is not None:
+                        soft_rows.append(("tendon", name, t1, t2, c, *_solparams(el, attrs),
+                                          _flag(el, attrs, "active", True)))  # fmt: skip
+                        continue
                     if any(t.handle.kind != "fixed" for t in (t1, t2) if t is not None):
-                        _count(ignored, "equality tendon on a spatial tendon")
+                        _count(
+                            ignored,
+                            "equality tendon on a spatial tendon (load_mjcf(..., contact=True) models it)",
+                        )
                         continue
                     if c[0] != 0.0:
                         satisfied = False
@@ -2590,6 +2676,14 @@ def _add_equalities(
                 con.set_disabled_by_default(True)
             out[name] = con
     return out, satisfied
+
+
+def _solparams(el: _El, attrs: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """An equality's ``solref`` and ``solimp`` (MuJoCo's defaults; fewer numbers allowed)."""
+    return (
+        _floats(el, attrs, "solref", 2, (0.02, 1.0), at_most=True),
+        _floats(el, attrs, "solimp", 5, (0.9, 0.95, 0.001, 0.5, 2.0), at_most=True),
+    )
 
 
 def _joint_coupler(

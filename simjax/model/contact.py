@@ -96,7 +96,8 @@ class ContactCandidates:
 class MujocoConstraintOptions:
     """How a Model's accelerations are solved MuJoCo's way (a loader's ``contact=True``):
     soft contact rows for the candidate list's slots (``contact``) and soft limit rows for
-    the limited hinge and slide joints, MuJoCo's primal problem solved by Newton's method
+    the limited hinge and slide joints and tendons, soft rows for joint and tendon
+    equalities, MuJoCo's primal problem solved by Newton's method
     (:mod:`simjax.constraints.soft`).
 
     ``cone`` ``"pyramidal"`` or ``"elliptic"``; ``impratio``; ``timestep`` (for
@@ -132,6 +133,31 @@ class MujocoConstraintOptions:
     tendon_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     tendon_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
     tendon_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: MuJoCo's joint and tendon equality rows (one each, two-sided): per equality whether
+    #: it couples tendons, its objects (q indices of hinge/slide joints or tendon indices;
+    #: ``eq_obj2 = -1``: none), the joints' u indices (-1 for tendons), their values at
+    #: qpos0, ``polycoef`` (n, 5), solref, solimp and the summed ``dof_invweight0`` /
+    #: ``tendon_invweight0`` (:func:`simjax.constraints.soft.equality_rows`)
+    eq_tendon: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    eq_obj1: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    eq_obj2: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    eq_u1: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    eq_u2: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    eq_ref1: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    eq_ref2: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    eq_polycoef: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    eq_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    eq_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    eq_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: MuJoCo's connect rows (three each): the mobilized bodies (0: Ground), the anchors in
+    #: their frames (n, 3), solref, solimp, the bodies' translational ``body_invweight0`` summed
+    connect_body1: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    connect_body2: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    connect_anchor1: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    connect_anchor2: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    connect_solref: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    connect_solimp: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    connect_invweight: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         if self.cone not in ("pyramidal", "elliptic"):
@@ -154,4 +180,9 @@ class MujocoConstraintOptions:
               ("q", "u", "lower", "upper", "margin", "solref", "solimp", "invweight")),
             *(arr(getattr(self, f"tendon_{k}")) for k in
               ("index", "lower", "upper", "margin", "solref", "solimp", "invweight")),
+            *(arr(getattr(self, f"eq_{k}")) for k in
+              ("tendon", "obj1", "obj2", "u1", "u2", "ref1", "ref2", "polycoef", "solref", "solimp",
+               "invweight")),
+            *(arr(getattr(self, f"connect_{k}")) for k in
+              ("body1", "body2", "anchor1", "anchor2", "solref", "solimp", "invweight")),
         )  # fmt: skip
