@@ -81,7 +81,11 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   MuJoCo's primal problem by Newton's method (``simjax.constraints.soft``): ``udot``
   equals MuJoCo's ``qacc`` with contacts and limits active. The rows' regulariser uses
   MuJoCo's ``body_invweight0``/``dof_invweight0`` at ``qpos0``, with its shortcut for
-  "simple" slide-only bodies (``1/mass``).
+  "simple" slide-only bodies (``1/mass``). Geom pairs with a collision kernel
+  (:mod:`simjax.dynamics.collision`): plane with sphere, capsule, ellipsoid, cylinder and
+  box; sphere with sphere, capsule, cylinder and box; capsule with capsule and box. Other
+  colliding pairs (box-box, ellipsoids with anything but a plane, cylinders with capsules,
+  cylinders and boxes, meshes) are left out and named in the warning.
 
 - ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
   ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,

@@ -40,6 +40,7 @@ SUPPORTED_PAIRS = frozenset(
         ("sphere", "cylinder"),
         ("sphere", "box"),
         ("capsule", "capsule"),
+        ("capsule", "box"),
     }
 )
 MINVAL = 1e-15  # MuJoCo's mjMINVAL
