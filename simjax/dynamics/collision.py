@@ -507,7 +507,7 @@ def capsule_box(pos1, mat1, size1, pos2, mat2, size2, margin=jnp.inf) -> Contact
         for i in range(8):
             if i & (1 << j):
                 continue
-            sgn = np.array([1.0 if i & (1 << k) else -1.0 for k in range(3)])
+            sgn = np.array([1.0 if i & (1 << k) else -1.0 for k in range(3)], dtype=np.float32)
             sgn[j] = 0.0
             d2, x1, x2, s1, s2, ok = _box_edge_segment(pos, halfaxis, hl, size2, j, sgn * size2)
             take = ok & (d2 < best - MINVAL)
