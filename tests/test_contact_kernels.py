@@ -141,6 +141,17 @@ PAIRS = [
     ),
     ("capsule", "0.1 0.3", "box", "0.2 0.3 0.4", col.capsule_box, dict(spread=0.3, margin=0.05, n=200)),
     ("capsule", "0.1 0.3", "box", "0.2 0.3 0.4", col.capsule_box, dict(tilt=1e-3, spread=0.5, n=200)),
+    # box-box: apart and overlapping (edge-edge and face contacts); nearly face to face
+    # (four to eight clipped vertices) with a margin that drops some
+    ("box", "0.15 0.25 0.1", "box", "0.2 0.3 0.4", col.box_box, dict(seed=9, n=200)),
+    (
+        "box",
+        "0.15 0.25 0.1",
+        "box",
+        "0.2 0.3 0.4",
+        col.box_box,
+        dict(spread=0.2, tilt=0.05, margin=0.05, n=200),
+    ),
 ]
 
 
@@ -274,6 +285,64 @@ def test_capsule_box_aligned_axes():
         )
     print("capsule-box aligned: same contacts in", same, "of 100")
     assert same >= 85, same
+
+
+def test_box_box_named_configurations():
+    """Box-box at chosen poses against MuJoCo 4.0.1: a square turned 22.5 degrees on a
+    larger one (four corners inside the face), a larger turned square (an octagon: eight
+    contacts), tilted face to face, edge across edge, corner into a face, and apart."""
+    c, s = np.cos, np.sin
+    cases = [  # (size1, size2, pos2, quat2); box 1 at the origin, axis-aligned
+        ("0.3 0.3 0.1", "0.2 0.2 0.1", [0, 0, 0.19], [c(0.3927), 0, 0, s(0.3927)]),
+        ("0.3 0.3 0.1", "0.28 0.28 0.1", [0, 0, 0.19], [c(0.3927), 0, 0, s(0.3927)]),
+        ("0.3 0.3 0.1", "0.2 0.25 0.1", [0.05, -0.02, 0.195], [1, 0.01, -0.02, 0.3]),
+        ("0.3 0.3 0.1", "0.2 0.2 0.1", [0.3, 0, 0.22], [c(0.4), s(0.4) / 2**0.5, 0, s(0.4) / 2**0.5]),
+        ("0.3 0.3 0.1", "0.1 0.1 0.1", [0.1, 0.05, 0.26], [1, 0.35, 0.45, 0.1]),
+        ("0.3 0.3 0.1", "0.1 0.1 0.1", [0.5, 0.5, 0.5], [1, 0.35, 0.45, 0.1]),
+    ]
+    margin = 0.01
+    counts = []
+    kernel = jax.jit(col.box_box)
+    for k, (s1, s2, p2, q2) in enumerate(cases):
+        m = mujoco.MjModel.from_xml_string(_scene("box", s1, "box", s2, margin))
+        d = mujoco.MjData(m)
+        q2 = np.asarray(q2, float)
+        d.qpos[:] = np.concatenate([[0, 0, 0, 1, 0, 0, 0], p2, q2 / np.linalg.norm(q2)])
+        mujoco.mj_forward(m, d)
+        x, mat = d.geom_xpos.copy(), d.geom_xmat.reshape(-1, 3, 3).copy()
+        out = kernel(x[0], mat[0], m.geom_size[0], x[1], mat[1], m.geom_size[1], margin)
+        keep = np.flatnonzero(np.asarray(out.dist) <= margin)
+        assert len(keep) == d.ncon, (k, out.dist, d.ncon)
+        counts.append(d.ncon)
+        for j, con in zip(keep, d.contact[: d.ncon]):
+            np.testing.assert_allclose(out.dist[j], con.dist, rtol=0, atol=1e-12, err_msg=str(k))
+            np.testing.assert_allclose(out.pos[j], con.pos, rtol=0, atol=1e-12, err_msg=str(k))
+            np.testing.assert_allclose(out.frame[j].ravel(), con.frame, rtol=0, atol=1e-12, err_msg=str(k))
+    assert counts[0] == 4 and counts[1] == 8 and counts[-1] == 0 and 1 in counts, counts
+
+
+def test_box_box_face_gradients():
+    """Nearly face to face (seven clipped vertices in contact): d(dist)/d(pose) of every
+    contact equals central differences."""
+    s1, s2 = jnp.array([0.15, 0.25, 0.1]), jnp.array([0.2, 0.3, 0.4])
+    r1 = _rot(jnp.array([0.3, -0.2, 0.1]))
+    r2 = r1 @ _rot(jnp.array([0.01, -0.006, 0.4]))
+    p2 = r1 @ jnp.array([0.02, 0.03, 0.495])
+
+    def f(x):
+        return col.box_box(x[0:3], _rot(x[3:6]) @ r1, s1, p2 + x[6:9], _rot(x[9:12]) @ r2, s2, 0.05).dist
+
+    h = 1e-6
+    # one compiled program: the pose and its 24 central-difference steps, with the
+    # forward-mode derivative along each step's axis
+    x = jnp.concatenate([jnp.zeros((1, 12)), h * jnp.eye(12), -h * jnp.eye(12)])
+    v = jnp.concatenate([jnp.eye(12)[:1], jnp.eye(12), jnp.eye(12)])
+    d, g = jax.jit(jax.vmap(lambda x, v: jax.jvp(f, (x,), (v,))))(x, v)
+    ok = np.isfinite(np.asarray(d[0]))
+    assert ok.sum() == 7
+    fd = (d[1:13] - d[13:]) / (2 * h)
+    ad = (g[1:13] + g[13:]) / 2  # the derivative at the pose, to O(h^2)
+    np.testing.assert_allclose(ad[:, ok], fd[:, ok], rtol=0, atol=1e-8)
 
 
 def _rot(w):

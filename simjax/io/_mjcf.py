@@ -83,9 +83,10 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   MuJoCo's ``body_invweight0``/``dof_invweight0`` at ``qpos0``, with its shortcut for
   "simple" slide-only bodies (``1/mass``). Geom pairs with a collision kernel
   (:mod:`simjax.dynamics.collision`): plane with sphere, capsule, ellipsoid, cylinder and
-  box; sphere with sphere, capsule, cylinder and box; capsule with capsule and box. Other
-  colliding pairs (box-box, ellipsoids with anything but a plane, cylinders with capsules,
-  cylinders and boxes, meshes) are left out and named in the warning.
+  box; sphere with sphere, capsule, cylinder and box; capsule with capsule and box; box
+  with box. Other colliding pairs (ellipsoids with anything but a plane, cylinders with
+  capsules, cylinders and boxes, meshes: MuJoCo's general convex collider) are left out
+  and named in the warning.
 
 - ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
   ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,

@@ -22,6 +22,7 @@ SLOTS = {
     ("sphere", "box"): 1,
     ("capsule", "capsule"): 2,
     ("capsule", "box"): 2,
+    ("box", "box"): 8,
 }
 
 

@@ -41,6 +41,7 @@ SUPPORTED_PAIRS = frozenset(
         ("sphere", "box"),
         ("capsule", "capsule"),
         ("capsule", "box"),
+        ("box", "box"),
     }
 )
 MINVAL = 1e-15  # MuJoCo's mjMINVAL
