@@ -323,7 +323,7 @@ URDF = """<robot name="r">
       <geometry><sphere radius="0.1"/></geometry></collision></link>
   <link name="l2">{inertial}
     <collision><origin xyz="0.3 0 0" rpy="0 1.5707963267948966 0"/>
-      <geometry><capsule radius="0.05" length="0.4"/></geometry></collision></link>
+      <geometry><cylinder radius="0.05" length="0.4"/></geometry></collision></link>
   <link name="l3">{inertial}
     <collision name="ball3"><geometry><sphere radius="0.2"/></geometry></collision></link>
   <joint name="j1" type="revolute"><parent link="base"/><child link="l1"/><axis xyz="0 0 1"/>
@@ -336,11 +336,11 @@ URDF = """<robot name="r">
 
 
 def test_urdf_collisions_load_as_contact_surfaces(tmp_path):
-    """A URDF's ``<collision>`` box, sphere and capsule become contact surfaces on their
+    """A URDF's ``<collision>`` box, sphere and cylinder become contact surfaces on their
     links (``<origin>`` applied, sizes halved), a collision mesh is left out and counted,
     and the load warning says contact is detected without force. Candidates follow MuJoCo's
     rules: parent-child pairs are filtered (``l1``-``l2``, ``l2``-``l3``) except with the
-    world-welded ``base``; box-capsule has no kernel yet (counted as unsupported). At
+    world-welded ``base``; cylinder-box has no kernel yet (counted as unsupported). At
     ``j2 = 0.6`` ``ball3``'s centre is at ``(0.6 cos 0.6, 0, 0.5 - 0.6 sin 0.6)``, above
     the box (its top at z = 0), 0.6 from ``ball1``'s."""
     path = tmp_path / "r.urdf"
@@ -350,7 +350,7 @@ def test_urdf_collisions_load_as_contact_surfaces(tmp_path):
         lm = sj.io.load_urdf(str(path))
     msg = " ".join(str(w.message) for w in rec)
     assert "4 collision shape (its contact is detected" in msg and "1 collision mesh" in msg
-    assert "1 colliding pair of a kind with no collision kernel yet (capsule-box: left out)" in msg
+    assert "1 colliding pair of a kind with no collision kernel yet (cylinder-box: left out)" in msg
     cand = lm.matter.get_contact_candidates(lm.state)
     names = cand.surface_names
     pairs = {

@@ -11,7 +11,8 @@ humanoid and on a small scene with condim 1, 3, 4 and 6, margins, gaps and direc
 (and MuJoCo's ``1/mass`` shortcut for simple slide-only bodies, on small variants); a
 vmap over many States compiled once; a box dropped on a plane under semi-explicit Euler
 against ``mj_step`` with ``integrator="Euler"``; gradients through the solve (implicit)
-against central differences. Run with ``-s`` to print the largest errors.
+against central differences; dm_control's stacker with its arm's capsules pressed into a
+box and a box into that box (capsule-box and box-box contacts). Run with ``-s`` to print the largest errors.
 """
 
 import dataclasses
@@ -24,7 +25,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_actuators import _path
+from data_fetch import fetch
+from test_actuators import COMMON, SUITE, _path
 from test_contact_detection import _drop, _from_mujoco, _geom_id, small_scene
 from test_io_mjcf import Case
 
@@ -630,3 +632,51 @@ def test_falls_and_lies_on_the_floor_as_mujoco(name, mujoco):
         assert speed < 0.5
         if name == "humanoid":
             assert root_z < 0.5  # lying (it stood at 1.4 m)
+
+
+def test_stacker_capsule_box_and_box_box_match_mujoco(mujoco):
+    """dm_control's stacker (planar arm of capsules, boxes on slide-slide-hinge joints):
+    its capsule-box and box-box pairs, left out before simjax had those kernels, now give
+    MuJoCo's contacts. States with random arm poses, box0 pushed into an arm capsule at a
+    random angle and box1 into box0 (box2, box3 moved apart), the file's
+    ``<equality><tendon>`` a soft row on both sides. ``qacc`` and ``efc_force`` per contact
+    as in :class:`Setup`."""
+    member = SUITE + "stacker.xml"
+    path = fetch("dm_control", "1.0.50", [member, *COMMON])[member]
+    setup = Setup("stacker", path, mujoco)
+    said = " ".join(setup.lm.ignored)  # what the load warning lists
+    assert "collision kernel" not in said, said
+    m, d = setup.m, setup.d
+
+    def adr(name):
+        return m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, name)]
+
+    geom = mujoco.mjtGeom
+    caps = [g for g in range(m.ngeom) if m.geom_type[g] == geom.mjGEOM_CAPSULE]
+    rng = np.random.default_rng(0)
+    n_states, n = 0, {(geom.mjGEOM_CAPSULE, geom.mjGEOM_BOX): 0, (geom.mjGEOM_BOX, geom.mjGEOM_BOX): 0}
+    while n_states < 5:
+        q, u = setup.c.random_state(rng)
+        qp, _ = setup.c.to_mujoco(q)
+        for b in (2, 3):
+            qp[adr(f"box{b}_x")], qp[adr(f"box{b}_z")] = 3.0 + b, 0.5
+        qp[adr("box1_x")] = 3.0
+        d.qpos[:] = qp
+        mujoco.mj_forward(m, d)
+        at = d.geom_xpos[rng.choice(caps)] + rng.normal(size=3) * 0.01
+        qp[adr("box0_x")], qp[adr("box0_z")] = at[0], at[2] + 0.02
+        qp[adr("box0_y")] = rng.uniform(-np.pi, np.pi)
+        qp[adr("box1_x")] = at[0] + rng.uniform(-0.05, 0.05)
+        qp[adr("box1_z")] = at[2] + 0.02 + rng.choice([-1, 1]) * rng.uniform(0.03, 0.06)
+        qp[adr("box1_y")] = rng.uniform(-np.pi, np.pi)
+        d.qpos[:] = qp
+        mujoco.mj_forward(m, d)
+        kinds = [tuple(sorted(m.geom_type[c.geom])) for c in d.contact[: d.ncon]]
+        if not all(kinds.count(k) for k in n):
+            continue
+        nf, _ = setup.compare(mujoco, _from_mujoco(setup.c, q, qp), 0.1 * rng.normal(size=u.size), "stacker")
+        assert nf == d.ncon
+        n_states += 1
+        for k in n:
+            n[k] += kinds.count(k)
+    assert all(v >= 5 for v in n.values()), n

@@ -790,14 +790,14 @@ def test_what_simjax_does_not_model_is_said_not_dropped(tmp_path):
         <geom type="capsule" fromto="0 0 0 0 0 -0.5" size="0.05"/>
         <geom type="sphere" size="0.02" contype="0" conaffinity="0"/></body>
       <body name="b" pos="0.5 0 1"><joint name="k" type="hinge" axis="0 1 0"/>
-        <geom type="box" size="0.1 0.1 0.1"/></body>
+        <geom type="ellipsoid" size="0.1 0.1 0.1"/></body>
     </worldbody><equality><joint joint1="j" joint2="k"/></equality></mujoco>"""
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         m = sj.io.load_mjcf(text)
     msg = " ".join(str(w.message) for w in rec)
     assert "3 geom that collides (its contact is detected, matter.find_contacts, but produces no force" in msg
-    assert "1 colliding pair of a kind with no collision kernel yet (capsule-box: left out)" in msg
+    assert "1 colliding pair of a kind with no collision kernel yet (capsule-ellipsoid: left out)" in msg
     assert "1 equality solref/solimp (soft in MuJoCo, an exact constraint here)" in msg
     assert '<flag equality="disable">' in msg
     assert "visual shape" not in msg  # quiet, but in the summary

@@ -92,6 +92,12 @@ constraints left out; joint damping, springs, armature and joint actuators in):
   ``body_invweight0`` of the two bodies, impedance at the distance, and MuJoCo 4's ``dJ/dt
   qvel`` in ``aref``); ``active="false"`` and ``<flag equality="disable">`` give no row, as
   in MuJoCo.
+  Geom pairs with a collision kernel
+  (:mod:`simjax.dynamics.collision`): plane with sphere, capsule, ellipsoid, cylinder and
+  box; sphere with sphere, capsule, cylinder and box; capsule with capsule and box; box
+  with box. Other colliding pairs (ellipsoids with anything but a plane, cylinders with
+  capsules, cylinders and boxes, meshes: MuJoCo's general convex collider) are left out
+  and named in the warning.
 
 - ``<tendon>``: ``<fixed>`` (``<joint joint coef>`` on hinge and slide joints) and
   ``<spatial>`` (``<site>``, ``<geom>`` wraps on spheres and cylinders with ``sidesite``,

@@ -21,6 +21,8 @@ SLOTS = {
     ("sphere", "cylinder"): 1,
     ("sphere", "box"): 1,
     ("capsule", "capsule"): 2,
+    ("capsule", "box"): 2,
+    ("box", "box"): 8,
 }
 
 

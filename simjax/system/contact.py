@@ -40,6 +40,8 @@ SUPPORTED_PAIRS = frozenset(
         ("sphere", "cylinder"),
         ("sphere", "box"),
         ("capsule", "capsule"),
+        ("capsule", "box"),
+        ("box", "box"),
     }
 )
 MINVAL = 1e-15  # MuJoCo's mjMINVAL
