@@ -68,6 +68,7 @@ SJ = [
     "WrapCylinder",
     "WrapEllipsoid",
     "WrapSphere",
+    "WrapTorus",
     "configure",
     "constraints",
     "debug_nans",
