@@ -141,6 +141,17 @@ def _kb(solref: np.ndarray, dmax: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return K, B
 
 
+def _soft_parameters(
+    solref: Any, solimp: Any, n: int, timestep: float, refsafe: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` rows' clamped ``solimp`` (n, 5) and their stiffness K and damping B from
+    ``solref`` (refsafe applied): the static data every one-row-per-entry kind shares."""
+    sr = safe_solref(np.asarray(solref, float).reshape(n, 2), timestep, refsafe)
+    si = clamp_solimp(np.asarray(solimp, float).reshape(n, 5))
+    K, B = _kb(sr, si[:, 1])
+    return si, K, B
+
+
 # ----------------------------------------------------------------------------- rows
 
 
@@ -316,9 +327,7 @@ def limit_layout(
 ) -> LimitLayout:  # fmt: skip
     """The static data of limit rows (one entry per limited joint)."""
     n = len(q)
-    sr = safe_solref(np.asarray(solref, float).reshape(n, 2), timestep, refsafe)
-    si = clamp_solimp(np.asarray(solimp, float).reshape(n, 5))
-    K, B = _kb(sr, si[:, 1])
+    si, K, B = _soft_parameters(solref, solimp, n, timestep, refsafe)
     return LimitLayout(
         np.asarray(q, int), np.asarray(u, int), np.asarray(lower, float), np.asarray(upper, float),
         np.asarray(margin, float), si, K, B, np.asarray(invweight, float),
@@ -783,9 +792,7 @@ def equality_layout(
 ) -> EqualityLayout:  # fmt: skip
     """The static data of equality rows (one entry per joint or tendon equality)."""
     n = len(obj1)
-    sr = safe_solref(np.asarray(solref, float).reshape(n, 2), timestep, refsafe)
-    si = clamp_solimp(np.asarray(solimp, float).reshape(n, 5))
-    K, B = _kb(sr, si[:, 1])
+    si, K, B = _soft_parameters(solref, solimp, n, timestep, refsafe)
     i = functools.partial(np.asarray, dtype=int)
     f = functools.partial(np.asarray, dtype=float)
     return EqualityLayout(
@@ -856,9 +863,7 @@ def connect_layout(
 ) -> ConnectLayout:  # fmt: skip
     """The static data of connect rows (one entry per connect)."""
     n = len(body1)
-    sr = safe_solref(np.asarray(solref, float).reshape(n, 2), timestep, refsafe)
-    si = clamp_solimp(np.asarray(solimp, float).reshape(n, 5))
-    K, B = _kb(sr, si[:, 1])
+    si, K, B = _soft_parameters(solref, solimp, n, timestep, refsafe)
     return ConnectLayout(
         np.asarray(body1, int), np.asarray(body2, int), np.asarray(anchor1, float).reshape(n, 3),
         np.asarray(anchor2, float).reshape(n, 3), si, K, B, np.asarray(invweight, float),
