@@ -21,13 +21,15 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "notebooks" / "jump"))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_inverse_dynamics import _run  # noqa: E402 (the same fresh-process runner)
 
 OPENSIM = """
 import os, sys, time
@@ -67,14 +69,6 @@ t1 = time.perf_counter()
 tools(model)
 print(t1 - t0, time.perf_counter() - t1)
 """
-
-
-def _run(code: str, *args: str, env: dict | None = None) -> list[float]:
-    out = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, timeout=1800, env=env
-    )
-    words = out.stdout.split()
-    return [float(x) for x in words[-2:]] if "simjax" in code else [float(words[-1])]
 
 
 def main() -> None:
